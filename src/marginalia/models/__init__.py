@@ -1,0 +1,19 @@
+"""Model backends behind the Generator seam, chosen by spec string."""
+
+from .base import CachingGenerator, GenerationParams, Generator, Message, Tokenizer, Usage
+from .registry import known_specs, load_generator, register_backend
+
+DEFAULT_MODEL = "smollm2"
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "CachingGenerator",
+    "GenerationParams",
+    "Generator",
+    "Message",
+    "Tokenizer",
+    "Usage",
+    "known_specs",
+    "load_generator",
+    "register_backend",
+]

@@ -1,0 +1,305 @@
+"""The generator seam: streaming text generation, and the optional KV-cache capability.
+
+A `Generator` turns a chat (a list of messages) or a raw prompt into a stream of text
+deltas. A `CachingGenerator` also owns a KV cache that can be prefilled with tokens,
+generated from without committing, rolled back exactly and forked. Writing in the
+Margins needs the second. In-process backends implement it over their real cache;
+an HTTP backend can implement it over a server's prefix cache by keeping the token
+prefix locally and sending prefix + suffix with every request, so every request
+extends the one before.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal, TypedDict
+
+from ..errors import BackendError, ContextOverflow
+
+
+class Message(TypedDict):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """How to decode. ``temperature == 0`` is greedy (the default: reproducible).
+
+    ``stop`` strings end generation and are not part of the text.
+    """
+
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    #: When set, the first generated token must begin one of these strings (a
+    #: constrained choice, e.g. ("YES", "NO")); backends without logit control
+    #: may ask for it in the prompt instead.
+    first_choices: tuple[str, ...] = ()
+
+
+@dataclass
+class Usage:
+    """Running token counters of a generator (prompt tokens actually evaluated)."""
+
+    prefilled_tokens: int = 0
+    generated_tokens: int = 0
+    requests: int = 0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+
+    def snapshot(self) -> Usage:
+        return Usage(**vars(self))
+
+    def since(self, before: Usage) -> Usage:
+        return Usage(**{k: getattr(self, k) - getattr(before, k) for k in vars(self)})
+
+
+class Tokenizer(ABC):
+    """The model's own tokenizer: text to ids with character offsets, and back."""
+
+    @abstractmethod
+    def encode_with_offsets(
+        self, text: str, allow_special: bool = False
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of ``text`` and each token's character span.
+
+        No BOS/EOS is added. Special-token strings inside ``text`` are parsed as
+        special tokens only when ``allow_special`` is true (template pieces), never
+        in user text, so a document cannot forge a turn boundary.
+        """
+
+    @abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` (special tokens kept, so decode(encode(t)) == t)."""
+
+    def encode(self, text: str, allow_special: bool = False) -> list[int]:
+        return self.encode_with_offsets(text, allow_special)[0]
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+
+@dataclass(frozen=True)
+class ChatFrame:
+    """The chat template cut around the user message's content.
+
+    ``head`` is everything up to the user content (system turn included); ``tail``
+    is everything after it, through the assistant's generation prompt. A user turn
+    with content C renders as ``head + C + tail``.
+    """
+
+    head: str
+    tail: str
+
+
+_SENTINEL = "\u2063MARGINALIA-CONTENT\u2063"
+
+
+class Generator(ABC):
+    """Text generation, streaming first: `generate` consumes `stream`."""
+
+    #: The spec string this generator was loaded from (e.g. ``smollm2``).
+    name: str = "generator"
+    #: Maximum tokens (prompt + generation) the model can attend to.
+    context_window: int = 2048
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+
+    @property
+    @abstractmethod
+    def tokenizer(self) -> Tokenizer:
+        """The model's own tokenizer."""
+
+    @abstractmethod
+    def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        """Render messages with the model's own chat template."""
+
+    @abstractmethod
+    def stream_prompt(self, prompt_ids: Sequence[int], params: GenerationParams) -> Iterator[str]:
+        """Stream the continuation of a raw token prompt (no cache kept between calls)."""
+
+    def stream(
+        self, prompt: str | Sequence[Message], params: GenerationParams | None = None
+    ) -> Iterator[str]:
+        """Stream text deltas for a chat (list of messages) or a raw prompt string."""
+        params = params or GenerationParams()
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt)
+        else:
+            ids = self.encode_chat(prompt)
+        self.check_fits(len(ids) + params.max_new_tokens, what="the prompt plus the answer")
+        return self.stream_prompt(ids, params)
+
+    def generate(
+        self, prompt: str | Sequence[Message], params: GenerationParams | None = None
+    ) -> str:
+        """The whole text of `stream`."""
+        return "".join(self.stream(prompt, params))
+
+    def encode_chat(self, messages: Sequence[Message]) -> list[int]:
+        """Token ids of a rendered chat.
+
+        For the usual [system, user] shape the template pieces parse special tokens
+        and the user content does not, so a document cannot forge a turn boundary.
+        """
+        roles = [m["role"] for m in messages]
+        if roles == ["system", "user"]:
+            frame = self.chat_frame(messages[0]["content"])
+            return (
+                self.tokenizer.encode(frame.head, allow_special=True)
+                + self.tokenizer.encode(messages[1]["content"])
+                + self.tokenizer.encode(frame.tail, allow_special=True)
+            )
+        return self.tokenizer.encode(self.render_chat(messages), allow_special=True)
+
+    def chat_frame(self, system: str) -> ChatFrame:
+        """Cut the chat template around a user turn that follows ``system``."""
+        rendered = self.render_chat(
+            [{"role": "system", "content": system}, {"role": "user", "content": _SENTINEL}]
+        )
+        if rendered.count(_SENTINEL) != 1:
+            raise BackendError(
+                f"the chat template of {self.name} does not place the user's text verbatim; "
+                "use a model whose chat template keeps message content unchanged"
+            )
+        head, tail = rendered.split(_SENTINEL)
+        return ChatFrame(head=head, tail=tail)
+
+    def check_fits(self, needed: int, what: str = "the prompt") -> None:
+        if needed > self.context_window:
+            raise ContextOverflow(needed, self.context_window, what)
+
+
+class CachingGenerator(Generator):
+    """A generator that owns one KV cache of token ids.
+
+    The cache only ever holds a prefix of one token sequence: `prefill` appends,
+    `rollback` cuts back to a length, `generate_from_cache` extends it temporarily.
+    """
+
+    @property
+    @abstractmethod
+    def length(self) -> int:
+        """Number of tokens in the cache."""
+
+    @abstractmethod
+    def prefill(self, ids: Sequence[int]) -> None:
+        """Append ``ids`` to the cache (chunked internally to bound memory)."""
+
+    @abstractmethod
+    def rollback(self, length: int) -> None:
+        """Cut the cache back to its first ``length`` tokens, exactly."""
+
+    @abstractmethod
+    def _decode_from_cache(self, params: GenerationParams) -> Iterator[str]:
+        """Decode after the cache's last token, appending each sampled token to it.
+
+        The cache must hold at least one token whose logits are pending (the backend
+        keeps the last prefill's final logits).
+        """
+
+    @abstractmethod
+    def fork(self, keep_cache: bool = True) -> CachingGenerator:
+        """An independent generator sharing the weights, with a copy of the cache
+        (or an empty cache when ``keep_cache`` is false)."""
+
+    def reset(self) -> None:
+        self.rollback(0)
+
+    def generate_from_cache(
+        self,
+        suffix_ids: Sequence[int],
+        params: GenerationParams | None = None,
+        commit: bool = False,
+    ) -> Iterator[str]:
+        """Prefill ``suffix_ids`` on top of the cache and stream the continuation.
+
+        Unless ``commit`` is true, the cache is rolled back to its length before the
+        call when the stream ends, raises, or is closed early by the consumer.
+        """
+        params = params or GenerationParams()
+        start = self.length
+        self.check_fits(start + len(suffix_ids) + params.max_new_tokens,
+                        what="the cached prefix plus this request")
+        try:
+            if suffix_ids:
+                self.prefill(suffix_ids)
+            yield from self._decode_from_cache(params)
+        finally:
+            if not commit:
+                self.rollback(start)
+
+    def stream_prompt(self, prompt_ids: Sequence[int], params: GenerationParams) -> Iterator[str]:
+        """Stateless generation on a fork, so the main cache is never touched."""
+        worker = self.fork(keep_cache=False)
+        yield from worker.generate_from_cache(prompt_ids, params, commit=False)
+
+
+class StopScanner:
+    """Turns a stream of decoded text into deltas, holding back possible stop strings."""
+
+    def __init__(self, stop: Sequence[str]) -> None:
+        self.stop = [s for s in stop if s]
+        self.text = ""
+        self.emitted = 0
+        self.stopped = False
+
+    def feed(self, full_text: str) -> str:
+        """Give the whole text decoded so far; return the new safe delta."""
+        self.text = full_text
+        end = len(full_text)
+        for s in self.stop:
+            i = full_text.find(s)
+            if i != -1:
+                end = min(end, i)
+                self.stopped = True
+        if not self.stopped:
+            # hold back a tail that could be the start of a stop string
+            for s in self.stop:
+                for k in range(min(len(s) - 1, len(full_text)), 0, -1):
+                    if full_text.endswith(s[:k]):
+                        end = min(end, len(full_text) - k)
+                        break
+            # an incomplete UTF-8 sequence decodes to U+FFFD: wait for the rest
+            while end > self.emitted and full_text[end - 1] == "\ufffd":
+                end -= 1
+        delta = full_text[self.emitted:end] if end > self.emitted else ""
+        self.emitted = max(self.emitted, end)
+        return delta
+
+    def flush(self) -> str:
+        if self.stopped:
+            return ""
+        delta = self.text[self.emitted:]
+        self.emitted = len(self.text)
+        return delta
+
+
+class Clock:
+    """Monotonic seconds since creation."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __call__(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+__all__ = [
+    "CachingGenerator",
+    "ChatFrame",
+    "Clock",
+    "GenerationParams",
+    "Generator",
+    "Message",
+    "StopScanner",
+    "Tokenizer",
+    "Usage",
+]

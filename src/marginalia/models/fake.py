@@ -1,0 +1,181 @@
+"""Scripted fakes for tests: a word-level tokenizer and a generator that records requests.
+
+`ScriptedGenerator` is a real `CachingGenerator` (its "cache" is the list of token
+ids), so patterns run on it unchanged; it answers from a responder callable and
+records every request with the cached prefix it extended.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from .base import CachingGenerator, GenerationParams, Message, StopScanner, Tokenizer
+
+_SPECIAL = re.compile(r"<\|[a-z_]+\|>")
+_TOKEN = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
+
+
+class WordTokenizer(Tokenizer):
+    """Whitespace runs, words and single punctuation marks, each one token.
+
+    The vocabulary grows as text is seen, so ids are stable within one instance.
+    """
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self.inverse: list[str] = []
+
+    def _id(self, piece: str, special: bool = False) -> int:
+        key = ("\x00" if special else "") + piece
+        if key not in self.vocab:
+            self.vocab[key] = len(self.inverse)
+            self.inverse.append(piece)
+        return self.vocab[key]
+
+    def encode_with_offsets(
+        self, text: str, allow_special: bool = False
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        pos = 0
+        while pos < len(text):
+            m = _SPECIAL.match(text, pos) if allow_special else None
+            if m:
+                ids.append(self._id(m.group(), special=True))
+            else:
+                m = _TOKEN.match(text, pos)
+                assert m is not None  # the pattern matches any character
+                ids.append(self._id(m.group()))
+            offsets.append((pos, m.end()))
+            pos = m.end()
+        return ids, offsets
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(self.inverse[i] for i in ids)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generation request as the fake saw it."""
+
+    prefix_ids: tuple[int, ...]
+    suffix_ids: tuple[int, ...]
+    prefix: str
+    suffix: str
+    params: GenerationParams
+
+    @property
+    def prompt(self) -> str:
+        return self.prefix + self.suffix
+
+
+Responder = Callable[[Request], str]
+
+
+class ScriptedGenerator(CachingGenerator):
+    """A fake CachingGenerator that answers from a script and records what it was asked.
+
+    Args:
+        respond: called with each `Request`; returns the full reply text.
+        replies: alternatively, replies returned in order (then ``default``).
+        default: the reply when neither gives one.
+        context_window: the window it claims, to test overflow handling.
+    """
+
+    def __init__(
+        self,
+        respond: Responder | None = None,
+        replies: Sequence[str] = (),
+        default: str = "I do not know.",
+        context_window: int = 1_000_000,
+        name: str = "scripted",
+        _shared: ScriptedGenerator | None = None,
+    ) -> None:
+        super().__init__()
+        self.name = name
+        self.context_window = context_window
+        self.respond = respond
+        self.replies = list(replies)
+        self.default = default
+        self.ids: list[int] = []
+        self._request_start = 0
+        if _shared is not None:  # a fork: one tokenizer, one request log, one usage
+            self._tok = _shared._tok
+            self.requests = _shared.requests
+            self.usage = _shared.usage
+            self.replies = _shared.replies
+        else:
+            self._tok = WordTokenizer()
+            self.requests: list[Request] = []
+
+    @property
+    def tokenizer(self) -> WordTokenizer:
+        return self._tok
+
+    def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        out = "".join(f"<|{m['role']}|>\n{m['content']}<|end|>\n" for m in messages)
+        return out + ("<|assistant|>\n" if add_generation_prompt else "")
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        self.check_fits(self.length + len(ids), what="the prefilled context")
+        self.ids.extend(ids)
+        self.usage.prefilled_tokens += len(ids)
+
+    def rollback(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot roll back to {length}: the cache holds {self.length} tokens")
+        del self.ids[length:]
+
+    def fork(self, keep_cache: bool = True) -> ScriptedGenerator:
+        other = ScriptedGenerator(
+            self.respond, default=self.default, context_window=self.context_window,
+            name=self.name, _shared=self,
+        )
+        if keep_cache:
+            other.ids = list(self.ids)
+        return other
+
+    def generate_from_cache(
+        self, suffix_ids: Sequence[int], params: GenerationParams | None = None,
+        commit: bool = False,
+    ) -> Iterator[str]:
+        self._request_start = self.length
+        return super().generate_from_cache(suffix_ids, params, commit)
+
+    def _reply(self, request: Request) -> str:
+        if self.respond is not None:
+            return self.respond(request)
+        if self.replies:
+            return self.replies.pop(0)
+        return self.default
+
+    def _decode_from_cache(self, params: GenerationParams) -> Iterator[str]:
+        start = self._request_start
+        decode = self._tok.decode
+        request = Request(
+            prefix_ids=tuple(self.ids[:start]), suffix_ids=tuple(self.ids[start:]),
+            prefix=decode(self.ids[:start]), suffix=decode(self.ids[start:]), params=params,
+        )
+        self.requests.append(request)
+        self.usage.requests += 1
+        reply_ids = self._tok.encode(self._reply(request))[: params.max_new_tokens]
+        scanner = StopScanner(params.stop)
+        out: list[int] = []
+        for token in reply_ids:
+            out.append(token)
+            self.usage.generated_tokens += 1
+            delta = scanner.feed(decode(out))
+            if delta:
+                yield delta
+            if scanner.stopped:
+                break
+            self.ids.append(token)
+        tail = scanner.flush()
+        if tail:
+            yield tail

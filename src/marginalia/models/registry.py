@@ -1,0 +1,110 @@
+"""Model backends chosen by spec string (``smollm2``, ``hf:<dir>``, ``gguf:<file>``).
+
+Built-in backends register exactly as a third-party one would: a prefix (or a bare
+name) and a factory that receives the rest of the spec. Factories import their
+heavy dependencies lazily.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..home import resolve_home
+from .base import Generator
+
+Factory = Callable[[str, "LoadContext"], Generator]
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    """What a factory may need besides the spec."""
+
+    home: Path
+    device: str = "auto"
+    log: Callable[[str], None] | None = None
+
+
+_PREFIXED: dict[str, tuple[Factory, str]] = {}
+_NAMED: dict[str, tuple[Factory, str]] = {}
+
+
+def register_backend(key: str, factory: Factory, help: str, prefixed: bool = True) -> None:
+    """Register ``key:<arg>`` (``prefixed``) or a bare name ``key``."""
+    (_PREFIXED if prefixed else _NAMED)[key] = (factory, help)
+
+
+def known_specs() -> list[tuple[str, str]]:
+    """(spec form, description) of every registered backend, for --help."""
+    rows = [(k, h) for k, (_, h) in _NAMED.items()]
+    rows += [(f"{k}:<arg>", h) for k, (_, h) in _PREFIXED.items()]
+    return rows
+
+
+def load_generator(
+    spec: str,
+    home: str | Path | None = None,
+    device: str = "auto",
+    log: Callable[[str], None] | None = None,
+) -> Generator:
+    """Load a generator from a spec string.
+
+    Raises:
+        UserError: unknown spec (with a "did you mean"), or a missing model file.
+        MissingDependency: the backend's extra is not installed.
+    """
+    spec = spec.strip()
+    if not spec:
+        raise UserError("empty model spec; try 'smollm2'")
+    ctx = LoadContext(home=resolve_home(home), device=device, log=log)
+    if spec in _NAMED:
+        return _NAMED[spec][0]("", ctx)
+    prefix, sep, rest = spec.partition(":")
+    if sep and prefix in _PREFIXED:
+        if not rest:
+            raise UserError(f"model spec {spec!r} needs something after '{prefix}:'")
+        return _PREFIXED[prefix][0](rest, ctx)
+    candidates = list(_NAMED) + [f"{k}:" for k in _PREFIXED]
+    close = difflib.get_close_matches(spec if not sep else prefix + ":", candidates, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    forms = ", ".join(form for form, _ in known_specs())
+    raise UserError(f"unknown model spec {spec!r}{hint} (known forms: {forms})")
+
+
+# -- built-ins ---------------------------------------------------------------
+
+
+def _smollm2(_: str, ctx: LoadContext) -> Generator:
+    from .loaders import embedded_gguf, load_gguf
+
+    return load_gguf(embedded_gguf(), name="smollm2", home=ctx.home, device=ctx.device, log=ctx.log)
+
+
+def _hf(arg: str, ctx: LoadContext) -> Generator:
+    from .loaders import load_hf_dir
+
+    return load_hf_dir(Path(arg).expanduser(), name=f"hf:{arg}", device=ctx.device)
+
+
+def _gguf(arg: str, ctx: LoadContext) -> Generator:
+    from .loaders import load_gguf
+
+    return load_gguf(Path(arg).expanduser(), name=f"gguf:{arg}", home=ctx.home,
+                     device=ctx.device, log=ctx.log)
+
+
+def _scripted(arg: str, ctx: LoadContext) -> Any:
+    from .fake import ScriptedGenerator
+
+    return ScriptedGenerator(default=arg or "I do not know.")
+
+
+register_backend("smollm2", _smollm2, "SmolLM2-135M-Instruct, the embedded default (offline)",
+                 prefixed=False)
+register_backend("hf", _hf, "a local Hugging Face model folder (transformers, in-process)")
+register_backend("gguf", _gguf, "a local GGUF file, de-quantized once into a cache (transformers)")
+register_backend("scripted", _scripted, "a fake that answers with the given text (for tests)")

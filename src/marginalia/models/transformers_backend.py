@@ -1,0 +1,249 @@
+"""In-process transformers backend: a CachingGenerator over one `DynamicCache`.
+
+CPU and fp32 by default; CUDA and bf16 when a GPU is present. Prefill is chunked
+(``prefill_chunk`` tokens per forward) so activation memory stays bounded on long
+documents, and rollback is exact (`DynamicCache.crop`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..errors import BackendError, MissingDependency
+from .base import CachingGenerator, GenerationParams, Message, StopScanner, Tokenizer
+
+HF_INSTALL = "pip install torch==2.13.0 && pip install 'marginalia[hf]'"
+
+
+def import_torch() -> Any:
+    try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependency("the transformers backend (torch, transformers)", HF_INSTALL) from exc
+    return torch
+
+
+class HFTokenizer(Tokenizer):
+    """Adapter over a Hugging Face fast tokenizer."""
+
+    def __init__(self, tok: Any) -> None:
+        self.hf = tok
+
+    def encode_with_offsets(
+        self, text: str, allow_special: bool = False
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        if not text:
+            return [], []
+        enc = self.hf(
+            text,
+            add_special_tokens=False,
+            return_offsets_mapping=True,
+            split_special_tokens=not allow_special,
+        )
+        return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(
+            self.hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        )
+
+
+def pick_device(device: str = "auto") -> tuple[str, Any]:
+    """(device, dtype): CUDA + bf16 when available (or asked), else CPU + fp32."""
+    torch = import_torch()
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise BackendError("--device cuda was asked for but torch sees no CUDA GPU; use --device cpu")
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return device, dtype
+
+
+class TransformersGenerator(CachingGenerator):
+    """A causal LM from transformers with one KV cache.
+
+    Args:
+        model: a loaded ``PreTrainedModel`` (eval mode, on its device).
+        tokenizer: the matching Hugging Face tokenizer (it must have a chat template
+            for chat use).
+        name: the spec it was loaded from, for reports.
+        prefill_chunk: tokens per forward pass during prefill.
+    """
+
+    def __init__(
+        self, model: Any, tokenizer: Any, name: str = "hf", prefill_chunk: int = 512,
+        _cache: Any = None, _ids: list[int] | None = None,
+    ) -> None:
+        super().__init__()
+        self.torch = import_torch()
+        from transformers import DynamicCache
+
+        self.model = model
+        self.hf_tokenizer = tokenizer
+        self._tokenizer = HFTokenizer(tokenizer)
+        self.name = name
+        self.prefill_chunk = prefill_chunk
+        self.device = next(model.parameters()).device
+        cfg = model.config
+        self.context_window = int(getattr(cfg, "max_position_embeddings", 2048))
+        eos = set()
+        for source in (getattr(model, "generation_config", None), cfg):
+            value = getattr(source, "eos_token_id", None) if source is not None else None
+            if isinstance(value, int):
+                eos.add(value)
+            elif isinstance(value, (list, tuple)):
+                eos.update(int(v) for v in value)
+        if tokenizer.eos_token_id is not None:
+            eos.add(int(tokenizer.eos_token_id))
+        self.eos_ids = frozenset(eos)
+        self._cache = _cache if _cache is not None else DynamicCache(config=cfg)
+        self._ids: list[int] = list(_ids or [])
+        # logits after the cache's last token, valid while _logits_at == len(_ids)
+        self._logits: Any = None
+        self._logits_at = -1
+
+    # -- Generator ---------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        if not getattr(self.hf_tokenizer, "chat_template", None):
+            raise BackendError(
+                f"{self.name} has no chat template; use an instruct model, or give raw prompts"
+            )
+        return str(
+            self.hf_tokenizer.apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+        )
+
+    # -- CachingGenerator --------------------------------------------------
+
+    @property
+    def length(self) -> int:
+        return len(self._ids)
+
+    @property
+    def cached_ids(self) -> tuple[int, ...]:
+        return tuple(self._ids)
+
+    def _forward(self, ids: Sequence[int]) -> Any:
+        """Run ``ids`` through the model on top of the cache; return the last logits."""
+        torch = self.torch
+        x = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+        with torch.no_grad():
+            out = self.model(
+                input_ids=x, past_key_values=self._cache, use_cache=True, logits_to_keep=1
+            )
+        self._ids.extend(int(i) for i in ids)
+        self._logits = out.logits[0, -1].float()
+        self._logits_at = len(self._ids)
+        return self._logits
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        ids = list(ids)
+        if not ids:
+            return
+        self.check_fits(self.length + len(ids), what="the prefilled context")
+        t0 = time.perf_counter()
+        for i in range(0, len(ids), self.prefill_chunk):
+            self._forward(ids[i:i + self.prefill_chunk])
+        self.usage.prefilled_tokens += len(ids)
+        self.usage.prefill_seconds += time.perf_counter() - t0
+
+    def rollback(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot roll back to {length}: the cache holds {self.length} tokens")
+        if length == self.length:
+            return
+        if length == 0:
+            from transformers import DynamicCache
+
+            self._cache = DynamicCache(config=self.model.config)
+        else:
+            self._cache.crop(length - len(self._ids))  # transformers 5: negative = tokens to drop
+        del self._ids[length:]
+
+    def fork(self, keep_cache: bool = True) -> TransformersGenerator:
+        import copy
+
+        other = TransformersGenerator(
+            self.model, self.hf_tokenizer, name=self.name, prefill_chunk=self.prefill_chunk,
+            _cache=copy.deepcopy(self._cache) if keep_cache and self._ids else None,
+            _ids=self._ids if keep_cache else None,
+        )
+        if keep_cache and self._logits_at == len(self._ids):
+            other._logits, other._logits_at = self._logits, self._logits_at
+        other.usage = self.usage  # one account per loaded model
+        return other
+
+    def _pending_logits(self) -> Any:
+        if self._logits_at == len(self._ids) and self._logits is not None:
+            return self._logits
+        if not self._ids:
+            raise BackendError("nothing to generate from: the cache is empty and no prompt was given")
+        # the logits of the last token were lost by a rollback: recompute them
+        last = self._ids[-1]
+        self.rollback(len(self._ids) - 1)
+        self.usage.prefilled_tokens += 1
+        return self._forward([last])
+
+    def _sample(self, logits: Any, params: GenerationParams, rng: Any) -> int:
+        torch = self.torch
+        if params.temperature <= 0:
+            return int(torch.argmax(logits).item())
+        probs = torch.softmax(logits / params.temperature, dim=-1)
+        if params.top_p < 1.0:
+            sorted_p, order = torch.sort(probs, descending=True)
+            keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < params.top_p
+            sorted_p = sorted_p * keep
+            probs = torch.zeros_like(probs).scatter(0, order, sorted_p)
+        return int(torch.multinomial(probs / probs.sum(), 1, generator=rng).item())
+
+    def _restrict(self, logits: Any, choices: tuple[str, ...]) -> Any:
+        """Mask all but the first token of each choice."""
+        allowed = sorted({ids[0] for c in choices if (ids := self._tokenizer.encode(c))})
+        masked = self.torch.full_like(logits, float("-inf"))
+        masked[allowed] = logits[allowed]
+        return masked
+
+    def _decode_from_cache(self, params: GenerationParams) -> Iterator[str]:
+        torch = self.torch
+        rng = None
+        if params.temperature > 0:
+            rng = torch.Generator(device="cpu")
+            rng.manual_seed(params.seed if params.seed is not None else 0)
+        logits = self._pending_logits()
+        if rng is not None:
+            logits = logits.cpu()
+        scanner = StopScanner(params.stop)
+        out: list[int] = []
+        t0 = time.perf_counter()
+        try:
+            for step in range(params.max_new_tokens):
+                if step == 0 and params.first_choices:
+                    logits = self._restrict(logits, params.first_choices)
+                token = self._sample(logits, params, rng)
+                if token in self.eos_ids:
+                    break
+                out.append(token)
+                self.usage.generated_tokens += 1
+                delta = scanner.feed(self._tokenizer.decode(out))
+                if delta:
+                    yield delta
+                if scanner.stopped:
+                    break
+                logits = self._forward([token])
+                if rng is not None:
+                    logits = logits.cpu()
+            tail = scanner.flush()
+            if tail:
+                yield tail
+        finally:
+            self.usage.decode_seconds += time.perf_counter() - t0
+            self.usage.requests += 1

@@ -1,0 +1,126 @@
+"""What every reading pattern shares: the Run (events + early stop) and prompt framing.
+
+A pattern reads a context for a question and yields typed events, ending in `Done`
+with the `Answer`. Patterns never import a backend: they talk to the Generator seam,
+and check the capabilities they need when they are built.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import UserError
+from ..models.base import Clock, GenerationParams, Generator, Usage
+from ..records import Answer, Done, Event, Stats
+from .prompts import render
+
+
+class Run:
+    """One pattern run: iterate it for events; `stop()` ends reading early.
+
+    After `stop()`, the pattern finishes the step in progress, reads nothing more,
+    and answers from what it has read so far; iteration still ends with `Done`.
+    """
+
+    def __init__(self, pattern: Pattern, context: str, question: str, source: str) -> None:
+        self.stop_requested = False
+        self._answer: Answer | None = None
+        self._events = pattern._events(self, context, question, source)
+
+    def stop(self) -> None:
+        self.stop_requested = True
+
+    def __iter__(self) -> Iterator[Event]:
+        for event in self._events:
+            if isinstance(event, Done):
+                self._answer = event.answer
+            yield event
+
+    def answer(self) -> Answer:
+        """Consume the remaining events and return the answer."""
+        for _ in self:
+            pass
+        if self._answer is None:  # pragma: no cover - every pattern ends with Done
+            raise RuntimeError("the pattern ended without an answer")
+        return self._answer
+
+
+@dataclass(frozen=True)
+class Framing:
+    """Token ids of the fixed prompt pieces around a context, for one generator."""
+
+    head: list[int]   # system turn + start of the user turn + the intro line
+    tail: list[int]   # end of the user turn + the assistant's generation prompt
+
+    @classmethod
+    def build(cls, generator: Generator, intro: str = "document_intro") -> Framing:
+        frame = generator.chat_frame(render("system").strip())
+        tok = generator.tokenizer
+        return cls(
+            head=tok.encode(frame.head, allow_special=True) + tok.encode(render(intro)),
+            tail=tok.encode(frame.tail, allow_special=True),
+        )
+
+    def suffix(self, generator: Generator, template: str, **values: str) -> list[int]:
+        """A user-text suffix closed by the turn's end and the generation prompt."""
+        return generator.tokenizer.encode(render(template, **values)) + self.tail
+
+
+class Pattern(ABC):
+    """A way of reading a context to answer a question."""
+
+    name: ClassVar[str]
+
+    def __init__(self, generator: Generator, max_new_tokens: int = 96) -> None:
+        if max_new_tokens <= 0:
+            raise UserError(f"max new tokens must be positive, got {max_new_tokens}")
+        self.generator = generator
+        self.answer_params = GenerationParams(max_new_tokens=max_new_tokens)
+
+    def run(self, context: str, question: str, source: str = "context") -> Run:
+        """Start reading; iterate the returned `Run` for events."""
+        question = check_question(question)
+        if not context.strip():
+            raise UserError("the context is empty; give a document with some text")
+        return Run(self, context, question, source)
+
+    def answer(self, context: str, question: str, source: str = "context") -> Answer:
+        """Read to the end and return the answer (the non-streaming call)."""
+        return self.run(context, question, source).answer()
+
+    @abstractmethod
+    def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
+        """Yield the run's events, ending with `Done`."""
+
+
+def check_question(question: str) -> str:
+    question = question.strip()
+    if not question:
+        raise UserError("the question is empty; ask something about the document")
+    return question
+
+
+def make_stats(
+    clock: Clock,
+    used: Usage,
+    context_tokens: int,
+    prefilled_context: int,
+    margin_tokens: int = 0,
+    answer_tokens: int = 0,
+    **timings: float | None,
+) -> Stats:
+    """Stats from the generator's usage over a run (``used``: its counters' delta)."""
+    return Stats(
+        context_tokens=context_tokens,
+        prefilled_context_tokens=prefilled_context,
+        prefilled_other_tokens=used.prefilled_tokens - prefilled_context,
+        generated_margin_tokens=margin_tokens,
+        generated_answer_tokens=answer_tokens,
+        generated_other_tokens=used.generated_tokens - margin_tokens - answer_tokens,
+        prefill_seconds=round(used.prefill_seconds, 4),
+        total_seconds=round(clock(), 4),
+        **{k: (round(v, 4) if v is not None else None) for k, v in timings.items()},  # type: ignore[arg-type]
+    )

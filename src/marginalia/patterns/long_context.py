@@ -1,0 +1,48 @@
+"""Long context: the whole document, then the question, in one prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..models.base import Clock
+from ..records import Answer, AnswerDelta, Done, Event, Reference, Started
+from .base import Framing, Pattern, Run, make_stats
+
+
+class LongContext(Pattern):
+    """The baseline: read everything at once.
+
+    Raises `ContextOverflow` (with both numbers) when the document, the instructions
+    and the answer budget do not fit the model's window.
+    """
+
+    name = "lc"
+
+    def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
+        clock = Clock()
+        gen = self.generator
+        framing = Framing.build(gen)
+        context_ids = gen.tokenizer.encode(context)
+        prompt = framing.head + context_ids + framing.suffix(gen, "answer", question=question)
+        gen.check_fits(len(prompt) + self.answer_params.max_new_tokens,
+                       what="the document, the question and the answer")
+        before = gen.usage.snapshot()
+        yield Started(self.name, 1, len(context_ids))
+        text = ""
+        first: float | None = None
+        for delta in gen.stream_prompt(prompt, self.answer_params):
+            if first is None:
+                first = clock()
+            text += delta
+            yield AnswerDelta(delta)
+        used = gen.usage.since(before)
+        stats = make_stats(
+            clock, used, len(context_ids), len(context_ids),
+            answer_tokens=used.generated_tokens,
+            answer_seconds=used.decode_seconds, time_to_first_answer_token=first,
+        )
+        yield Done(Answer(
+            question=question, text=text.strip(), pattern=self.name, model=gen.name,
+            references=(Reference(source, 0, len(context), "(the whole document)"),),
+            stats=stats, segments_read=1, segments_total=1,
+        ))

@@ -1,0 +1,96 @@
+"""Retrieval-augmented generation over one context: the top-k chunks, then the question."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from ..errors import UserError
+from ..index.embedders import Embedder, load_embedder
+from ..ingest.segment import segments_from_tokens
+from ..models.base import Clock, Generator
+from ..records import Answer, AnswerDelta, Done, Event, Reference, SegmentRead, Started
+from .base import Framing, Pattern, Run, make_stats
+
+
+class RAG(Pattern):
+    """Cut the context into chunks, embed them, answer from the ``top_k`` closest.
+
+    Args:
+        generator: any Generator.
+        embedder: an Embedder; the embedded MiniLM is loaded when none is given.
+        chunk_tokens: the most model tokens per chunk.
+        top_k: how many chunks the answer sees (kept in document order).
+    """
+
+    name = "rag"
+
+    def __init__(
+        self,
+        generator: Generator,
+        embedder: Embedder | None = None,
+        chunk_tokens: int = 128,
+        top_k: int = 4,
+        max_new_tokens: int = 96,
+    ) -> None:
+        super().__init__(generator, max_new_tokens)
+        if chunk_tokens <= 0:
+            raise UserError(f"chunk size must be a positive number of tokens, got {chunk_tokens}")
+        if top_k <= 0:
+            raise UserError(f"top-k must be positive, got {top_k}")
+        self.chunk_tokens = chunk_tokens
+        self.top_k = top_k
+        self._embedder = embedder
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = load_embedder("minilm")
+        return self._embedder
+
+    def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
+        clock = Clock()
+        gen = self.generator
+        ids, offsets = gen.tokenizer.encode_with_offsets(context)
+        chunks = segments_from_tokens(context, ids, offsets, self.chunk_tokens)
+        yield Started(self.name, len(chunks), len(ids))
+        vectors = self.embedder.embed_documents([c.text for c in chunks])
+        scores = vectors @ self.embedder.embed_query(question)
+        best = sorted(np.argsort(-scores, kind="stable")[: self.top_k].tolist())
+        retrieve_seconds = clock()
+        picked = [chunks[i] for i in best]
+        for chunk in picked:
+            yield SegmentRead(chunk, len(chunks), clock())
+
+        framing = Framing.build(gen, intro="passages_intro")
+        body: list[int] = []
+        sep = gen.tokenizer.encode("\n\n[...]\n\n")
+        for k, chunk in enumerate(picked):
+            body += (sep if k else []) + list(chunk.token_ids)
+        prompt = framing.head + body + framing.suffix(gen, "answer", question=question)
+        gen.check_fits(len(prompt) + self.answer_params.max_new_tokens,
+                       what="the retrieved passages, the question and the answer")
+        before = gen.usage.snapshot()
+        text = ""
+        first: float | None = None
+        for delta in gen.stream_prompt(prompt, self.answer_params):
+            if first is None:
+                first = clock()
+            text += delta
+            yield AnswerDelta(delta)
+        used = gen.usage.since(before)
+        n_read = sum(c.n_tokens for c in picked)
+        stats = make_stats(
+            clock, used, len(ids), n_read, answer_tokens=used.generated_tokens,
+            answer_seconds=used.decode_seconds, time_to_first_answer_token=first,
+            retrieval_seconds=retrieve_seconds,
+        )
+        yield Done(Answer(
+            question=question, text=text.strip(), pattern=self.name, model=gen.name,
+            references=tuple(
+                Reference(source, c.start, c.end, c.text, c.index, float(scores[c.index]))
+                for c in picked
+            ),
+            stats=stats, segments_read=len(picked), segments_total=len(chunks),
+        ))

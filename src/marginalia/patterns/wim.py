@@ -1,0 +1,175 @@
+"""Writing in the Margins: read segment by segment through one KV cache, take notes.
+
+Instructions are prefilled once. For each segment: prefill it, write a margin for the
+question from the partially filled cache (the margin's own tokens are never
+committed: the cache is rolled back to exactly the segment's end), judge the margin.
+The answer is generated on the full cache with the relevant margins and the
+question appended. Every context token is prefilled once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..errors import UserError
+from ..ingest.segment import segments_from_tokens
+from ..models.base import CachingGenerator, Clock, GenerationParams, Generator
+from ..records import (
+    Answer,
+    AnswerDelta,
+    Done,
+    Event,
+    Margin,
+    MarginJudged,
+    MarginWritten,
+    Reference,
+    Segment,
+    SegmentRead,
+    Started,
+)
+from .base import Framing, Pattern, Run, make_stats
+from .judges import JUDGE_MODES, make_judge
+
+DEFAULT_JUDGE = "grounded"
+
+
+class WiM(Pattern):
+    """Writing in the Margins over a `CachingGenerator`.
+
+    Args:
+        generator: must be a `CachingGenerator` (it owns the KV cache).
+        segment_tokens: the most model tokens per segment.
+        judge: ``grounded`` (default), ``fused`` or ``separate``; see `judges`.
+        margin_tokens: the most tokens a margin may take.
+        max_new_tokens: the most tokens the answer may take.
+        grounding_threshold: share of a margin's new words its segment must contain.
+    """
+
+    name = "wim"
+
+    def __init__(
+        self,
+        generator: Generator,
+        segment_tokens: int = 512,
+        judge: str = DEFAULT_JUDGE,
+        margin_tokens: int = 48,
+        max_new_tokens: int = 96,
+        grounding_threshold: float = 0.5,
+    ) -> None:
+        super().__init__(generator, max_new_tokens)
+        if not isinstance(generator, CachingGenerator):
+            raise UserError(
+                f"the wim pattern needs a model whose KV cache it can roll back; "
+                f"{generator.name} does not offer one (use --pattern lc or rag with it)"
+            )
+        if segment_tokens <= 0:
+            raise UserError(f"segment size must be a positive number of tokens, got {segment_tokens}")
+        if segment_tokens >= generator.context_window:
+            raise UserError(
+                f"segment size {segment_tokens} does not fit the model's window of "
+                f"{generator.context_window} tokens; use a smaller --segment-tokens"
+            )
+        if judge not in JUDGE_MODES:
+            raise UserError(f"unknown classification mode {judge!r}; choose one of {', '.join(JUDGE_MODES)}")
+        if margin_tokens <= 0:
+            raise UserError(f"margin tokens must be positive, got {margin_tokens}")
+        self.cache_gen: CachingGenerator = generator
+        self.segment_tokens = segment_tokens
+        self.judge = make_judge(judge, generator, grounding_threshold)
+        self.margin_params = GenerationParams(
+            max_new_tokens=margin_tokens, stop=() if judge == "fused" else ("\n\n",),
+            first_choices=getattr(self.judge, "choices", ()),
+        )
+
+    def segments(self, context: str) -> list[Segment]:
+        ids, offsets = self.generator.tokenizer.encode_with_offsets(context)
+        return segments_from_tokens(context, ids, offsets, self.segment_tokens)
+
+    def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
+        clock = Clock()
+        gen = self.cache_gen
+        framing = Framing.build(gen)
+        segments = self.segments(context)
+        n_context = sum(s.n_tokens for s in segments)
+        margin_suffix = framing.suffix(gen, self.judge.margin_template, question=question)
+        # the answer prompt grows with the margins: budget for all of them
+        answer_budget = len(framing.suffix(gen, "answer_margins", question=question, margins="")) + \
+            len(segments) * (self.margin_params.max_new_tokens + 2) + self.answer_params.max_new_tokens
+        gen.check_fits(len(framing.head) + n_context +
+                       max(len(margin_suffix) + self.margin_params.max_new_tokens, answer_budget),
+                       what="the document with WiM's notes and answer")
+
+        worker = gen.fork(keep_cache=False)
+        before = gen.usage.snapshot()
+        yield Started(self.name, len(segments), n_context)
+        worker.prefill(framing.head)
+        margins: list[Margin] = []
+        cited: set[tuple[int, int]] = set()
+        margin_tokens = 0
+        read = 0
+        first_margin: float | None = None
+        margin_seconds = 0.0
+        for segment in segments:
+            if run.stop_requested:
+                break
+            worker.prefill(segment.token_ids)
+            read += 1
+            yield SegmentRead(segment, len(segments), clock())
+            t0 = clock()
+            generated = gen.usage.generated_tokens
+            raw = self.judge.read(worker.generate_from_cache(margin_suffix, self.margin_params))
+            margin_tokens += gen.usage.generated_tokens - generated
+            margin_seconds += clock() - t0
+            if first_margin is None:
+                first_margin = clock()
+            yield MarginWritten(segment.index, raw, clock())
+            verdict = self.judge.judge(question, raw, segment, context[:segment.end])
+            relevant, reason = verdict.relevant, verdict.reason
+            if relevant and verdict.evidence is not None and verdict.evidence in cited:
+                relevant, reason = False, "repeats an earlier note"
+            if relevant and verdict.evidence is not None:
+                cited.add(verdict.evidence)
+            margin = Margin(segment.index, verdict.text, relevant, self.judge.mode,
+                            verdict.score, reason, verdict.evidence)
+            margins.append(margin)
+            yield MarginJudged(margin, clock())
+
+        kept = [m for m in margins if m.relevant]
+        notes = "\n".join(f"- {m.text}" for m in kept) or "- (no notes)"
+        t_answer = clock()
+        first_token: float | None = None
+        generated = gen.usage.generated_tokens
+        text = ""
+        for delta in worker.generate_from_cache(
+            framing.suffix(gen, "answer_margins", question=question, margins=notes),
+            self.answer_params,
+        ):
+            if first_token is None:
+                first_token = clock()
+            text += delta
+            yield AnswerDelta(delta)
+        answer_tokens = gen.usage.generated_tokens - generated
+        used = gen.usage.since(before)
+        stats = make_stats(
+            clock, used, n_context, sum(s.n_tokens for s in segments[:read]),
+            margin_tokens=margin_tokens, answer_tokens=answer_tokens,
+            margin_seconds=margin_seconds, answer_seconds=clock() - t_answer,
+            time_to_first_margin=first_margin, time_to_first_answer_token=first_token,
+        )
+        yield Done(Answer(
+            question=question, text=text.strip(), pattern=self.name, model=gen.name,
+            references=tuple(cite(m, segments, context, source) for m in kept),
+            margins=tuple(margins), stats=stats, segments_read=read,
+            segments_total=len(segments), stopped_early=read < len(segments),
+        ))
+
+
+def cite(margin: Margin, segments: list[Segment], context: str, source: str) -> Reference:
+    """A reference for a kept margin: the sentence that supports it when the judge
+    found one (it may lie in an earlier segment), else the margin's own segment."""
+    if margin.evidence is not None:
+        start, end = margin.evidence
+        where = next(s.index for s in segments if s.start <= start < s.end)
+        return Reference(source, start, end, context[start:end].strip(), where, margin.score)
+    segment = segments[margin.segment_index]
+    return Reference(source, segment.start, segment.end, margin.text, segment.index, margin.score)

@@ -1,0 +1,145 @@
+"""Frozen records that flow between stages: segments, margins, answers and events."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Union
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A slice of a context, cut on the model's own tokens.
+
+    ``start``/``end`` are character offsets into the context; ``token_ids`` is the
+    slice of the whole context's tokenization, so segments concatenate back to it.
+    """
+
+    index: int
+    start: int
+    end: int
+    text: str
+    token_ids: tuple[int, ...]
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass(frozen=True)
+class Margin:
+    """A note written for one segment, and the verdict on whether it is relevant."""
+
+    segment_index: int
+    text: str
+    relevant: bool
+    mode: str
+    score: float | None = None
+    reason: str = ""
+    evidence: tuple[int, int] | None = None  # char span in the context that supports it
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Where in the source an answer draws from (character span into the context)."""
+
+    source: str
+    start: int
+    end: int
+    text: str
+    segment_index: int | None = None
+    score: float | None = None
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Token counts and timings of one run (seconds, tokens)."""
+
+    context_tokens: int = 0
+    prefilled_context_tokens: int = 0
+    prefilled_other_tokens: int = 0
+    generated_margin_tokens: int = 0
+    generated_answer_tokens: int = 0
+    generated_other_tokens: int = 0
+    prefill_seconds: float = 0.0
+    margin_seconds: float = 0.0
+    retrieval_seconds: float = 0.0
+    answer_seconds: float = 0.0
+    total_seconds: float = 0.0
+    time_to_first_margin: float | None = None
+    time_to_first_answer_token: float | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The end of every pattern run."""
+
+    question: str
+    text: str
+    pattern: str
+    model: str
+    references: tuple[Reference, ...] = ()
+    margins: tuple[Margin, ...] = ()
+    stats: Stats = field(default_factory=Stats)
+    segments_read: int = 0
+    segments_total: int = 0
+    stopped_early: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Events: what a pattern yields while it reads. Each carries a `kind` for JSON consumers.
+
+
+@dataclass(frozen=True)
+class Started:
+    pattern: str
+    segments_total: int
+    context_tokens: int
+    kind: Literal["started"] = "started"
+
+
+@dataclass(frozen=True)
+class SegmentRead:
+    segment: Segment
+    total: int
+    elapsed: float
+    kind: Literal["segment_read"] = "segment_read"
+
+
+@dataclass(frozen=True)
+class MarginWritten:
+    segment_index: int
+    text: str
+    elapsed: float
+    kind: Literal["margin_written"] = "margin_written"
+
+
+@dataclass(frozen=True)
+class MarginJudged:
+    margin: Margin
+    elapsed: float
+    kind: Literal["margin_judged"] = "margin_judged"
+
+
+@dataclass(frozen=True)
+class AnswerDelta:
+    text: str
+    kind: Literal["answer_delta"] = "answer_delta"
+
+
+@dataclass(frozen=True)
+class Done:
+    answer: Answer
+    kind: Literal["done"] = "done"
+
+
+Event = Union[Started, SegmentRead, MarginWritten, MarginJudged, AnswerDelta, Done]
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """A JSON-ready dict of an event (segments lose their token ids: they are bulky)."""
+    data = asdict(event)
+    if isinstance(event, SegmentRead):
+        data["segment"].pop("token_ids", None)
+    return data
