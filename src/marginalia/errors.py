@@ -23,7 +23,8 @@ class ContextOverflow(UserError):
         self.window = window
         super().__init__(
             f"{what} needs {needed} tokens but the model's window holds {window}; "
-            "use --pattern wim or rag, a shorter document, or a model with a longer window"
+            "use --pattern rag (it reads only the most relevant chunks), a shorter document, "
+            "or a model with a longer window"
         )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class Done:
     kind: Literal["done"] = "done"
 
 
-Event = Union[Started, SegmentRead, MarginWritten, MarginJudged, AnswerDelta, Done]
+Event = Started | SegmentRead | MarginWritten | MarginJudged | AnswerDelta | Done
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

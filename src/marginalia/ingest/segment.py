@@ -19,23 +19,34 @@ from ..models.base import Tokenizer
 from ..records import Segment
 
 PARAGRAPH, LINE, SENTENCE, WORD, TOKEN = 4, 3, 2, 1, 0
-_SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f][\"'\u2019\u201d)\]]*\s+$")
+_SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f][\"'\u2019\u201d)\]]*$")
 
 
 def boundary_strength(text: str, cut: int) -> int:
-    """How natural a cut before character ``cut`` is (higher is better)."""
-    before = text[max(0, cut - 8):cut]
-    if not before:
+    """How natural a cut before character ``cut`` is (higher is better).
+
+    The cut is judged by the whitespace run it touches, whichever side of the run it
+    falls on: byte-level BPE tokenizers attach a space to the following word, so a
+    token boundary sits before the space that ends a sentence, not after it.
+    """
+    if cut <= 0 or cut >= len(text):
         return PARAGRAPH
-    if before.endswith("\n\n") or re.search(r"\n[ \t]*\n[ \t]*$", before):
+    a = cut
+    while a > 0 and text[a - 1].isspace():
+        a -= 1
+    b = cut
+    while b < len(text) and text[b].isspace():
+        b += 1
+    run = text[a:b]
+    if not run:
+        return TOKEN
+    if re.search(r"\n[ \t]*\n", run):
         return PARAGRAPH
-    if before.rstrip(" \t").endswith("\n"):
+    if "\n" in run:
         return LINE
-    if _SENTENCE_END.search(before):
+    if _SENTENCE_END.search(text[max(0, a - 4):a]):
         return SENTENCE
-    if before[-1].isspace() or (cut < len(text) and text[cut].isspace()):
-        return WORD
-    return TOKEN
+    return WORD
 
 
 def segment_text(

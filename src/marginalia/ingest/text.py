@@ -22,8 +22,6 @@ class Document:
 
 def decode_text(data: bytes, source: str) -> str:
     """Decode bytes as UTF-8 text, refusing binary data and other encodings."""
-    if not data.strip():
-        raise BadInput(f"{source} is empty; give a document with some text", path=source)
     if b"\x00" in data[:8192]:
         raise BadInput(
             f"{source} looks binary (it contains NUL bytes); give a text or markdown file "
@@ -38,6 +36,8 @@ def decode_text(data: bytes, source: str) -> str:
             f"convert it first, e.g. iconv -f latin1 -t utf-8 {source} > converted.txt",
             path=source,
         ) from exc
+    if not text.strip():
+        raise BadInput(f"{source} is empty; give a document with some text", path=source)
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 

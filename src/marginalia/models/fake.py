@@ -101,14 +101,11 @@ class ScriptedGenerator(CachingGenerator):
         self.default = default
         self.ids: list[int] = []
         self._request_start = 0
+        self._tok: WordTokenizer = WordTokenizer() if _shared is None else _shared._tok
+        self.requests: list[Request] = [] if _shared is None else _shared.requests
         if _shared is not None:  # a fork: one tokenizer, one request log, one usage
-            self._tok = _shared._tok
-            self.requests = _shared.requests
             self.usage = _shared.usage
             self.replies = _shared.replies
-        else:
-            self._tok = WordTokenizer()
-            self.requests: list[Request] = []
 
     @property
     def tokenizer(self) -> WordTokenizer:

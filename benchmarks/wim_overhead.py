@@ -1,0 +1,117 @@
+"""WiM's overhead against long context on one >= 6k-token document and one question.
+
+Each pattern runs in its own child process (so peak memory is its own) on the embedded
+model: tokens prefilled (context vs instructions/margins), tokens generated, wall time,
+time to first margin, peak resident memory. Checks that WiM prefills each context
+token once: its prefilled context tokens <= 1.05 x LC's.
+
+    python benchmarks/wim_overhead.py [--model smollm2] [--segment-tokens 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import command_line, git_commit, machine, write_section  # noqa: E402
+
+
+def child(pattern: str, model: str, segment_tokens: int, question_no: int) -> None:
+    import psutil
+
+    from marginalia.cli import demo_files
+    from marginalia.models import load_generator
+    from marginalia.patterns import make_pattern
+
+    text, questions = demo_files()
+    item = questions[question_no]
+    gen = load_generator(model)
+    rss_loaded = psutil.Process().memory_info().rss
+    opts = {"segment_tokens": segment_tokens} if pattern == "wim" else {}
+    p = make_pattern(pattern, gen, **opts)
+    t0 = time.perf_counter()
+    answer = p.answer(text, item["question"])
+    wall = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    s = answer.stats
+    print(json.dumps({
+        "pattern": pattern, "wall_s": wall, "context_tokens": s.context_tokens,
+        "prefilled_context": s.prefilled_context_tokens, "prefilled_other": s.prefilled_other_tokens,
+        "generated": s.generated_margin_tokens + s.generated_answer_tokens + s.generated_other_tokens,
+        "margin_tokens": s.generated_margin_tokens, "prefill_s": s.prefill_seconds,
+        "first_margin_s": s.time_to_first_margin, "first_answer_token_s": s.time_to_first_answer_token,
+        "rss_after_load_mb": rss_loaded / 2**20, "peak_rss_mb": peak / 2**20,
+        "segments": answer.segments_total, "correct": item["answer"].lower() in answer.text.lower(),
+        "answer": answer.text, "question": item["question"],
+    }))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--segment-tokens", type=int, default=512)
+    ap.add_argument("--question", type=int, default=0, help="index into the demo questions")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.model, args.segment_tokens, args.question)
+        return
+    rows = {}
+    for pattern in ("lc", "wim"):
+        out = subprocess.run([sys.executable, __file__, "--child", pattern, "--model", args.model,
+                              "--segment-tokens", str(args.segment_tokens),
+                              "--question", str(args.question)],
+                             capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(f"{pattern} failed:\n{out.stderr}")
+        rows[pattern] = json.loads(out.stdout.strip().splitlines()[-1])
+        print(json.dumps(rows[pattern]), flush=True)
+    lc, wim = rows["lc"], rows["wim"]
+    ratio = wim["prefilled_context"] / lc["prefilled_context"]
+
+    def f(v: float | None, fmt: str = ".1f") -> str:
+        return "-" if v is None else format(v, fmt)
+
+    table = [
+        "| | LC | WiM |", "|---|---:|---:|",
+        f"| context tokens prefilled | {lc['prefilled_context']} | {wim['prefilled_context']} |",
+        f"| other tokens prefilled (instructions, margin prompts) | {lc['prefilled_other']} | {wim['prefilled_other']} |",
+        f"| tokens generated (WiM: margins + answer) | {lc['generated']} | {wim['generated']} ({wim['margin_tokens']} in margins) |",
+        f"| wall time (s) | {f(lc['wall_s'])} | {f(wim['wall_s'])} |",
+        f"| of which prefill (s) | {f(lc['prefill_s'])} | {f(wim['prefill_s'])} |",
+        f"| time to first margin (s) | - | {f(wim['first_margin_s'])} |",
+        f"| time to first answer token (s) | {f(lc['first_answer_token_s'])} | {f(wim['first_answer_token_s'])} |",
+        f"| peak RSS (MiB) / after model load | {lc['peak_rss_mb']:.0f} / {lc['rss_after_load_mb']:.0f} | {wim['peak_rss_mb']:.0f} / {wim['rss_after_load_mb']:.0f} |",
+        f"| answer correct | {lc['correct']} | {wim['correct']} |",
+    ]
+    verdict = "PASS" if ratio <= 1.05 else "FAIL"
+    body = "\n".join([
+        "## WiM overhead vs long context (`benchmarks/wim_overhead.py`)",
+        "",
+        f"Command: `{command_line()}` · commit {git_commit()} · model `{args.model}` · "
+        f"machine: {machine()}",
+        "",
+        f"Document: the bundled demo report ({lc['context_tokens']} tokens); question: "
+        f"\"{lc['question']}\"; WiM segments: {wim['segments']} of <= {args.segment_tokens} tokens, "
+        "grounded judge. One run each, in separate processes.",
+        "",
+        *table,
+        "",
+        f"WiM prefilled context tokens / LC's = **{ratio:.3f}** (goal <= 1.05: {verdict}).",
+        "",
+        f"Answers: LC \"{lc['answer']}\" · WiM \"{wim['answer']}\"",
+    ])
+    write_section("wim_overhead", body)
+    print(body)
+    if ratio > 1.05:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

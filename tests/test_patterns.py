@@ -1,0 +1,183 @@
+"""Long context and RAG on the fakes, and streaming parity of all three patterns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from marginalia.errors import ContextOverflow, UserError
+from marginalia.index.embedders import HashingEmbedder, load_embedder
+from marginalia.models.fake import Request, ScriptedGenerator
+from marginalia.patterns import make_pattern
+from marginalia.patterns.long_context import LongContext
+from marginalia.patterns.rag import RAG
+from marginalia.records import AnswerDelta, Done, SegmentRead, Started, event_to_dict
+
+FACT = "The night ferry to Brackwater leaves from pier 47."
+QUESTION = "Which pier does the night ferry to Brackwater leave from?"
+ODD_QUESTION = 'What is {x} and $y "z"\n\u2014 \u00fc?'
+
+
+def answering(req: Request) -> str:
+    """Answers from whatever prompt it sees; margins copy the fact when it was just read."""
+    if "Copy the sentence" in req.suffix:
+        return FACT if FACT in req.prefix[-400:] else "NONE"
+    return "Pier 47." if FACT in req.prompt else "I do not know."
+
+
+@pytest.fixture
+def doc(make_haystack: Callable[..., str]) -> str:
+    return make_haystack(40, FACT, 0.6)
+
+
+# -- long context --------------------------------------------------------------------
+
+
+def test_lc_reads_everything_in_one_prompt(doc: str) -> None:
+    gen = ScriptedGenerator(answering)
+    events = list(LongContext(gen).run(doc, QUESTION, source="doc.md"))
+    answer = events[-1].answer
+    assert answer.text == "Pier 47."
+    (req,) = gen.requests
+    assert req.prefix_ids == () and doc in req.suffix
+    assert req.suffix.endswith("<|assistant|>\n")
+    assert f"Question: {QUESTION}\n" in req.suffix
+    n = len(gen.tokenizer.encode(doc))
+    assert answer.stats.context_tokens == answer.stats.prefilled_context_tokens == n
+    assert gen.usage.prefilled_tokens == len(req.suffix_ids)
+    (ref,) = answer.references
+    assert (ref.source, ref.start, ref.end) == ("doc.md", 0, len(doc))
+    assert isinstance(events[0], Started) and events[0].context_tokens == n
+
+
+def test_lc_overflow_carries_both_numbers(doc: str) -> None:
+    gen = ScriptedGenerator(context_window=200)
+    with pytest.raises(ContextOverflow) as info:
+        LongContext(gen).answer(doc, QUESTION)
+    assert info.value.window == 200
+    assert info.value.needed > info.value.window
+    assert info.value.needed >= len(gen.tokenizer.encode(doc))
+    assert gen.requests == []
+
+
+# -- RAG -------------------------------------------------------------------------------
+
+
+def test_rag_retrieves_the_planted_fact(doc: str) -> None:
+    gen = ScriptedGenerator(answering)
+    pattern = RAG(gen, embedder=HashingEmbedder(), chunk_tokens=60, top_k=3)
+    events = list(pattern.run(doc, QUESTION))
+    answer = events[-1].answer
+    assert answer.segments_total > 10 and answer.segments_read == 3
+    holders = [r for r in answer.references if FACT in r.text]
+    assert len(holders) == 1
+    for ref in answer.references:
+        assert doc[ref.start:ref.end] == ref.text
+    starts = [r.start for r in answer.references]
+    assert starts == sorted(starts)  # document order
+    scores = [r.score for r in answer.references]
+    assert holders[0].score == max(scores)
+    (req,) = gen.requests
+    assert FACT in req.suffix and all(r.text in req.suffix for r in answer.references)
+    assert answer.text == "Pier 47."
+    reads = [e for e in events if isinstance(e, SegmentRead)]
+    assert [e.segment.start for e in reads] == starts
+
+
+def test_rag_without_the_fact_chunk_cannot_answer(doc: str) -> None:
+    """The same fake answers wrongly when retrieval misses: the RAG test above can fail."""
+    gen = ScriptedGenerator(answering)
+    answer = RAG(gen, embedder=HashingEmbedder(), chunk_tokens=60, top_k=2).answer(
+        doc, "Which town sold candles and honey at the market?")
+    assert all(FACT not in r.text for r in answer.references)
+    assert answer.text == "I do not know."
+
+
+@pytest.mark.parametrize("opts", [{"chunk_tokens": 0}, {"top_k": 0}, {"max_new_tokens": -1}])
+def test_rag_bad_options(opts: dict[str, Any]) -> None:
+    with pytest.raises(UserError):
+        RAG(ScriptedGenerator(), embedder=HashingEmbedder(), **opts)
+
+
+def test_hashing_embedder_tracks_word_overlap() -> None:
+    emb = HashingEmbedder()
+    docs = emb.embed_documents(["the ferry leaves from pier 47", "apples and wool at the market",
+                                "the ferry"])
+    assert docs.shape == (3, 512) and docs.dtype == np.float32
+    assert np.allclose(np.linalg.norm(docs, axis=1), 1.0)
+    q = emb.embed_query("which pier does the ferry leave from")
+    sims = docs @ q
+    assert sims[0] > sims[2] > sims[1]
+    assert emb.embed([]).shape[0] == 0
+    assert np.allclose(emb.embed_query("Pier 47"), emb.embed_query("pier 47!"))
+
+
+def test_unknown_embedder() -> None:
+    with pytest.raises(UserError):
+        load_embedder("word2vec")
+    assert isinstance(load_embedder("hashing"), HashingEmbedder)
+
+
+# -- all patterns ----------------------------------------------------------------------
+
+
+def build(name: str, gen: ScriptedGenerator) -> Any:
+    opts: dict[str, Any] = {"wim": {"segment_tokens": 100}, "lc": {},
+                            "rag": {"embedder": HashingEmbedder(), "chunk_tokens": 60}}[name]
+    return make_pattern(name, gen, **opts)
+
+
+@pytest.mark.parametrize("name", ["wim", "lc", "rag"])
+def test_streaming_equals_non_streaming(doc: str, name: str) -> None:
+    events = list(build(name, ScriptedGenerator(answering)).run(doc, QUESTION))
+    assert isinstance(events[-1], Done) and sum(isinstance(e, Done) for e in events) == 1
+    streamed = events[-1].answer
+    direct = build(name, ScriptedGenerator(answering)).answer(doc, QUESTION)
+    assert streamed.text == direct.text == "Pier 47."
+    assert streamed.margins == direct.margins
+    assert streamed.references == direct.references and len(direct.references) >= 1
+    assert (streamed.segments_read, streamed.segments_total) == (direct.segments_read,
+                                                                direct.segments_total)
+    assert streamed.pattern == direct.pattern == name
+    assert "".join(e.text for e in events if isinstance(e, AnswerDelta)).strip() == streamed.text
+    # and the events serialise for JSON consumers (segments without their token ids)
+    import json
+
+    for event in events:
+        data = event_to_dict(event)
+        json.dumps(data)
+        if isinstance(event, SegmentRead):
+            assert "token_ids" not in data["segment"] and data["kind"] == "segment_read"
+
+
+@pytest.mark.parametrize("name", ["wim", "lc", "rag"])
+def test_odd_question_renders_verbatim(doc: str, name: str) -> None:
+    gen = ScriptedGenerator(answering)
+    build(name, gen).answer(doc, ODD_QUESTION)
+    assert gen.requests
+    assert all(f"Question: {ODD_QUESTION}\n" in r.suffix for r in gen.requests)
+
+
+@pytest.mark.parametrize("name", ["wim", "lc", "rag"])
+@pytest.mark.parametrize("question", ["", "  \n "])
+def test_empty_question_is_a_user_error(doc: str, name: str, question: str) -> None:
+    gen = ScriptedGenerator(answering)
+    with pytest.raises(UserError) as info:
+        build(name, gen).run(doc, question)
+    assert "question" in str(info.value)
+    assert gen.requests == []
+
+
+def test_unknown_pattern() -> None:
+    with pytest.raises(UserError) as info:
+        make_pattern("skim", ScriptedGenerator())
+    assert "wim" in str(info.value)
+
+
+def test_answer_is_stripped_and_question_trimmed(doc: str) -> None:
+    gen = ScriptedGenerator(default="  Pier 47.  \n")
+    answer = LongContext(gen).answer(doc, f"  {QUESTION}\n")
+    assert answer.text == "Pier 47." and answer.question == QUESTION
