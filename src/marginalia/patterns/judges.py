@@ -157,9 +157,11 @@ class GroundedJudge(MarginJudge):
         asked = set(content_words(question))
         if asked and not asked.intersection(content_words(margin)):
             return Verdict(False, margin, 0.0, "the margin shares no word with the question")
+        if not set(content_words(margin)) - asked:
+            return Verdict(False, margin, 0.0, "the margin adds nothing to the question")
         ev = find_evidence(question, margin, read)
         if ev is None:
-            return Verdict(False, margin, 0.0, "the margin adds nothing to the question")
+            return Verdict(False, margin, 0.0, "none of the words it adds is in the text read")
         if not ev.on_topic:
             return Verdict(False, margin, 0.0,
                            "what it adds is in the text, but not beside the question's words")
