@@ -8,13 +8,14 @@ and check the capabilities they need when they are built.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Generator as PyGenerator
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import UserError
 from ..models.base import Clock, GenerationParams, Generator, Usage
-from ..records import Answer, Done, Event, Stats
+from ..records import Answer, AnswerDelta, Done, Event, Stats
 from .prompts import render
 
 
@@ -94,6 +95,20 @@ class Pattern(ABC):
     @abstractmethod
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
         """Yield the run's events, ending with `Done`."""
+
+
+def relay_answer(
+    deltas: Iterator[str], clock: Clock
+) -> PyGenerator[AnswerDelta, None, tuple[str, float | None]]:
+    """Yield each text delta as an event; return the whole text and when it began."""
+    text = ""
+    first: float | None = None
+    for delta in deltas:
+        if first is None:
+            first = clock()
+        text += delta
+        yield AnswerDelta(delta)
+    return text, first
 
 
 def check_question(question: str) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..models.base import Clock
-from ..records import Answer, AnswerDelta, Done, Event, Reference, Started
-from .base import Framing, Pattern, Run, make_stats
+from ..records import Answer, Done, Event, Reference, Started
+from .base import Framing, Pattern, Run, make_stats, relay_answer
 
 
 class LongContext(Pattern):
@@ -28,13 +28,7 @@ class LongContext(Pattern):
                        what="the document, the question and the answer")
         before = gen.usage.snapshot()
         yield Started(self.name, 1, len(context_ids))
-        text = ""
-        first: float | None = None
-        for delta in gen.stream_prompt(prompt, self.answer_params):
-            if first is None:
-                first = clock()
-            text += delta
-            yield AnswerDelta(delta)
+        text, first = yield from relay_answer(gen.stream_prompt(prompt, self.answer_params), clock)
         used = gen.usage.since(before)
         stats = make_stats(
             clock, used, len(context_ids), len(context_ids),

@@ -10,8 +10,8 @@ from ..errors import UserError
 from ..index.embedders import Embedder, load_embedder
 from ..ingest.segment import segments_from_tokens
 from ..models.base import Clock, Generator
-from ..records import Answer, AnswerDelta, Done, Event, Reference, SegmentRead, Started
-from .base import Framing, Pattern, Run, make_stats
+from ..records import Answer, Done, Event, Reference, SegmentRead, Started
+from .base import Framing, Pattern, Run, make_stats, relay_answer
 
 
 class RAG(Pattern):
@@ -72,13 +72,7 @@ class RAG(Pattern):
         gen.check_fits(len(prompt) + self.answer_params.max_new_tokens,
                        what="the retrieved passages, the question and the answer")
         before = gen.usage.snapshot()
-        text = ""
-        first: float | None = None
-        for delta in gen.stream_prompt(prompt, self.answer_params):
-            if first is None:
-                first = clock()
-            text += delta
-            yield AnswerDelta(delta)
+        text, first = yield from relay_answer(gen.stream_prompt(prompt, self.answer_params), clock)
         used = gen.usage.since(before)
         n_read = sum(c.n_tokens for c in picked)
         stats = make_stats(

@@ -16,7 +16,6 @@ from ..ingest.segment import segments_from_tokens
 from ..models.base import CachingGenerator, Clock, GenerationParams, Generator
 from ..records import (
     Answer,
-    AnswerDelta,
     Done,
     Event,
     Margin,
@@ -27,7 +26,7 @@ from ..records import (
     SegmentRead,
     Started,
 )
-from .base import Framing, Pattern, Run, make_stats
+from .base import Framing, Pattern, Run, make_stats, relay_answer
 from .judges import JUDGE_MODES, make_judge
 
 DEFAULT_JUDGE = "grounded"
@@ -140,17 +139,11 @@ class WiM(Pattern):
         room = gen.context_window - worker.length - answer_base - self.answer_params.max_new_tokens
         notes = fit_notes([m.text for m in kept], room, gen.tokenizer.count)
         t_answer = clock()
-        first_token: float | None = None
         generated = gen.usage.generated_tokens
-        text = ""
-        for delta in worker.generate_from_cache(
+        text, first_token = yield from relay_answer(worker.generate_from_cache(
             framing.suffix(gen, "answer_margins", question=question, margins=notes),
             self.answer_params,
-        ):
-            if first_token is None:
-                first_token = clock()
-            text += delta
-            yield AnswerDelta(delta)
+        ), clock)
         answer_tokens = gen.usage.generated_tokens - generated
         used = gen.usage.since(before)
         stats = make_stats(
