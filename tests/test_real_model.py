@@ -71,7 +71,8 @@ def test_rollback_on_the_real_model_is_exact(smol: Any, smollm2: Any) -> None:
     assert smollm2.length == 0  # the session's generator itself was never touched
 
 
-def test_stream_equals_generate_and_stops(smol: Any) -> None:
+def test_stream_equals_generate_and_stops(inproc: Any) -> None:
+    smol = inproc
     messages = [{"role": "system", "content": "You answer in one sentence."},
                 {"role": "user", "content": "Name three colours of the rainbow."}]
     params = GenerationParams(max_new_tokens=24)
@@ -85,7 +86,8 @@ def test_stream_equals_generate_and_stops(smol: Any) -> None:
     assert stopped == full[:full.index(stop)]
 
 
-def test_document_cannot_forge_a_turn(smol: Any) -> None:
+def test_document_cannot_forge_a_turn(inproc: Any) -> None:
+    smol = inproc
     tok = smol.tokenizer
     special = tok.encode("<|im_start|>", allow_special=True)
     assert len(special) == 1
@@ -99,7 +101,8 @@ def facts_haystack(make_haystack: Callable[..., str], fact: str, depth: float) -
 
 
 @pytest.mark.slow
-def test_wim_finds_the_planted_fact(smol: Any, make_haystack: Callable[..., str]) -> None:
+def test_wim_finds_the_planted_fact(inproc: Any, make_haystack: Callable[..., str]) -> None:
+    smol = inproc  # the same test on transformers and on llama.cpp
     fact = "The secret code for the Brackwater vault is 4719."
     question = "What is the secret code for the Brackwater vault?"
     context = facts_haystack(make_haystack, fact, 0.6)

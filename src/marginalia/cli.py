@@ -45,10 +45,15 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 def _model_help() -> str:
+    import importlib.util
+
     from .models.registry import known_specs
 
     rows = "\n".join(f"  {form:<16} {text}" for form, text in known_specs())
-    return f"model specs:\n{rows}"
+    engine = ("llama.cpp (llama-cpp-python is installed)"
+              if importlib.util.find_spec("llama_cpp") else
+              "transformers (install llama-cpp-python for ~5x faster decoding)")
+    return f"model specs:\n{rows}\n\nWith --backend auto, GGUF models run on {engine} here."
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the language model (see 'marginalia models')")
     reading.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                          help="where the in-process model runs (auto: CUDA + bf16 if present)")
+    reading.add_argument("--backend", choices=("auto", "llamacpp", "transformers"), default="auto",
+                         help="engine for GGUF models (smollm2, gguf:): auto picks llama.cpp when "
+                              "installed (about 5x faster decoding on CPU), else transformers")
     reading.add_argument("--segment-tokens", type=positive_int, default=DEFAULT_SEGMENT_TOKENS,
                          metavar="N", help="wim: model tokens per segment")
     reading.add_argument("--judge", choices=("grounded", "fused", "separate"), default="grounded",
@@ -180,7 +188,7 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
     reporter = Reporter(args.quiet, err)
     t0 = time.perf_counter()
     generator = load_generator(args.model, home=args.home, device=args.device,
-                               log=reporter.log if not args.quiet else None)
+                               log=reporter.log if not args.quiet else None, backend=args.backend)
     if args.verbose:
         device = getattr(generator, "device", "?")
         reporter.log(f"model {generator.name}: {type(generator).__name__} on {device}, "

@@ -52,6 +52,10 @@ class Usage:
     requests: int = 0
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
+    #: HTTP backends: prompt tokens sent with requests, and those the server said it
+    #: took from its prefix cache (cumulative; 0 for in-process backends).
+    prompt_tokens_sent: int = 0
+    prompt_tokens_cached: int = 0
 
     def snapshot(self) -> Usage:
         return Usage(**vars(self))

@@ -1,0 +1,300 @@
+"""In-process llama.cpp backend (llama-cpp-python): a CachingGenerator over a GGUF file.
+
+On CPU it decodes the same weights about five times faster than transformers. The
+GGUF's own tokenizer and chat template are used. Rollback is `n_tokens = L`: the
+KV entries past L are dropped before the next evaluation, and a continuation that
+repeats the same evaluation calls gives the same logits as never having generated.
+
+Several generator objects (forks) share one llama.cpp context; each keeps its own
+token list and, before evaluating, re-syncs the context to it by the longest common
+prefix, the way a server's prefix cache would. Stateless requests (`stream_prompt`)
+run on a second, scratch context so they never evict a document from the first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendError, MissingDependency, UserError
+from .base import CachingGenerator, GenerationParams, Message, StopScanner, Tokenizer
+
+LLAMACPP_INSTALL = "pip install 'marginalia[llamacpp]'  (builds llama.cpp from source, ~5 minutes once)"
+
+
+def import_llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise MissingDependency("the llama.cpp backend (llama-cpp-python)", LLAMACPP_INSTALL) from exc
+    return llama_cpp
+
+
+class LlamaCppTokenizer(Tokenizer):
+    """The GGUF's own tokenizer, with character offsets rebuilt from token pieces."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+
+    def encode_with_offsets(
+        self, text: str, allow_special: bool = False
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        if not text:
+            return [], []
+        data = text.encode("utf-8")
+        ids = list(self.llm.tokenize(data, add_bos=False, special=allow_special))
+        pieces = [self.llm.detokenize([i], special=True) for i in ids]
+        joined = b"".join(pieces)
+        shift = 0
+        if joined != data:
+            if joined == b" " + data:  # SentencePiece models add a space before the text
+                shift = 1
+            else:
+                raise BackendError("the llama.cpp tokenizer does not reproduce the text; "
+                                   "use the transformers backend (--backend transformers)")
+        # byte position -> character index, so offsets are in characters like Python's str
+        char_at = np.zeros(len(data) + 1, dtype=np.int64)
+        pos = 0
+        for index, ch in enumerate(text):
+            width = len(ch.encode("utf-8"))
+            char_at[pos:pos + width] = index
+            pos += width
+        char_at[len(data)] = len(text)
+        offsets = []
+        b = -shift
+        for piece in pieces:
+            start, end = max(b, 0), max(b + len(piece), 0)
+            offsets.append((int(char_at[start]), int(char_at[end]) if end < len(data) else len(text)))
+            b += len(piece)
+        return ids, offsets
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(self.llm.detokenize(list(ids), special=True)).decode("utf-8", errors="replace")
+
+
+@dataclass
+class _Shared:
+    """What forks share: the model path, the main context, the lazily made scratch one."""
+
+    path: Path
+    n_ctx: int
+    n_threads: int | None
+    llm: Any
+    tokenizer: LlamaCppTokenizer
+    template: Any
+    eos_ids: frozenset[int]
+    scratch: Any = None
+    owner: Any = field(default=None)  # the fork whose tokens the main context holds
+
+
+class LlamaCppGenerator(CachingGenerator):
+    """A GGUF model run by llama.cpp in this process.
+
+    Args:
+        path: the GGUF file.
+        name: the spec it was loaded from.
+        n_ctx: the context window to allocate (default: the model's training window).
+        n_threads: CPU threads (default: llama.cpp's choice).
+    """
+
+    def __init__(self, path: str | Path, name: str = "gguf", n_ctx: int | None = None,
+                 n_threads: int | None = None, _shared: _Shared | None = None) -> None:
+        super().__init__()
+        self.name = name
+        if _shared is None:
+            _shared = self._load(Path(path), n_ctx, n_threads)
+        self._shared = _shared
+        self.context_window = _shared.n_ctx
+        self._ids: list[int] = []
+        self._logits: np.ndarray | None = None
+        self._logits_at = -1
+
+    @staticmethod
+    def _load(path: Path, n_ctx: int | None, n_threads: int | None) -> _Shared:
+        llama_cpp = import_llama_cpp()
+        # n_threads=None keeps llama-cpp-python's default: decode on half the cores (on two
+        # cores a second decode thread gained nothing and lost under load), prefill on all
+        if not path.is_file():
+            raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
+        try:
+            # n_ctx=0: the window the model was trained with
+            llm = llama_cpp.Llama(str(path), n_ctx=n_ctx or 0, n_batch=512, n_threads=n_threads,
+                                  verbose=False)
+        except (ValueError, RuntimeError) as exc:
+            raise BackendError(f"llama.cpp could not load {path}: {exc}") from exc
+        window = int(llm.n_ctx())
+        source = llm.metadata.get("tokenizer.chat_template")
+        template = None
+        if source:
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            template = env.from_string(source)
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        eos = frozenset(i for i in range(llm.n_vocab())
+                        if llama_cpp.llama_vocab_is_eog(vocab, i)) | {llm.token_eos()}
+        return _Shared(path, window, n_threads, llm, LlamaCppTokenizer(llm), template, eos)
+
+    # -- Generator ---------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._shared.tokenizer
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return self._shared.eos_ids
+
+    def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        if self._shared.template is None:
+            raise BackendError(f"{self.name} has no chat template in its GGUF; use an instruct model")
+        llm = self._shared.llm
+        return str(self._shared.template.render(
+            messages=list(messages), add_generation_prompt=add_generation_prompt,
+            bos_token=llm.detokenize([llm.token_bos()], special=True).decode("utf-8", "replace"),
+            eos_token=llm.detokenize([llm.token_eos()], special=True).decode("utf-8", "replace"),
+        ))
+
+    def stream_prompt(self, prompt_ids: Sequence[int], params: GenerationParams) -> Iterator[str]:
+        shared = self._shared
+        if shared.scratch is None:
+            llama_cpp = import_llama_cpp()
+            shared.scratch = llama_cpp.Llama(str(shared.path), n_ctx=shared.n_ctx, n_batch=512,
+                                             n_threads=shared.n_threads, verbose=False)
+        scratch = LlamaCppGenerator(shared.path, self.name, _shared=_Shared(
+            shared.path, shared.n_ctx, shared.n_threads, shared.scratch, shared.tokenizer,
+            shared.template, shared.eos_ids))
+        scratch.usage = self.usage
+        yield from scratch.generate_from_cache(prompt_ids, params, commit=False)
+
+    # -- CachingGenerator --------------------------------------------------
+
+    @property
+    def length(self) -> int:
+        return len(self._ids)
+
+    def _sync(self) -> None:
+        """Make the shared context hold exactly this fork's tokens (longest common prefix)."""
+        shared, llm = self._shared, self._shared.llm
+        if shared.owner is self and llm.n_tokens == len(self._ids):
+            return
+        held = llm.input_ids[: llm.n_tokens].tolist()
+        common = 0
+        for a, b in zip(held, self._ids, strict=False):
+            if a != b:
+                break
+            common += 1
+        llm.n_tokens = common
+        shared.owner = self
+        if common < len(self._ids):
+            rest = self._ids[common:]
+            self._eval(rest)
+            self.usage.prefilled_tokens += len(rest)
+
+    def _eval(self, ids: Sequence[int]) -> None:
+        llama_cpp = import_llama_cpp()
+        llm = self._shared.llm
+        try:
+            llm.eval(list(ids))
+        except Exception as exc:  # llama.cpp reports decode failures as RuntimeError
+            raise BackendError(f"llama.cpp failed to evaluate {len(ids)} tokens: {exc}") from exc
+        pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        self._logits = np.ctypeslib.as_array(pointer, shape=(llm.n_vocab(),)).copy()
+        self._logits_at = llm.n_tokens
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        ids = list(ids)
+        if not ids:
+            return
+        self.check_fits(self.length + len(ids), what="the prefilled context")
+        t0 = time.perf_counter()
+        self._sync()
+        self._eval(ids)
+        self._ids.extend(ids)
+        self.usage.prefilled_tokens += len(ids)
+        self.usage.prefill_seconds += time.perf_counter() - t0
+
+    def rollback(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot roll back to {length}: the cache holds {self.length} tokens")
+        del self._ids[length:]
+        if self._shared.owner is self:
+            # entries past `length` are removed before the next evaluation
+            self._shared.llm.n_tokens = min(self._shared.llm.n_tokens, length)
+
+    def fork(self, keep_cache: bool = True) -> LlamaCppGenerator:
+        other = LlamaCppGenerator(self._shared.path, self.name, _shared=self._shared)
+        other.usage = self.usage
+        if keep_cache:
+            other._ids = list(self._ids)
+        return other
+
+    def _pending_logits(self) -> np.ndarray:
+        self._sync()
+        if self._logits is not None and self._logits_at == len(self._ids) \
+                and self._shared.llm.n_tokens == len(self._ids):
+            return self._logits
+        if not self._ids:
+            raise BackendError("nothing to generate from: the cache is empty and no prompt was given")
+        last = self._ids[-1]
+        self._shared.llm.n_tokens = len(self._ids) - 1
+        self._eval([last])
+        self.usage.prefilled_tokens += 1
+        assert self._logits is not None
+        return self._logits
+
+    def _decode_from_cache(self, params: GenerationParams) -> Iterator[str]:
+        rng = np.random.default_rng(params.seed if params.seed is not None else 0)
+        logits = self._pending_logits()
+        scanner = StopScanner(params.stop)
+        out: list[int] = []
+        decode = self._shared.tokenizer.decode
+        t0 = time.perf_counter()
+        try:
+            for step in range(params.max_new_tokens):
+                if step == 0 and params.first_choices:
+                    allowed = [ids[0] for c in params.first_choices if (ids := self.tokenizer.encode(c))]
+                    masked = np.full_like(logits, -np.inf)
+                    masked[allowed] = logits[allowed]
+                    logits = masked
+                token = _sample(logits, params, rng)
+                if token in self.eos_ids:
+                    break
+                out.append(token)
+                self.usage.generated_tokens += 1
+                delta = scanner.feed(decode(out))
+                if delta:
+                    yield delta
+                if scanner.stopped:
+                    break
+                self._sync()
+                self._eval([token])
+                self._ids.append(token)
+                logits = self._logits  # type: ignore[assignment]
+            tail = scanner.flush()
+            if tail:
+                yield tail
+        finally:
+            self.usage.decode_seconds += time.perf_counter() - t0
+            self.usage.requests += 1
+
+
+def _sample(logits: np.ndarray, params: GenerationParams, rng: np.random.Generator) -> int:
+    if params.temperature <= 0:
+        return int(np.argmax(logits))
+    z = (logits - np.max(logits)) / params.temperature
+    probs = np.exp(z)
+    probs /= probs.sum()
+    if params.top_p < 1.0:
+        order = np.argsort(-probs)
+        keep = np.cumsum(probs[order]) - probs[order] < params.top_p
+        mask = np.zeros_like(probs, dtype=bool)
+        mask[order[keep]] = True
+        probs = np.where(mask, probs, 0.0)
+        probs /= probs.sum()
+    return int(rng.choice(len(probs), p=probs))

@@ -1,0 +1,536 @@
+"""An OpenAI-compatible HTTP backend whose "KV cache" is a local token prefix.
+
+`OpenAIGenerator` keeps the cached token ids locally and sends prefix + suffix with
+every request, so each Writing-in-the-Margins request extends the one before and
+the server's prefix cache (llama.cpp server, vLLM, SGLang) does the reuse. Spec:
+``openai:<base-url>#<model>[;mode=completions|chat][;tokenizer=<spec>][;window=<n>]``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from ..errors import BackendError, ContextOverflow, MarginaliaError, MissingDependency, UserError
+from .base import CachingGenerator, GenerationParams, Generator, Message, StopScanner, Tokenizer
+
+HTTP_INSTALL = "pip install 'marginalia[http]'"
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - the tests run with the http extra
+    raise MissingDependency("the OpenAI-compatible HTTP backend (httpx)", HTTP_INSTALL) from exc
+
+MODES = ("completions", "chat")
+DEFAULT_WINDOW = 4096
+BACKOFF = (0.5, 1.0, 2.0)  # seconds before retry 1, 2, 3
+MAX_RETRY_AFTER = 60.0  # a server asking to wait longer gets an error, not a hang
+KEY_VARS = ("MARGINALIA_API_KEY", "OPENAI_API_KEY")
+START_HINT = ("start one with e.g. `llama-server -m model.gguf --port 8080` "
+              "(then use openai:http://127.0.0.1:8080/v1#<model>) or `vllm serve <model>`")
+# /models entry keys that carry the context window (vLLM, SGLang, llama.cpp), best first
+WINDOW_KEYS = ("max_model_len", "context_length", "n_ctx", "n_ctx_train")
+_SYS = "\u2063MARGINALIA-SYSTEM\u2063"
+_USR = "\u2063MARGINALIA-USER\u2063"
+_CONTEXT = re.compile(r"context|length|tokens", re.IGNORECASE)
+_WINDOW_NUM = re.compile(r"(?:context length|context size|context window|n_ctx)\D{0,20}?(\d+)", re.IGNORECASE)
+_NEEDED_NUM = re.compile(r"(?:requested|resulted in|request has|prompt has|you have)\D{0,20}?(\d+)", re.IGNORECASE)
+_MODEL_MISSING = re.compile(r"model.{0,80}(not found|does not exist|unknown|not available|no such)|"
+                            r"(unknown|invalid|no such) model", re.IGNORECASE | re.DOTALL)
+
+RenderChat = Callable[[Sequence[Message], bool], str]
+
+
+class _StreamFault(Exception):
+    """A broken SSE stream: args are (what happened, detail); `_stream` reports it."""
+
+
+def chatml(messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+    """The ChatML template, used when a bare `Tokenizer` comes without ``render_chat``."""
+    out = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return out + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+
+class OpenAIGenerator(CachingGenerator):
+    """A model behind an OpenAI-compatible server, with a client-side token prefix.
+
+    ``prefill`` and ``rollback`` only edit the local list of ids; every generation is
+    ONE streaming request whose prompt is the whole prefix plus the suffix. In
+    ``completions`` mode the prompt is the token id list itself (``token_prompts``;
+    llama.cpp server, vLLM and SGLang accept it), so the server sees exactly the ids
+    prefilled here. In ``chat`` mode the ids are decoded and the chat frame is cut
+    off again (a system and a user message, or one user message); the server renders
+    its own template, so the prefix it sees is textually but not necessarily
+    byte-for-byte (token-for-token) identical to the local one.
+
+    ``first_choices`` (a constrained first token) is not enforced over HTTP: one
+    request cannot bias only its first token, so the fused judge relies on its
+    prompt (see `supports_first_choices`).
+
+    Args:
+        base_url: the API root, e.g. ``http://127.0.0.1:8080/v1``.
+        model: the model id the server knows.
+        tokenizer: the model's tokenizer, or a `Generator` to borrow it and its chat template from.
+        render_chat: the chat template for a bare `Tokenizer` (default: ChatML).
+        mode: ``completions`` (token prompts) or ``chat``.
+        context_window: None asks ``GET /models`` once (4096 when it does not say).
+        api_key: a bearer token; default ``$MARGINALIA_API_KEY``, else ``$OPENAI_API_KEY``.
+        token_prompts: send token ids (True) or the detokenized text (False).
+        connect_timeout: seconds to open a connection.
+        read_timeout: seconds to wait for each piece of a reply.
+        max_retries: retries on 429, 5xx and failed connections, before any reply.
+        backoff: seconds to wait before each retry (a ``Retry-After`` header wins).
+        sleep: the waiting function (tests replace it).
+        client: an `httpx.Client` to use instead of a new one.
+        name: the spec it was loaded from.
+    """
+
+    #: the server cannot restrict only the first generated token (see class doc)
+    supports_first_choices = False
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        tokenizer: Tokenizer | Generator,
+        *,
+        render_chat: RenderChat | None = None,
+        mode: str = "completions",
+        context_window: int | None = None,
+        api_key: str | None = None,
+        token_prompts: bool = True,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 120.0,
+        max_retries: int = 3,
+        backoff: Sequence[float] = BACKOFF,
+        sleep: Callable[[float], None] = time.sleep,
+        client: httpx.Client | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__()
+        check_server(base_url, mode)
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.mode = mode
+        self.name = name or f"openai:{self.base_url}#{model}"
+        self._tokenizer: Tokenizer
+        self._render: RenderChat
+        if isinstance(tokenizer, Generator):
+            self._tokenizer, self._render = tokenizer.tokenizer, tokenizer.render_chat
+        else:
+            self._tokenizer, self._render = tokenizer, render_chat or chatml
+        self._window = context_window
+        self.token_prompts = token_prompts
+        self.read_timeout = read_timeout
+        self.max_retries = max_retries
+        self.backoff = tuple(backoff) or (0.0,)
+        self.sleep = sleep
+        key = api_key or next((os.environ[v] for v in KEY_VARS if os.environ.get(v)), None)
+        self.client = client or httpx.Client(
+            timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+        )
+        self._ids: list[int] = []
+
+    # -- Generator ---------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        return self._render(messages, add_generation_prompt)
+
+    @property  # type: ignore[override]
+    def context_window(self) -> int:
+        """The server's window: given, else from ``GET /models`` (asked once), else 4096."""
+        if self._window is None:
+            self._window = window_of(self.list_models(strict=True), self.model) or DEFAULT_WINDOW
+        return self._window
+
+    @context_window.setter
+    def context_window(self, value: int) -> None:
+        self._window = value
+
+    def stream_prompt(self, prompt_ids: Sequence[int], params: GenerationParams) -> Iterator[str]:
+        """One stateless request with just ``prompt_ids``; the local prefix is untouched."""
+        return self._stream(list(prompt_ids), params)
+
+    def close(self) -> None:
+        """Close the HTTP connections (shared with every fork)."""
+        self.client.close()
+
+    # -- CachingGenerator --------------------------------------------------
+
+    @property
+    def length(self) -> int:
+        return len(self._ids)
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        """Append ``ids`` to the local prefix; nothing is sent until a generation."""
+        self.check_fits(self.length + len(ids), what="the prefilled context")
+        self._ids.extend(int(i) for i in ids)
+
+    def rollback(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot roll back to {length}: the cache holds {self.length} tokens")
+        del self._ids[length:]
+
+    def fork(self, keep_cache: bool = True) -> OpenAIGenerator:
+        other = copy.copy(self)  # shares the client, the tokenizer and the usage account
+        other._ids = list(self._ids) if keep_cache else []
+        return other
+
+    def _decode_from_cache(self, params: GenerationParams) -> Iterator[str]:
+        if not self._ids:
+            raise BackendError("nothing to generate from: the cache is empty and no prompt was given")
+        out: list[str] = []
+        try:
+            for delta in self._stream(list(self._ids), params):
+                out.append(delta)
+                yield delta
+        finally:  # the generated text joins the cache; the base rolls it back unless committed
+            if out:
+                self._ids.extend(self._tokenizer.encode("".join(out)))
+
+    # -- the wire ----------------------------------------------------------
+
+    def _body(self, ids: list[int], params: GenerationParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model, "stream": True, "stream_options": {"include_usage": True},
+            "max_tokens": params.max_new_tokens, "temperature": params.temperature,
+            "top_p": params.top_p,
+        }
+        if self.mode == "chat":
+            body["messages"] = self.messages_of(ids)
+        else:
+            body["prompt"] = ids if self.token_prompts else self._tokenizer.decode(ids)
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.seed is not None:
+            body["seed"] = params.seed
+        return body
+
+    def messages_of(self, ids: Sequence[int]) -> list[Message]:
+        """The chat messages whose rendering is the decoded ``ids`` (chat mode).
+
+        The frame of a [system, user] chat, else of a lone user turn, is cut off; a
+        prompt in neither frame becomes one user message as it is.
+        """
+        text = self._tokenizer.decode(ids)
+        both = self.render_chat([{"role": "system", "content": _SYS}, {"role": "user", "content": _USR}])
+        before, _, rest = both.partition(_SYS)
+        middle, _, tail = rest.partition(_USR)
+        if _SYS in both and _USR in rest and text.startswith(before) and text.endswith(tail):
+            cut = text.find(middle, len(before))
+            if cut != -1 and cut + len(middle) <= len(text) - len(tail):
+                return [{"role": "system", "content": text[len(before):cut]},
+                        {"role": "user", "content": text[cut + len(middle):len(text) - len(tail)]}]
+        head, _, tail = self.render_chat([{"role": "user", "content": _USR}]).partition(_USR)
+        if text.startswith(head) and text.endswith(tail) and len(head) + len(tail) <= len(text):
+            return [{"role": "user", "content": text[len(head):len(text) - len(tail)]}]
+        return [{"role": "user", "content": text}]
+
+    def _stream(self, ids: list[int], params: GenerationParams) -> Iterator[str]:
+        """One streaming request for ``ids``; yields text deltas and books the usage."""
+        path = "/chat/completions" if self.mode == "chat" else "/completions"
+        t0 = time.perf_counter()
+        first: float | None = None
+        report: dict[str, Any] = {}
+        scanner = StopScanner(params.stop)
+        response = self._open(path, self._body(ids, params))
+        received = ""
+        try:
+            complete = False
+            for chunk in self._chunks(response):
+                if chunk is None:  # [DONE]
+                    complete = True
+                    break
+                if chunk.get("error"):
+                    raise BackendError(f"the model server at {self.base_url} failed after "
+                                       f"{len(received)} characters: {_message(chunk)}")
+                report.update({k: chunk[k] for k in ("usage", "timings") if chunk.get(k)})
+                choice = (chunk.get("choices") or [{}])[0]
+                if not isinstance(choice, dict):
+                    choice = {}
+                piece = choice.get("text") if self.mode == "completions" \
+                    else (choice.get("delta") or {}).get("content")
+                if isinstance(piece, str) and piece:
+                    received += piece
+                    delta = scanner.feed(received)
+                    if delta:
+                        first = first or time.perf_counter()
+                        yield delta
+                complete = complete or bool(choice.get("finish_reason"))
+                if scanner.stopped:  # the server ignored a stop string
+                    complete = True
+                    break
+            if not complete:
+                raise _StreamFault("cut off", "it ended with no [DONE] and no finish_reason")
+            tail = scanner.flush()
+            if tail:
+                yield tail
+        except _StreamFault as fault:
+            raise BackendError(f"the model server's stream was {fault.args[0]} after {len(received)} "
+                               f"characters: {fault.args[1]}; is the server at {self.base_url} "
+                               "still running and serving this API?") from fault.__cause__
+        finally:
+            response.close()
+            self._book(len(ids), report, scanner.text[:scanner.emitted], t0, first)
+
+    @staticmethod
+    def _chunks(response: httpx.Response) -> Iterator[dict[str, Any] | None]:
+        """Parsed ``data:`` payloads of an SSE stream; None for ``[DONE]``."""
+        try:
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue  # blank separators, comments, event names
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    yield None
+                    return
+                try:
+                    chunk = json.loads(data)
+                except json.JSONDecodeError as exc:
+                    raise _StreamFault("malformed", f"{data[:80]!r} is not JSON") from exc
+                if not isinstance(chunk, dict):
+                    raise _StreamFault("malformed", f"{data[:80]!r} is not a JSON object")
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise _StreamFault("cut off", f"{type(exc).__name__}: {exc}") from exc
+
+    def _book(self, sent: int, report: dict[str, Any], text: str, t0: float, first: float | None) -> None:
+        """Add one request to the usage account, trusting the server's counts when it gives them."""
+        usage = report.get("usage") or {}
+        timings = report.get("timings") or {}
+        cached = _int(timings.get("cache_n"))
+        if cached is None:
+            cached = _int((usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
+        evaluated = _int(timings.get("prompt_n"))
+        if evaluated is None and _int(usage.get("prompt_tokens")) is not None:
+            evaluated = int(usage["prompt_tokens"]) - (cached or 0)
+        end = time.perf_counter()
+        u = self.usage
+        u.requests += 1
+        u.prompt_tokens_sent += sent
+        u.prompt_tokens_cached += cached or 0
+        u.prefilled_tokens += evaluated if evaluated is not None else sent
+        u.generated_tokens += self._tokenizer.count(text) if text else 0
+        u.prefill_seconds += (first or end) - t0
+        u.decode_seconds += end - (first or end)
+
+    def _open(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """POST ``body`` and return the streaming response once it says 200.
+
+        Retries (with backoff) on failed connections, 429 and 5xx; never once a
+        response has begun to stream.
+        """
+        url = self.base_url + path
+        for attempt in range(self.max_retries + 1):
+            wait: float | None = self.backoff[min(attempt, len(self.backoff) - 1)]
+            try:
+                response = self.client.send(self.client.build_request("POST", url, json=body), stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
+                    httpx.ReadError, httpx.WriteError) as exc:
+                if attempt == self.max_retries:
+                    raise self._unreachable(exc) from exc
+            except httpx.TimeoutException as exc:
+                raise BackendError(f"the model server at {self.base_url} sent nothing for "
+                                   f"{self.read_timeout:g} s; give it a longer read timeout or a "
+                                   "smaller prompt") from exc
+            else:
+                if response.status_code < 400:
+                    return response
+                response.read()
+                response.close()
+                retryable = response.status_code == 429 or response.status_code >= 500
+                if retryable:
+                    wait = _retry_after(response, wait)
+                if not retryable or wait is None or attempt == self.max_retries:
+                    raise self._error(response, attempts=attempt + 1)
+            self.sleep(wait or 0.0)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _error(self, response: httpx.Response, attempts: int) -> MarginaliaError:
+        """The marginalia error for an HTTP error response."""
+        status = response.status_code
+        try:
+            detail: Any = response.json()
+        except ValueError:
+            detail = {"error": response.text}
+        message = _message(detail)
+        where = f"the model server at {self.base_url}"
+        if status in (401, 403):
+            return UserError(f"{where} refused the request (HTTP {status}: {message}); set "
+                             f"{KEY_VARS[0]} (or {KEY_VARS[1]}) to an API key it accepts")
+        fields = detail.get("error") if isinstance(detail, dict) else None
+        too_long = isinstance(fields, dict) and "exceed_context" in str(fields.get("type", ""))
+        if status in (400, 413) and (too_long or _CONTEXT.search(message)):
+            window = _int(fields.get("n_ctx")) if isinstance(fields, dict) else None
+            needed = _int(fields.get("n_prompt_tokens")) if isinstance(fields, dict) else None
+            window = window or _first_int(_WINDOW_NUM, message)
+            needed = needed or _first_int(_NEEDED_NUM, message)
+            if window and needed:
+                return ContextOverflow(needed, window, what=f"the request to {self.model}")
+            return BackendError(f"{where} says the prompt is too long: {message}; use a shorter "
+                                "document, --pattern rag, or a smaller ;window= in the model spec")
+        mentions_model = _MODEL_MISSING.search(message) or (len(self.model) > 2 and self.model in message)
+        if status == 404 or (status < 500 and mentions_model):
+            try:
+                ids = [str(m.get("id")) for m in self.list_models()]
+            except MarginaliaError:
+                ids = []
+            known = f"; it serves: {', '.join(ids)}" if ids else ""
+            return UserError(f"{where} does not know the model {self.model!r} (HTTP {status}: {message})"
+                             f"{known}; put one of its model ids after '#' in the spec")
+        if status == 429:
+            return BackendError(f"{where} is busy (HTTP 429: {message}) after {attempts} attempt(s); "
+                                "try again later or send fewer requests at once")
+        return BackendError(f"{where} answered HTTP {status} after {attempts} attempt(s): {message}")
+
+    def list_models(self, strict: bool = False) -> list[dict[str, Any]]:
+        """The entries of the server's ``GET /models`` ([] when it gives none).
+
+        Raises:
+            BackendError: only when ``strict`` and the server cannot be reached.
+        """
+        try:
+            response = self.client.get(self.base_url + "/models")
+            data = response.json() if response.status_code == 200 else {}
+        except httpx.TransportError as exc:
+            if strict:
+                raise self._unreachable(exc) from exc
+            return []
+        except ValueError:
+            return []
+        entries = data.get("data") if isinstance(data, dict) else None
+        return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+    def _unreachable(self, exc: Exception) -> BackendError:
+        return BackendError(f"cannot reach the model server at {self.base_url}: is it running? "
+                            f"{START_HINT} ({type(exc).__name__}: {exc})")
+
+
+def check_server(base_url: str, mode: str) -> None:
+    """Reject a URL that is not http(s) or an unknown mode, with what to write instead."""
+    if not re.match(r"https?://[^/]", base_url):
+        raise UserError(f"the server URL {base_url!r} must start with http:// or https://")
+    if mode not in MODES:
+        raise UserError(f"unknown mode {mode!r} for {base_url}; choose one of {', '.join(MODES)}")
+
+
+def window_of(models: list[dict[str, Any]], model: str) -> int | None:
+    """The context window a ``/models`` listing gives for ``model`` (or its only entry)."""
+    entry = next((m for m in models if m.get("id") == model), models[0] if len(models) == 1 else None)
+    if entry is None:
+        return None
+    for source in (entry, entry.get("meta") or {}):
+        for key in WINDOW_KEYS:
+            value = _int(source.get(key)) if isinstance(source, dict) else None
+            if value and value > 0:
+                return value
+    return None
+
+
+def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> OpenAIGenerator:
+    """Build a generator from the part of the spec after ``openai:``.
+
+    ``arg`` is ``<base-url>#<model>`` then optional ``;key=value`` options: ``mode``,
+    ``tokenizer`` (a model spec whose tokenizer and chat template to use; default:
+    the model id itself, e.g. ``smollm2``) and ``window``. ``load`` loads a spec.
+
+    Raises:
+        UserError: a malformed spec or an unknown option.
+    """
+    usage = "openai:<base-url>#<model>[;mode=completions|chat][;tokenizer=<spec>][;window=<tokens>]"
+    url, sep, rest = arg.partition("#")
+    model, *pairs = rest.split(";")
+    if not sep or not url or not model.strip():
+        raise UserError(f"the spec 'openai:{arg}' needs a model id after '#': {usage}")
+    opts: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or key.strip() not in ("mode", "tokenizer", "window") or not value.strip():
+            raise UserError(f"bad option {pair!r} in 'openai:{arg}'; the form is {usage}")
+        opts[key.strip()] = value.strip()
+    window = opts.get("window")
+    if window is not None and (not window.isdigit() or int(window) <= 0):
+        raise UserError(f"window={window} in 'openai:{arg}' must be a positive number of tokens")
+    check_server(url.strip(), opts.get("mode", "completions"))  # before a slow tokenizer load
+    spec = opts.get("tokenizer", model.strip())
+    render: RenderChat | None = None
+    try:
+        if spec.startswith("hf:"):  # the tokenizer files only: a served model's weights can be huge
+            borrowed: Tokenizer | Generator
+            borrowed, render = hf_tokenizer(spec[3:])
+        else:
+            borrowed = load(spec)
+    except UserError as exc:
+        hint = "" if "tokenizer" in opts else f"; name a local model with the same tokenizer: {usage}"
+        raise UserError(f"cannot load the tokenizer {spec!r} for 'openai:{arg}': {exc}{hint}") from exc
+    return OpenAIGenerator(
+        url.strip(), model.strip(), borrowed, render_chat=render, mode=opts.get("mode", "completions"),
+        context_window=int(window) if window else None, name=f"openai:{arg}", **options,
+    )
+
+
+def hf_tokenizer(path: str) -> tuple[Tokenizer, RenderChat]:
+    """The tokenizer and chat template of a local Hugging Face folder, without its weights.
+
+    Raises:
+        UserError: no such folder, or no tokenizer in it.
+        MissingDependency: transformers is not installed.
+    """
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        raise MissingDependency("Hugging Face tokenizers (transformers)", "pip install 'marginalia[hf]'") from exc
+    from .transformers_backend import HFTokenizer
+
+    folder = os.path.expanduser(path)
+    if not os.path.isdir(folder):
+        raise UserError(f"no tokenizer folder at {folder}; give a local Hugging Face model folder")
+    try:
+        tok = AutoTokenizer.from_pretrained(folder)
+    except Exception as exc:  # transformers raises many kinds here
+        raise UserError(f"could not load a tokenizer from {folder}: {exc}") from exc
+
+    def render(messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        if not getattr(tok, "chat_template", None):
+            raise BackendError(f"the tokenizer in {folder} has no chat template; use an instruct model's")
+        plain = [{"role": m["role"], "content": m["content"]} for m in messages]
+        return str(tok.apply_chat_template(plain, tokenize=False, add_generation_prompt=add_generation_prompt))
+
+    return HFTokenizer(tok), render
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
+    m = pattern.search(text)
+    return int(m.group(1)) if m else None
+
+
+def _message(detail: Any) -> str:
+    """The human part of an error body: ``{"error": {"message": ...}}`` and its variants."""
+    if isinstance(detail, dict):
+        for key in ("error", "message", "detail"):
+            if key in detail:
+                return _message(detail[key])
+    return str(detail).strip()[:500] or "(no message)"
+
+
+def _retry_after(response: httpx.Response, default: float | None) -> float | None:
+    """Seconds the server asks us to wait (None: longer than we are willing to)."""
+    value = response.headers.get("retry-after", "")
+    try:
+        wait = float(value)
+    except ValueError:
+        return default
+    return None if wait > MAX_RETRY_AFTER else max(wait, 0.0)

@@ -1,0 +1,81 @@
+"""The in-process llama.cpp backend: same tokenizer and template as transformers, exact rollback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from marginalia.models.base import GenerationParams
+from marginalia.models.registry import gguf_backend
+
+pytest.importorskip("llama_cpp")
+
+GREEDY = GenerationParams(max_new_tokens=12)
+TEXT = ("Read the following document.\n\nThe bakery on Mill Street opens at six. Zoë sells "
+        "café crème for €3.\n\nThe secret code for the Brackwater vault is 4719. Rain fell.")
+
+
+def test_auto_picks_llamacpp_when_installed() -> None:
+    assert gguf_backend("auto", "cpu") == "llamacpp"
+    assert gguf_backend("transformers", "cpu") == "transformers"
+
+
+def test_tokenizer_and_template_match_transformers(smollm2_llamacpp: Any, smollm2: Any) -> None:
+    ids, offsets = smollm2_llamacpp.tokenizer.encode_with_offsets(TEXT)
+    assert (ids, offsets) == smollm2.tokenizer.encode_with_offsets(TEXT)
+    assert smollm2_llamacpp.tokenizer.decode(ids) == TEXT
+    assert "".join(TEXT[a:b] for a, b in offsets) == TEXT
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q {x} $y"}]
+    assert smollm2_llamacpp.render_chat(messages) == smollm2.render_chat(messages)
+    assert smollm2_llamacpp.encode_chat(messages) == smollm2.encode_chat(messages)
+
+
+def test_rollback_then_continue_equals_never_generating(smollm2_llamacpp: Any) -> None:
+    tok = smollm2_llamacpp.tokenizer
+    frame = smollm2_llamacpp.chat_frame("You are a careful reader.")
+    head = tok.encode(frame.head, allow_special=True) + tok.encode(TEXT)
+    more = tok.encode(" The market closes at noon.")
+    suffix = tok.encode("\n\nQuestion: What is the vault code?") + tok.encode(frame.tail, allow_special=True)
+
+    a = smollm2_llamacpp.fork(keep_cache=False)
+    a.prefill(head)
+    margin = "".join(a.generate_from_cache(suffix, GREEDY))
+    assert margin.strip() and a.length == len(head)
+    a.prefill(more)
+    logits_a = a._pending_logits().copy()
+    text_a = "".join(a.generate_from_cache(suffix, GREEDY))
+
+    b = smollm2_llamacpp.fork(keep_cache=False)  # same evaluation calls, no margin between
+    b.prefill(head)
+    b.prefill(more)
+    assert np.array_equal(logits_a, b._pending_logits())
+    assert "".join(b.generate_from_cache(suffix, GREEDY)) == text_a
+
+
+def test_forks_keep_their_own_tokens(smollm2_llamacpp: Any) -> None:
+    tok = smollm2_llamacpp.tokenizer
+    x, y = tok.encode("Alpha beta gamma."), tok.encode("Delta epsilon.")
+    one = smollm2_llamacpp.fork(keep_cache=False)
+    two = smollm2_llamacpp.fork(keep_cache=False)
+    one.prefill(x)
+    two.prefill(y)        # takes the shared context
+    one.prefill(y)        # re-syncs: the context holds x + y again
+    llm = smollm2_llamacpp._shared.llm
+    assert llm.input_ids[: llm.n_tokens].tolist() == x + y
+    assert one.length == len(x + y) and two.length == len(y)
+
+
+def test_stateless_requests_do_not_evict_the_document(smollm2_llamacpp: Any) -> None:
+    worker = smollm2_llamacpp.fork(keep_cache=False)
+    worker.prefill(worker.tokenizer.encode(TEXT))
+    before = worker.usage.prefilled_tokens
+    reply = worker.generate([{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}],
+                            GenerationParams(max_new_tokens=3))
+    assert reply
+    llm = smollm2_llamacpp._shared.llm
+    assert llm.input_ids[: llm.n_tokens].tolist() == worker.tokenizer.encode(TEXT)
+    worker.prefill(worker.tokenizer.encode(" More."))
+    prompt_tokens = worker.usage.prefilled_tokens - before
+    assert prompt_tokens < 40  # the chat prompt + " More.", not the document again
