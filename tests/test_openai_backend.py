@@ -497,8 +497,19 @@ def test_spec_string(server: FakeServer) -> None:
     assert any(form == "openai:<arg>" for form, _ in known_specs())
 
 
+def test_spec_extra_body_fields_and_text_prompts(server: FakeServer) -> None:
+    gen = load_generator(f"openai:{server.url}#tiny;tokenizer=scripted:x;prompt=text"
+                         ";x-repeat_penalty=1;x-cache_prompt=true;x-slot=a1")
+    server.tok = gen.tokenizer
+    gen.generate("hi")
+    body = [s.body for s in server.seen if s.method == "POST"][-1]
+    assert body["repeat_penalty"] == 1 and body["cache_prompt"] is True and body["slot"] == "a1"
+    assert body["prompt"] == "hi"  # text, not token ids
+
+
 @pytest.mark.parametrize("rest, match", [
     ("http://h/v1", "needs a model id after '#'"),
+    ("http://h/v1#m;tokenizer=scripted:x;prompt=bytes", "must be 'tokens' or 'text'"),
     ("http://h/v1#m;tokenizer=scripted:x;mode=fast", "unknown mode 'fast'"),
     ("http://h/v1#m;tokenizer=scripted:x;window=lots", "positive number of tokens"),
     ("http://h/v1#m;tokenizer=scripted:x;colour=red", "bad option 'colour=red'"),

@@ -126,6 +126,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("models", parents=[common], formatter_class=Formatter,
                    help="list the model spec forms", description=_model_help())
+
+    serve = sub.add_parser(
+        "serve-model", parents=[common], formatter_class=Formatter,
+        help="serve a GGUF model (default: the embedded one) over an OpenAI-compatible API",
+        description="Start llama-cpp-python's OpenAI-compatible server on a GGUF model, for "
+                    "use as --model openai:http://HOST:PORT/v1#ALIAS;prompt=text. It keeps the "
+                    "last prompt's KV cache, so WiM's prefix-extending requests read the "
+                    "document once. Stop it with Ctrl-C.",
+    )
+    serve.add_argument("--model", default="smollm2", metavar="SPEC",
+                       help="'smollm2' or 'gguf:<file>'")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=positive_int, default=8080, help="port to listen on")
+    serve.add_argument("--n-ctx", type=positive_int, default=8192, metavar="N",
+                       help="context window to allocate, in tokens")
     return parser
 
 
@@ -288,13 +303,56 @@ def cmd_models(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def serve_command(args: argparse.Namespace) -> tuple[list[str], str]:
+    """The server's command line and the model spec that reaches it."""
+    import importlib.util
+    from pathlib import Path
+
+    from .models.llamacpp_backend import LLAMACPP_INSTALL
+    from .models.loaders import embedded_gguf
+
+    if args.model == "smollm2":
+        path, alias = embedded_gguf(), "smollm2"
+    elif args.model.startswith("gguf:") and len(args.model) > 5:
+        path = Path(args.model[5:]).expanduser()
+        alias = path.stem
+        if not path.is_file():
+            raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
+    else:
+        raise UserError(f"serve-model serves GGUF models: give 'smollm2' or 'gguf:<file>', not {args.model!r}")
+    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("uvicorn") is None:
+        from .errors import MissingDependency
+
+        raise MissingDependency("llama-cpp-python's server", LLAMACPP_INSTALL)
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path),
+               "--model_alias", alias, "--host", args.host, "--port", str(args.port),
+               "--n_ctx", str(args.n_ctx), "--verbose", "true" if args.verbose else "false"]
+    tokenizer = "" if alias == "smollm2" else f";tokenizer={args.model}"
+    # that server penalises repeats by default: ask for plain greedy/temperature sampling
+    return command, (f"openai:http://{args.host}:{args.port}/v1#{alias};prompt=text"
+                     f";x-repeat_penalty=1{tokenizer}")
+
+
+def cmd_serve_model(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import subprocess
+
+    command, spec = serve_command(args)
+    print(f"serving {args.model} on http://{args.host}:{args.port}/v1 — use it with:\n"
+          f"  marginalia ask FILE \"question\" --model '{spec}'", file=err, flush=True)
+    try:
+        return subprocess.call(command)
+    except KeyboardInterrupt:
+        return 0
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     parser = build_parser()
     args = parser.parse_args(argv)
-    commands = {"ask": cmd_ask, "demo": cmd_demo, "models": cmd_models}
+    commands = {"ask": cmd_ask, "demo": cmd_demo, "models": cmd_models,
+                "serve-model": cmd_serve_model}
     try:
         return commands[args.command](args, out, err)
     except MarginaliaError as exc:

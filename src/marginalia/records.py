@@ -67,6 +67,9 @@ class Stats:
     total_seconds: float = 0.0
     time_to_first_margin: float | None = None
     time_to_first_answer_token: float | None = None
+    #: over HTTP: prompt tokens sent, and those the server reported taking from its cache
+    prompt_tokens_sent: int = 0
+    prompt_tokens_cached: int = 0
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,9 @@ class OpenAIGenerator(CachingGenerator):
         context_window: None asks ``GET /models`` once (4096 when it does not say).
         api_key: a bearer token; default ``$MARGINALIA_API_KEY``, else ``$OPENAI_API_KEY``.
         token_prompts: send token ids (True) or the detokenized text (False).
+        extra_body: server-specific fields added to every request body (e.g.
+            ``{"repeat_penalty": 1.0}``: llama-cpp-python's server otherwise penalises
+            repeats by default, so temperature 0 would not be plain greedy decoding).
         connect_timeout: seconds to open a connection.
         read_timeout: seconds to wait for each piece of a reply.
         max_retries: retries on 429, 5xx and failed connections, before any reply.
@@ -110,8 +113,10 @@ class OpenAIGenerator(CachingGenerator):
         sleep: Callable[[float], None] = time.sleep,
         client: httpx.Client | None = None,
         name: str | None = None,
+        extra_body: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        self.extra_body = dict(extra_body or {})
         check_server(base_url, mode)
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -213,7 +218,7 @@ class OpenAIGenerator(CachingGenerator):
             body["stop"] = list(params.stop)
         if params.seed is not None:
             body["seed"] = params.seed
-        return body
+        return {**body, **self.extra_body}
 
     def messages_of(self, ids: Sequence[int]) -> list[Message]:
         """The chat messages whose rendering is the decoded ``ids`` (chat mode).
@@ -440,23 +445,38 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
     """Build a generator from the part of the spec after ``openai:``.
 
     ``arg`` is ``<base-url>#<model>`` then optional ``;key=value`` options: ``mode``,
+    ``prompt`` (``tokens``: send token ids, the default; ``text``: send the decoded text),
+    ``x-<field>=<value>`` (a server-specific request field, e.g. ``x-repeat_penalty=1``),
     ``tokenizer`` (a model spec whose tokenizer and chat template to use; default:
     the model id itself, e.g. ``smollm2``) and ``window``. ``load`` loads a spec.
 
     Raises:
         UserError: a malformed spec or an unknown option.
     """
-    usage = "openai:<base-url>#<model>[;mode=completions|chat][;tokenizer=<spec>][;window=<tokens>]"
+    usage = ("openai:<base-url>#<model>[;mode=completions|chat][;prompt=tokens|text]"
+             "[;tokenizer=<spec>][;window=<tokens>][;x-<body field>=<value>]")
     url, sep, rest = arg.partition("#")
     model, *pairs = rest.split(";")
     if not sep or not url or not model.strip():
         raise UserError(f"the spec 'openai:{arg}' needs a model id after '#': {usage}")
     opts: dict[str, str] = {}
+    extra: dict[str, Any] = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")
-        if not eq or key.strip() not in ("mode", "tokenizer", "window") or not value.strip():
+        if eq and key.strip().startswith("x-") and len(key.strip()) > 2 and value.strip():
+            try:  # numbers and true/false as JSON, anything else as a string
+                extra[key.strip()[2:]] = json.loads(value.strip())
+            except ValueError:
+                extra[key.strip()[2:]] = value.strip()
+            continue
+        if not eq or key.strip() not in ("mode", "prompt", "tokenizer", "window") or not value.strip():
             raise UserError(f"bad option {pair!r} in 'openai:{arg}'; the form is {usage}")
         opts[key.strip()] = value.strip()
+    if opts.get("prompt", "tokens") not in ("tokens", "text"):
+        raise UserError(f"prompt={opts['prompt']} in 'openai:{arg}' must be 'tokens' or 'text' "
+                        "(text for servers that take no token-id prompts, e.g. llama-cpp-python's)")
+    if "prompt" in opts:
+        options.setdefault("token_prompts", opts["prompt"] == "tokens")
     window = opts.get("window")
     if window is not None and (not window.isdigit() or int(window) <= 0):
         raise UserError(f"window={window} in 'openai:{arg}' must be a positive number of tokens")
@@ -474,7 +494,8 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
         raise UserError(f"cannot load the tokenizer {spec!r} for 'openai:{arg}': {exc}{hint}") from exc
     return OpenAIGenerator(
         url.strip(), model.strip(), borrowed, render_chat=render, mode=opts.get("mode", "completions"),
-        context_window=int(window) if window else None, name=f"openai:{arg}", **options,
+        context_window=int(window) if window else None, name=f"openai:{arg}",
+        extra_body=extra or None, **options,
     )
 
 

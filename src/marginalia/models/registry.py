@@ -167,4 +167,5 @@ def _openai(arg: str, ctx: LoadContext) -> Generator:
 
 
 register_backend("openai", _openai, "an OpenAI-compatible server: openai:<base-url>#<model>"
-                 "[;mode=completions|chat][;tokenizer=<spec>][;window=<tokens>]")
+                 "[;mode=completions|chat][;prompt=tokens|text][;tokenizer=<spec>][;window=<tokens>]"
+                 "[;x-<field>=<value>]")

@@ -136,6 +136,8 @@ def make_stats(
         generated_answer_tokens=answer_tokens,
         generated_other_tokens=used.generated_tokens - margin_tokens - answer_tokens,
         prefill_seconds=round(used.prefill_seconds, 4),
+        prompt_tokens_sent=used.prompt_tokens_sent,
+        prompt_tokens_cached=used.prompt_tokens_cached,
         total_seconds=round(clock(), 4),
         **{k: (round(v, 4) if v is not None else None) for k, v in timings.items()},  # type: ignore[arg-type]
     )
