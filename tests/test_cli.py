@@ -147,3 +147,43 @@ def test_demo_lists_bundled_questions():
 def test_demo_runs_on_the_bundled_report_with_a_scripted_model():
     code, out, err = run_cli("demo", "--model", "scripted:The Orla Maye.", "-q")
     assert code == 0 and out.strip() == "The Orla Maye."
+
+
+def test_failure_mid_run_keeps_margins_in_json(doc, monkeypatch):
+    from marginalia.errors import BackendError
+    from marginalia.models import registry
+    from marginalia.models.fake import ScriptedGenerator
+
+    calls = []
+
+    def respond(request):
+        calls.append(request)
+        if len(calls) == 3:
+            raise BackendError("the model server went away")
+        return FACT
+
+    monkeypatch.setitem(registry._NAMED, "flaky", (
+        lambda arg, ctx: ScriptedGenerator(respond=respond), "test"))
+    code, out, err = run_cli("ask", str(doc), "Which pier does the night ferry leave from?",
+                             "--model", "flaky", "--segment-tokens", "200", "--json", "-q")
+    assert code == 1
+    assert "went away" in err
+    data = json.loads(out)
+    assert data["complete"] is False and "went away" in data["error"]
+    assert [m["segment_index"] for m in data["margins"]] == [0, 1]
+
+
+def test_api_key_option_reaches_the_backend(monkeypatch):
+    from marginalia.models import registry
+
+    seen = {}
+
+    def factory(arg, ctx):
+        seen["key"] = ctx.api_key
+        from marginalia.models.fake import ScriptedGenerator
+        return ScriptedGenerator(default="ok")
+
+    monkeypatch.setitem(registry._NAMED, "keyed", (factory, "test"))
+    code, _, _ = run_cli("ask", "-", "q", "--model", "keyed", "--api-key", "sk-test", "-q",
+                         "--pattern", "lc", stdin=b"text", monkeypatch=monkeypatch)
+    assert code == 0 and seen["key"] == "sk-test"

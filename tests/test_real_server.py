@@ -69,7 +69,11 @@ def remote(server: str) -> Any:
 
 def test_serve_model_spec_names_the_server(server: str) -> None:
     assert server.startswith("openai:http://127.0.0.1:")
-    assert server.endswith("#smollm2;prompt=text;x-repeat_penalty=1")
+    assert server.endswith("#smollm2;prompt=text;window=8192;x-repeat_penalty=1")
+
+
+def test_server_window_is_known(remote: Any) -> None:
+    assert remote.context_window == 8192
 
 
 def test_greedy_server_agrees_with_in_process_llamacpp(remote: Any, smollm2_llamacpp: Any) -> None:

