@@ -201,13 +201,54 @@ class CachingGenerator(Generator):
     def rollback(self, length: int) -> None:
         """Cut the cache back to its first ``length`` tokens, exactly."""
 
-    @abstractmethod
-    def _decode_from_cache(self, params: GenerationParams) -> Iterator[str]:
-        """Decode after the cache's last token, appending each sampled token to it.
+    #: token ids that end generation (end of turn / sequence)
+    eos_ids: frozenset[int] = frozenset()
+    #: whether the generation in progress keeps its tokens (set by generate_from_cache)
+    _committing: bool = False
 
-        The cache must hold at least one token whose logits are pending (the backend
-        keeps the last prefill's final logits).
+    def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
+        """Sample token ids after the cache's last token, lazily.
+
+        Yield each sampled token; only when the next one is asked for, append the
+        token to the cache and compute the next logits. A consumer that stops
+        (EOS, a stop string, the token budget) therefore never pays for an extra
+        forward pass. In-process backends implement this; a backend that receives
+        text rather than token ids (HTTP) overrides `_decode_from_cache` instead.
         """
+        raise NotImplementedError(f"{type(self).__name__} implements neither _sample_tokens "
+                                  "nor _decode_from_cache")
+
+    def _decode_from_cache(self, params: GenerationParams) -> Iterator[str]:
+        """Text deltas of `_sample_tokens`, ended by EOS, a stop string or the budget."""
+        tokens = self._sample_tokens(params)
+        scanner = StopScanner(params.stop)
+        out: list[int] = []
+        t0 = time.perf_counter()
+        try:
+            if params.max_new_tokens > 0:
+                for token in tokens:
+                    if token in self.eos_ids:
+                        break
+                    out.append(token)
+                    self.usage.generated_tokens += 1
+                    delta = scanner.feed(self.tokenizer.decode(out))
+                    if delta:
+                        yield delta
+                    if scanner.stopped:
+                        break
+                    if len(out) >= params.max_new_tokens:
+                        if self._committing:
+                            next(tokens, None)  # feeds the last token into the cache
+                        break
+            tail = scanner.flush()
+            if tail:
+                yield tail
+        finally:
+            close = getattr(tokens, "close", None)
+            if close is not None:
+                close()
+            self.usage.decode_seconds += time.perf_counter() - t0
+            self.usage.requests += 1
 
     @abstractmethod
     def fork(self, keep_cache: bool = True) -> CachingGenerator:
@@ -232,6 +273,7 @@ class CachingGenerator(Generator):
         start = self.length
         self.check_fits(start + len(suffix_ids) + params.max_new_tokens,
                         what="the cached prefix plus this request")
+        self._committing = commit
         try:
             if suffix_ids:
                 self.prefill(suffix_ids)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from .base import CachingGenerator, GenerationParams, Message, StopScanner, Tokenizer
+from .base import CachingGenerator, GenerationParams, Message, Tokenizer
 
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>")
 _TOKEN = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
@@ -152,7 +152,7 @@ class ScriptedGenerator(CachingGenerator):
             return self.replies.pop(0)
         return self.default
 
-    def _decode_from_cache(self, params: GenerationParams) -> Iterator[str]:
+    def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         start = self._request_start
         decode = self._tok.decode
         request = Request(
@@ -160,19 +160,6 @@ class ScriptedGenerator(CachingGenerator):
             prefix=decode(self.ids[:start]), suffix=decode(self.ids[start:]), params=params,
         )
         self.requests.append(request)
-        self.usage.requests += 1
-        reply_ids = self._tok.encode(self._reply(request))[: params.max_new_tokens]
-        scanner = StopScanner(params.stop)
-        out: list[int] = []
-        for token in reply_ids:
-            out.append(token)
-            self.usage.generated_tokens += 1
-            delta = scanner.feed(decode(out))
-            if delta:
-                yield delta
-            if scanner.stopped:
-                break
+        for token in self._tok.encode(self._reply(request)):
+            yield token
             self.ids.append(token)
-        tail = scanner.flush()
-        if tail:
-            yield tail

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, MissingDependency, UserError
-from .base import CachingGenerator, GenerationParams, Message, StopScanner, Tokenizer
+from .base import CachingGenerator, GenerationParams, Message, Tokenizer
 
 LLAMACPP_INSTALL = "pip install 'marginalia[llamacpp]'  (builds llama.cpp from source, ~5 minutes once)"
 
@@ -111,6 +111,7 @@ class LlamaCppGenerator(CachingGenerator):
             _shared = self._load(Path(path), n_ctx, n_threads)
         self._shared = _shared
         self.context_window = _shared.n_ctx
+        self.eos_ids = _shared.eos_ids
         self._ids: list[int] = []
         self._logits: np.ndarray | None = None
         self._logits_at = -1
@@ -147,10 +148,6 @@ class LlamaCppGenerator(CachingGenerator):
     @property
     def tokenizer(self) -> Tokenizer:
         return self._shared.tokenizer
-
-    @property
-    def eos_ids(self) -> frozenset[int]:
-        return self._shared.eos_ids
 
     def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
         if self._shared.template is None:
@@ -250,40 +247,22 @@ class LlamaCppGenerator(CachingGenerator):
         assert self._logits is not None
         return self._logits
 
-    def _decode_from_cache(self, params: GenerationParams) -> Iterator[str]:
+    def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         rng = np.random.default_rng(params.seed if params.seed is not None else 0)
         logits = self._pending_logits()
-        scanner = StopScanner(params.stop)
-        out: list[int] = []
-        decode = self._shared.tokenizer.decode
-        t0 = time.perf_counter()
-        try:
-            for step in range(params.max_new_tokens):
-                if step == 0 and params.first_choices:
-                    allowed = [ids[0] for c in params.first_choices if (ids := self.tokenizer.encode(c))]
-                    masked = np.full_like(logits, -np.inf)
-                    masked[allowed] = logits[allowed]
-                    logits = masked
-                token = _sample(logits, params, rng)
-                if token in self.eos_ids:
-                    break
-                out.append(token)
-                self.usage.generated_tokens += 1
-                delta = scanner.feed(decode(out))
-                if delta:
-                    yield delta
-                if scanner.stopped:
-                    break
-                self._sync()
-                self._eval([token])
-                self._ids.append(token)
-                logits = self._logits  # type: ignore[assignment]
-            tail = scanner.flush()
-            if tail:
-                yield tail
-        finally:
-            self.usage.decode_seconds += time.perf_counter() - t0
-            self.usage.requests += 1
+        if params.first_choices:
+            allowed = [ids[0] for c in params.first_choices if (ids := self.tokenizer.encode(c))]
+            masked = np.full_like(logits, -np.inf)
+            masked[allowed] = logits[allowed]
+            logits = masked
+        while True:
+            token = _sample(logits, params, rng)
+            yield token
+            self._sync()
+            self._eval([token])
+            self._ids.append(token)
+            assert self._logits is not None
+            logits = self._logits
 
 
 def _sample(logits: np.ndarray, params: GenerationParams, rng: np.random.Generator) -> int:

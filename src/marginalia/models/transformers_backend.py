@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import BackendError, MissingDependency
-from .base import CachingGenerator, GenerationParams, Message, StopScanner, Tokenizer
+from .base import CachingGenerator, GenerationParams, Message, Tokenizer
 
 HF_INSTALL = "pip install torch==2.13.0 && pip install 'marginalia[hf]'"
 
@@ -98,7 +98,7 @@ class TransformersGenerator(CachingGenerator):
                 eos.update(int(v) for v in value)
         if tokenizer.eos_token_id is not None:
             eos.add(int(tokenizer.eos_token_id))
-        self.eos_ids = frozenset(eos)
+        self.eos_ids: frozenset[int] = frozenset(eos)
         self._cache = _cache if _cache is not None else DynamicCache(config=cfg)
         self._ids: list[int] = list(_ids or [])
         # logits after the cache's last token, valid while _logits_at == len(_ids)
@@ -212,38 +212,16 @@ class TransformersGenerator(CachingGenerator):
         masked[allowed] = logits[allowed]
         return masked
 
-    def _decode_from_cache(self, params: GenerationParams) -> Iterator[str]:
+    def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         torch = self.torch
         rng = None
         if params.temperature > 0:
             rng = torch.Generator(device="cpu")
             rng.manual_seed(params.seed if params.seed is not None else 0)
         logits = self._pending_logits()
-        if rng is not None:
-            logits = logits.cpu()
-        scanner = StopScanner(params.stop)
-        out: list[int] = []
-        t0 = time.perf_counter()
-        try:
-            for step in range(params.max_new_tokens):
-                if step == 0 and params.first_choices:
-                    logits = self._restrict(logits, params.first_choices)
-                token = self._sample(logits, params, rng)
-                if token in self.eos_ids:
-                    break
-                out.append(token)
-                self.usage.generated_tokens += 1
-                delta = scanner.feed(self._tokenizer.decode(out))
-                if delta:
-                    yield delta
-                if scanner.stopped:
-                    break
-                logits = self._forward([token])
-                if rng is not None:
-                    logits = logits.cpu()
-            tail = scanner.flush()
-            if tail:
-                yield tail
-        finally:
-            self.usage.decode_seconds += time.perf_counter() - t0
-            self.usage.requests += 1
+        if params.first_choices:
+            logits = self._restrict(logits, params.first_choices)
+        while True:
+            token = self._sample(logits.cpu() if rng is not None else logits, params, rng)
+            yield token
+            logits = self._forward([token])
