@@ -200,9 +200,7 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
     """Load the model, read ``text`` with the chosen pattern, stream the answer."""
     from .models import load_generator
     from .patterns import make_pattern
-    from .patterns.base import check_question
 
-    check_question(question)
     reporter = Reporter(args.quiet, err)
     t0 = time.perf_counter()
     generator = load_generator(args.model, home=args.home, device=args.device,

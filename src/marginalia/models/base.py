@@ -203,8 +203,6 @@ class CachingGenerator(Generator):
 
     #: token ids that end generation (end of turn / sequence)
     eos_ids: frozenset[int] = frozenset()
-    #: whether the generation in progress keeps its tokens (set by generate_from_cache)
-    _committing: bool = False
 
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         """Sample token ids after the cache's last token, lazily.
@@ -218,8 +216,12 @@ class CachingGenerator(Generator):
         raise NotImplementedError(f"{type(self).__name__} implements neither _sample_tokens "
                                   "nor _decode_from_cache")
 
-    def _decode_from_cache(self, params: GenerationParams) -> Iterator[str]:
-        """Text deltas of `_sample_tokens`, ended by EOS, a stop string or the budget."""
+    def _decode_from_cache(self, params: GenerationParams, commit: bool = False) -> Iterator[str]:
+        """Text deltas of `_sample_tokens`, ended by EOS, a stop string or the budget.
+
+        With ``commit``, the last token of a budget-ended generation is fed into the
+        cache too, so the cache holds everything generated.
+        """
         tokens = self._sample_tokens(params)
         scanner = StopScanner(params.stop)
         out: list[int] = []
@@ -237,7 +239,7 @@ class CachingGenerator(Generator):
                     if scanner.stopped:
                         break
                     if len(out) >= params.max_new_tokens:
-                        if self._committing:
+                        if commit:
                             next(tokens, None)  # feeds the last token into the cache
                         break
             tail = scanner.flush()
@@ -273,11 +275,10 @@ class CachingGenerator(Generator):
         start = self.length
         self.check_fits(start + len(suffix_ids) + params.max_new_tokens,
                         what="the cached prefix plus this request")
-        self._committing = commit
         try:
             if suffix_ids:
                 self.prefill(suffix_ids)
-            yield from self._decode_from_cache(params)
+            yield from self._decode_from_cache(params, commit)
         finally:
             if not commit:
                 self.rollback(start)

@@ -190,7 +190,7 @@ class OpenAIGenerator(CachingGenerator):
         other._ids = list(self._ids) if keep_cache else []
         return other
 
-    def _decode_from_cache(self, params: GenerationParams) -> Iterator[str]:
+    def _decode_from_cache(self, params: GenerationParams, commit: bool = False) -> Iterator[str]:
         if not self._ids:
             raise BackendError("nothing to generate from: the cache is empty and no prompt was given")
         out: list[str] = []

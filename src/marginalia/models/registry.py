@@ -52,9 +52,14 @@ def gguf_backend(requested: str = "auto", device: str = "auto") -> str:
 
 def _cuda_available() -> bool:
     import importlib.util
+    import sys
 
     if importlib.util.find_spec("torch") is None:
         return False
+    if sys.platform.startswith("linux") and not any(
+        Path(p).exists() for p in ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia")
+    ):
+        return False  # no NVIDIA driver: skip importing torch (~1 s) just to hear "no"
     import torch
 
     return bool(torch.cuda.is_available())
