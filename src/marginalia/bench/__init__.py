@@ -1,0 +1,1 @@
+"""Benchmarking ways of reading: datasets, task builders, runner, metrics, judge and report."""

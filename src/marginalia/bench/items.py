@@ -1,0 +1,57 @@
+"""The benchmark item: one question over one built context, given to every pattern alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A titled piece of text from a dataset: a gold paragraph or a distractor."""
+
+    text: str
+    title: str = ""
+    gold: bool = False
+
+
+@dataclass(frozen=True)
+class Example:
+    """A dataset question before a context is built around it.
+
+    ``passages`` holds the item's own paragraphs (gold and, where the dataset has them, distractors);
+    a task builder adds more distractors from a pool to reach a target length.
+    """
+
+    id: str
+    dataset: str  # squad | squad2 | hotpotqa | nq | multihop | babilong | niah | cwe | own
+    question: str
+    answers: tuple[str, ...]  # any of these is right; empty for an unanswerable question
+    passages: tuple[Passage, ...] = ()
+    context: str | None = None  # datasets that come with a ready context (BABILong)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Item:
+    """A question over a context built to a target length, with the gold placed at a depth.
+
+    ``passage_spans`` are the character spans of the passages joined into ``context`` (in order);
+    ``gold_spans`` the subset that holds the gold. ``scoring`` names the metric family:
+    ``qa`` (exact match / F1 against any of ``answers``) or ``set`` (set F1: ``answers`` is the set).
+    """
+
+    id: str  # stable across runs: dataset, example id, target length, depth, seed
+    task: str
+    example_id: str
+    question: str
+    answers: tuple[str, ...]
+    context: str
+    context_tokens: int
+    target_tokens: int | None = None
+    depth: float | None = None  # where the (first) gold passage starts, 0.0 (top) .. 1.0 (bottom)
+    distractor_fraction: float | None = None  # size sweeps: the share of the budget filled with distractors
+    gold_spans: tuple[tuple[int, int], ...] = ()
+    passage_spans: tuple[tuple[int, int], ...] = ()
+    scoring: str = "qa"
+    meta: dict[str, Any] = field(default_factory=dict)
