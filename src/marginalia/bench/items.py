@@ -55,3 +55,25 @@ class Item:
     passage_spans: tuple[tuple[int, int], ...] = ()
     scoring: str = "qa"
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What to build for one task in a run config (the ``[[tasks]]`` tables of the TOML).
+
+    ``dataset`` is one of: squad, squad2, hotpotqa, nq, multihop, babilong, niah, cwe, own.
+    ``path`` is the dataset file (for niah: the filler haystack JSONL; for cwe: unused; for own: the reviewed
+    QA file). ``pool`` optionally names a JSONL of texts used as extra distractors. Contexts are built for every
+    target length x depth (or x distractor fraction, for a size sweep); ``limit`` caps examples per task.
+    """
+
+    dataset: str
+    path: str | None = None
+    pool: str | None = None
+    limit: int = 10
+    lengths: tuple[int, ...] = (4096,)
+    depths: tuple[float, ...] = (0.5,)
+    distractor_fractions: tuple[float, ...] = ()  # non-empty: a size sweep instead of a depth sweep
+    seed: int = 0
+    name: str = ""  # how results and reports call this task; defaults to ``dataset``
+    options: dict[str, Any] = field(default_factory=dict)  # dataset-specific knobs (e.g. cwe word counts)
