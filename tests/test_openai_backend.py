@@ -34,7 +34,7 @@ from marginalia.records import MarginJudged
 FACT = "The night ferry to Brackwater leaves from pier 47."
 QUESTION = "Which pier does the night ferry to Brackwater leave from?"
 ANSWER = "The ferry leaves from pier 47."
-MARGIN_SPLIT = "=====\nQuestion:"
+MARGIN_SPLIT = "\n\nQuestion:"
 NOTES_MARK = "Notes taken while reading the document:"
 SEGMENT_TOKENS = 100
 _PIECE = re.compile(r"\s*\S+\s*|\s+")

@@ -26,7 +26,7 @@ from marginalia.records import (
 FACT = "The night ferry to Brackwater leaves from pier 47."
 HALLUCINATION = "The night ferry to Brackwater leaves from pier 99."
 QUESTION = "Which pier does the night ferry to Brackwater leave from?"
-MARGIN_MARK = "Copy the sentence from the text above"
+MARGIN_MARK = "Copy the sentence above"
 FUSED_MARK = "Does the text above answer the question?"
 CLASSIFY_MARK = "Does the note answer the question?"
 ANSWER_MARK = "Notes taken while reading the document:"

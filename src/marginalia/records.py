@@ -153,6 +153,9 @@ class Answer:
     segments_read: int = 0
     segments_total: int = 0
     stopped_early: bool = False
+    #: for questions over a collection: how the retrieval policy decided —
+    #: "direct" (a question-bank answer), "none" (nothing relevant found) or "references"
+    retrieval: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,6 +170,17 @@ class Started:
     segments_total: int
     context_tokens: int
     kind: Literal["started"] = "started"
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """A collection was searched: what the retrieval policy decided, and the references it gathered."""
+
+    outcome: str  # direct | none | references
+    best_similarity: float
+    references: tuple[Reference, ...]
+    elapsed: float
+    kind: Literal["retrieved"] = "retrieved"
 
 
 @dataclass(frozen=True)
@@ -204,7 +218,7 @@ class Done:
     kind: Literal["done"] = "done"
 
 
-Event = Started | SegmentRead | MarginWritten | MarginJudged | AnswerDelta | Done
+Event = Started | Retrieved | SegmentRead | MarginWritten | MarginJudged | AnswerDelta | Done
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

@@ -72,12 +72,55 @@ class SentenceTransformerEmbedder(Embedder):
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
             raise MissingDependency("sentence-transformers", MINILM_INSTALL) from exc
+        from ..models.loaders import quiet_transformers
+
+        quiet_transformers()  # its weight-loading bar would interleave with our own progress
         self.name = name
         self.model: Any = SentenceTransformer(str(path), device=device or "cpu", local_files_only=True)
 
     def _embed(self, texts: Sequence[str], kind: Kind) -> np.ndarray:
         return np.asarray(self.model.encode(list(texts), batch_size=self.batch_size,
                                             show_progress_bar=False, convert_to_numpy=True))
+
+
+class CachedEmbedder(Embedder):
+    """Wraps an embedder and remembers document vectors by a hash of their text; queries pass through.
+
+    A benchmark asks RAG to embed the same passages again and again (every question, length and depth
+    around them); with this wrapper each distinct text is embedded once per process.
+    """
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.batch_size = inner.batch_size
+        self._vectors: dict[bytes, np.ndarray] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def _embed(self, texts: Sequence[str], kind: Kind) -> np.ndarray:
+        return self.inner._embed(texts, kind)
+
+    def embed(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
+        if kind != "document":
+            return self.inner.embed(texts, kind)
+        keys = [hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest() for t in texts]
+        missing: dict[bytes, str] = {}
+        for key, text in zip(keys, texts, strict=True):
+            if key not in self._vectors and key not in missing:
+                missing[key] = text
+        if missing:
+            rows = self.inner.embed(list(missing.values()), "document")
+            for key, row in zip(missing, rows, strict=True):
+                self._vectors[key] = row
+        self.misses += len(missing)
+        self.hits += len(texts) - len(missing)
+        if not keys:
+            return self.inner.embed([], "document")
+        return np.vstack([self._vectors[k] for k in keys])
+
+    def __len__(self) -> int:
+        return len(self._vectors)
 
 
 def minilm_dir() -> str:

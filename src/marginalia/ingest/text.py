@@ -3,29 +3,22 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import BadInput
+from ..records import Document
+from .loaders import Converted, Loader, content_id, load_document
+from .sections import first_heading
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".text", ".rst", ""}
-
-
-@dataclass(frozen=True)
-class Document:
-    """A document's text and where it came from."""
-
-    source: str
-    text: str
 
 
 def decode_text(data: bytes, source: str) -> str:
     """Decode bytes as UTF-8 text, refusing binary data and other encodings."""
     if b"\x00" in data[:8192]:
         raise BadInput(
-            f"{source} looks binary (it contains NUL bytes); give a text or markdown file "
-            "(PDF support comes with marginalia's document loaders)",
+            f"{source} looks binary (it contains NUL bytes); give a text, markdown, HTML or PDF file",
             path=source,
         )
     try:
@@ -41,29 +34,36 @@ def decode_text(data: bytes, source: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+class TextLoader(Loader):
+    """Plain text stays plain: it is kept as it is and has no headings."""
+
+    format = "text"
+    suffixes = (".txt", ".text", ".rst", "")
+
+    def convert(self, data: bytes, source: str) -> Converted:
+        return Converted(decode_text(data, source))
+
+
+class MarkdownLoader(Loader):
+    """Markdown is taken as it is; its title is its first heading."""
+
+    format = "markdown"
+    suffixes = (".md", ".markdown")
+
+    def convert(self, data: bytes, source: str) -> Converted:
+        text = decode_text(data, source)
+        return Converted(text, title=first_heading(text))
+
+
 def read_document(path: str | Path, stdin: BinaryIO | None = None) -> Document:
-    """Read a text or markdown file (``-`` reads standard input).
+    """Read a document: any format ``load_document`` reads, or ``-`` for standard input (plain text).
 
     Raises:
-        BadInput: missing, a directory, empty, binary or not UTF-8.
+        BadInput: missing, a directory, empty, binary, not UTF-8, or an unusable PDF.
+        MissingDependency: a PDF, without the ``pdf`` extra installed.
     """
-    source = str(path)
-    if source == "-":
+    if str(path) == "-":
         stream = stdin if stdin is not None else sys.stdin.buffer
-        return Document("<stdin>", decode_text(stream.read(), "standard input"))
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise BadInput(f"no such file: {source}; check the path", path=source)
-    if p.is_dir():
-        raise BadInput(f"{source} is a directory; give one text or markdown file", path=source)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"cannot read {source}: {exc.strerror}", path=source) from exc
-    if p.suffix.lower() == ".pdf":
-        raise BadInput(
-            f"{source} is a PDF; this version reads text and markdown files only "
-            "(convert it to text first, e.g. pdftotext)",
-            path=source,
-        )
-    return Document(source, decode_text(data, source))
+        text = decode_text(stream.read(), "standard input")
+        return Document("<stdin>", text, content_id(text), format="text")
+    return load_document(path)

@@ -11,7 +11,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Generator as PyGenerator
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..errors import UserError
 from ..models.base import Clock, GenerationParams, Generator, Usage
@@ -57,11 +56,11 @@ class Framing:
     tail: list[int]   # end of the user turn + the assistant's generation prompt
 
     @classmethod
-    def build(cls, generator: Generator, intro: str = "document_intro") -> Framing:
+    def build(cls, generator: Generator, intro: str = "document_intro", **values: str) -> Framing:
         frame = generator.chat_frame(render("system").strip())
         tok = generator.tokenizer
         return cls(
-            head=tok.encode(frame.head, allow_special=True) + tok.encode(render(intro)),
+            head=tok.encode(frame.head, allow_special=True) + tok.encode(render(intro, **values)),
             tail=tok.encode(frame.tail, allow_special=True),
         )
 
@@ -73,7 +72,7 @@ class Framing:
 class Pattern(ABC):
     """A way of reading a context to answer a question."""
 
-    name: ClassVar[str]
+    name: str = "pattern"  # subclasses set their own; a collection reader takes its inner pattern's
 
     def __init__(self, generator: Generator, max_new_tokens: int = 96) -> None:
         if max_new_tokens <= 0:

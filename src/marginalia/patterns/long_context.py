@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..models.base import Clock
+from ..models.base import Clock, Generator
 from ..records import Answer, Done, Event, Reference, Started
 from .base import Framing, Pattern, Run, make_stats, relay_answer
 
@@ -18,10 +18,14 @@ class LongContext(Pattern):
 
     name = "lc"
 
+    def __init__(self, generator: Generator, max_new_tokens: int = 96, intro: str = "document_intro") -> None:
+        super().__init__(generator, max_new_tokens)
+        self.intro = intro  # the prompt that introduces the context (a document, or retrieved passages)
+
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
         clock = Clock()
         gen = self.generator
-        framing = Framing.build(gen)
+        framing = Framing.build(gen, intro=self.intro)
         context_ids = gen.tokenizer.encode(context)
         prompt = framing.head + context_ids + framing.suffix(gen, "answer", question=question)
         gen.check_fits(len(prompt) + self.answer_params.max_new_tokens,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -10,8 +11,27 @@ from ..errors import UserError
 from ..index.embedders import Embedder, load_embedder
 from ..ingest.segment import segments_from_tokens
 from ..models.base import Clock, Generator
-from ..records import Answer, Done, Event, Reference, SegmentRead, Started
+from ..records import Answer, Done, Event, Reference, Segment, SegmentRead, Started
 from .base import Framing, Pattern, Run, make_stats, relay_answer
+
+SPLITS = ("tokens", "paragraphs")
+_BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
+
+
+def paragraph_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of the paragraphs of ``text`` (cut at blank lines, outer whitespace left out)."""
+    spans = []
+    start = 0
+    for m in [*_BLANK_LINES.finditer(text), None]:
+        end = m.start() if m else len(text)
+        piece = text[start:end]
+        lead = len(piece) - len(piece.lstrip())
+        trail = len(piece.rstrip())
+        if trail > lead:
+            spans.append((start + lead, start + trail))
+        if m:
+            start = m.end()
+    return spans
 
 
 class RAG(Pattern):
@@ -22,6 +42,9 @@ class RAG(Pattern):
         embedder: an Embedder; the embedded MiniLM is loaded when none is given.
         chunk_tokens: the most model tokens per chunk.
         top_k: how many chunks the answer sees (kept in document order).
+        split: ``tokens`` cuts the whole context into chunks of ``chunk_tokens``; ``paragraphs`` cuts it at
+            blank lines first and each paragraph further by ``chunk_tokens``, so a passage yields the same
+            chunks wherever it sits (a cached embedder then embeds it once across contexts).
     """
 
     name = "rag"
@@ -33,12 +56,16 @@ class RAG(Pattern):
         chunk_tokens: int = 128,
         top_k: int = 4,
         max_new_tokens: int = 96,
+        split: str = "tokens",
     ) -> None:
         super().__init__(generator, max_new_tokens)
         if chunk_tokens <= 0:
             raise UserError(f"chunk size must be a positive number of tokens, got {chunk_tokens}")
         if top_k <= 0:
             raise UserError(f"top-k must be positive, got {top_k}")
+        if split not in SPLITS:
+            raise UserError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+        self.split = split
         self.chunk_tokens = chunk_tokens
         self.top_k = top_k
         self._embedder = embedder
@@ -53,7 +80,10 @@ class RAG(Pattern):
         clock = Clock()
         gen = self.generator
         ids, offsets = gen.tokenizer.encode_with_offsets(context)
-        chunks = segments_from_tokens(context, ids, offsets, self.chunk_tokens)
+        if self.split == "paragraphs":
+            chunks = self._paragraph_chunks(context)
+        else:
+            chunks = segments_from_tokens(context, ids, offsets, self.chunk_tokens)
         yield Started(self.name, len(chunks), len(ids))
         vectors = self.embedder.embed_documents([c.text for c in chunks])
         scores = vectors @ self.embedder.embed_query(question)
@@ -88,3 +118,15 @@ class RAG(Pattern):
             ),
             stats=stats, segments_read=len(picked), segments_total=len(chunks),
         ))
+
+    def _paragraph_chunks(self, context: str) -> list[Segment]:
+        """Chunks within paragraphs; each paragraph is tokenized on its own, so its chunks do not
+        depend on the text around it."""
+        tokenizer = self.generator.tokenizer
+        chunks: list[Segment] = []
+        for start, end in paragraph_spans(context):
+            piece = context[start:end]
+            ids, offsets = tokenizer.encode_with_offsets(piece)
+            for seg in segments_from_tokens(piece, ids, offsets, self.chunk_tokens):
+                chunks.append(Segment(len(chunks), start + seg.start, start + seg.end, seg.text, seg.token_ids))
+        return chunks

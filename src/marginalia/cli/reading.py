@@ -1,8 +1,4 @@
-"""The `marginalia` command: ask questions of a document, run the demo, list models.
-
-Answers go to stdout; margins as they arrive, progress and logs go to stderr.
-Exit codes: 0 ok, 1 runtime failure, 2 usage error.
-"""
+"""Reading one document: ask, demo, models and serve-model."""
 
 from __future__ import annotations
 
@@ -10,69 +6,28 @@ import argparse
 import json
 import signal
 import sys
-import time
-from collections.abc import Sequence
 from importlib import resources
 from types import FrameType
 from typing import Any, TextIO
 
-from . import __version__
-from .errors import MarginaliaError, UserError
-from .home import ENV_HOME
-
-DEFAULT_SEGMENT_TOKENS = 512
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
-    return value
+from ..errors import MarginaliaError, UserError
+from .common import (
+    DEFAULT_SEGMENT_TOKENS,
+    Formatter,
+    Reporter,
+    _model_help,
+    load_model,
+    model_options,
+    positive_int,
+    snippet,
+)
 
 
-class Formatter(argparse.RawDescriptionHelpFormatter):
-    """Shows each option's default, except where there is none to show."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text \
-                and action.option_strings:
-            text += " (default: %(default)s)"
-        return text
-
-
-def _model_help() -> str:
-    import importlib.util
-
-    from .models.registry import known_specs
-
-    rows = "\n".join(f"  {form:<16} {text}" for form, text in known_specs())
-    engine = ("llama.cpp (llama-cpp-python is installed)"
-              if importlib.util.find_spec("llama_cpp") else
-              "transformers (install llama-cpp-python for ~5x faster decoding)")
-    return f"model specs:\n{rows}\n\nWith --backend auto, GGUF models run on {engine} here."
-
-
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--home", metavar="DIR", default=None,
-                        help=f"where marginalia keeps model caches (default: ${ENV_HOME}, "
-                             "else your user data directory)")
-    common.add_argument("-v", "--verbose", action="store_true", help="log what is loaded and why")
-
+def reading_options() -> argparse.ArgumentParser:
+    """Options of the reading patterns (wim, lc, rag)."""
     reading = argparse.ArgumentParser(add_help=False)
     reading.add_argument("--pattern", choices=("wim", "lc", "rag"), default="wim",
                          help="how to read: Writing in the Margins, long context, or retrieval")
-    reading.add_argument("--model", default="smollm2", metavar="SPEC",
-                         help="the language model (see 'marginalia models')")
-    reading.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                         help="where the in-process model runs (auto: CUDA + bf16 if present)")
-    reading.add_argument("--backend", choices=("auto", "llamacpp", "transformers"), default="auto",
-                         help="engine for GGUF models (smollm2, gguf:): auto picks llama.cpp when "
-                              "installed (about 5x faster decoding on CPU), else transformers")
     reading.add_argument("--segment-tokens", type=positive_int, default=DEFAULT_SEGMENT_TOKENS,
                          metavar="N", help="wim: model tokens per segment")
     reading.add_argument("--judge", choices=("grounded", "fused", "separate"), default="grounded",
@@ -87,37 +42,48 @@ def build_parser() -> argparse.ArgumentParser:
                          help="rag: how many chunks the answer sees")
     reading.add_argument("--embedder", default="minilm", metavar="SPEC",
                          help="rag: 'minilm' (embedded), 'hashing', or 'st:<local folder>'")
-    reading.add_argument("--api-key", default=None, metavar="KEY",
-                         help="API key for openai: models (default: $MARGINALIA_API_KEY, "
-                              "else $OPENAI_API_KEY)")
     reading.add_argument("--json", action="store_true",
                          help="print the answer, margins, references and stats as one JSON object")
     reading.add_argument("-q", "--quiet", action="store_true",
                          help="no margins or progress on stderr")
 
-    parser = argparse.ArgumentParser(
-        prog="marginalia",
-        description="Answer questions over long documents with language models, reading them "
-                    "with Writing in the Margins (wim), long context (lc) or retrieval (rag).",
-        formatter_class=Formatter,
-        epilog="Press Ctrl-C once while wim reads to stop reading and answer from what was "
-               "read so far; twice to abort.",
-    )
-    parser.add_argument("--version", action="version", version=f"marginalia {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
+    return reading
 
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ask, demo, models and serve-model."""
+    models = model_options()
+    reading = reading_options()
     ask = sub.add_parser(
-        "ask", parents=[common, reading], formatter_class=Formatter,
-        help="answer a question about a text or markdown file",
-        description="Answer QUESTION about FILE (a text or markdown file, or - for stdin).",
+        "ask", parents=[common, models, reading], formatter_class=Formatter,
+        help="answer a question about a file, or about a collection",
+        description="Answer QUESTION about FILE (a text or markdown file, or - for stdin), or, with "
+                    "--collection, about an indexed collection: the retrieval policy answers from the "
+                    "question bank when a stored question matches closely (--certain), says no relevant "
+                    "references were found when nothing matches (--uncertain), and otherwise gathers "
+                    "references for the pattern: rag reads the retrieved chunks, lc and wim the retrieved "
+                    "sections (or --scope documents).",
         epilog=_model_help(),
     )
-    ask.add_argument("file", metavar="FILE|-", help="the document (text or markdown), - for stdin")
+    ask.add_argument("file", metavar="FILE|-", nargs="?",
+                     help="the document (text or markdown), - for stdin; leave out with --collection")
     ask.add_argument("question", metavar="QUESTION", help="the question to answer")
+    coll = ask.add_argument_group("reading a collection")
+    coll.add_argument("--collection", "-c", metavar="NAME", help="answer from this indexed collection")
+    coll.add_argument("--certain", type=float, default=0.9, metavar="SIM",
+                      help="a question-bank entry at least this similar (cosine) answers directly")
+    coll.add_argument("--uncertain", type=float, default=0.3, metavar="SIM",
+                      help="below this similarity for every hit: 'no relevant references found'")
+    coll.add_argument("--scope", choices=("sections", "chunks", "documents"), default=None,
+                      help="what lc and wim read around each hit (default: sections; rag reads chunks)")
+    coll.add_argument("--search", choices=("hybrid", "dense", "bm25"), default="hybrid",
+                      help="how the collection is searched")
+    coll.add_argument("--no-question-bank", action="store_true", help="never answer from stored questions")
+    coll.add_argument("--max-context-tokens", type=positive_int, default=None, metavar="N",
+                      help="the most tokens of references wim reads (lc: what fits the window)")
 
     demo = sub.add_parser(
-        "demo", parents=[common, reading], formatter_class=Formatter,
+        "demo", parents=[common, models, reading], formatter_class=Formatter,
         help="read the bundled sample report with WiM and answer a question about it",
         description="Run a pattern on the bundled sample document (a ~6.5k-token harbour "
                     "report with planted facts) and compare the answer with the known one.",
@@ -127,8 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="which of the bundled questions to ask (see --list)")
     demo.add_argument("--list", action="store_true", help="list the bundled questions and exit")
 
-    sub.add_parser("models", parents=[common], formatter_class=Formatter,
-                   help="list the model spec forms", description=_model_help())
+    models_cmd = sub.add_parser("models", parents=[common], formatter_class=Formatter,
+                                help="list the model spec forms", description=_model_help())
+    models_cmd.set_defaults(handler=cmd_models)
 
     serve = sub.add_parser(
         "serve-model", parents=[common], formatter_class=Formatter,
@@ -144,84 +111,32 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=positive_int, default=8080, help="port to listen on")
     serve.add_argument("--n-ctx", type=positive_int, default=8192, metavar="N",
                        help="context window to allocate, in tokens")
-    return parser
-
-
-class Reporter:
-    """Writes margins and progress to stderr as events arrive."""
-
-    def __init__(self, quiet: bool, err: TextIO) -> None:
-        self.quiet = quiet
-        self.err = err
-        self.bar: Any = None
-
-    def log(self, message: str) -> None:
-        if not self.quiet:
-            if self.bar is not None:
-                self.bar.write(message, file=self.err)
-            else:
-                print(message, file=self.err, flush=True)
-
-    def event(self, event: Any) -> None:
-        if self.quiet:
-            return
-        kind = event.kind
-        if kind == "started":
-            self.log(f"reading {event.context_tokens} tokens with {event.pattern} "
-                     f"({event.segments_total} {'segments' if event.pattern == 'wim' else 'chunks'})")
-            if event.pattern == "wim":
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=event.segments_total, unit="seg", file=self.err,
-                                dynamic_ncols=True, leave=False,
-                                disable=not getattr(self.err, "isatty", lambda: False)())
-        elif kind == "segment_read" and self.bar is None:
-            seg = event.segment
-            self.log(f"  retrieved chunk {seg.index + 1}/{event.total}: {_snippet(seg.text)}")
-        elif kind == "margin_judged":
-            m = event.margin
-            mark = "+" if m.relevant else "-"
-            self.log(f"  [{m.segment_index + 1}] {mark} {_snippet(m.text, 110)}"
-                     + ("" if m.relevant else f"   ({m.reason})"))
-            if self.bar is not None:
-                self.bar.update(1)
-        elif kind in ("answer_delta", "done") and self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
-def _snippet(text: str, width: int = 90) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "\u2026"
+    ask.set_defaults(handler=cmd_ask)
+    demo.set_defaults(handler=cmd_demo)
+    serve.set_defaults(handler=cmd_serve_model)
 
 
 def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
                 out: TextIO, err: TextIO) -> Any:
     """Load the model, read ``text`` with the chosen pattern, stream the answer."""
-    from .models import load_generator
-    from .patterns import make_pattern
+    from ..patterns import make_pattern
 
     reporter = Reporter(args.quiet, err)
-    t0 = time.perf_counter()
-    generator = load_generator(args.model, home=args.home, device=args.device,
-                               log=reporter.log if not args.quiet else None, backend=args.backend,
-                               api_key=args.api_key)
-    if args.verbose:
-        device = getattr(generator, "device", "?")
-        reporter.log(f"model {generator.name}: {type(generator).__name__} on {device}, "
-                     f"window {generator.context_window} tokens, loaded in "
-                     f"{time.perf_counter() - t0:.1f}s")
+    generator = load_model(args, reporter)
     options: dict[str, Any] = {"max_new_tokens": args.max_tokens}
     if args.pattern == "wim":
         options.update(segment_tokens=args.segment_tokens, judge=args.judge,
                        margin_tokens=args.margin_tokens)
-    elif args.pattern == "rag":
-        from .index.embedders import load_embedder
+    elif args.pattern == "rag" and not getattr(args, "collection", None):
+        from ..index.embedders import load_embedder
 
         options.update(embedder=load_embedder(args.embedder), chunk_tokens=args.chunk_tokens,
                        top_k=args.top_k)
-    pattern = make_pattern(args.pattern, generator, **options)
-    run = pattern.run(text, question, source=source)
+    if getattr(args, "collection", None):
+        run = _collection_run(args, generator, question)
+    else:
+        pattern = make_pattern(args.pattern, generator, **options)
+        run = pattern.run(text, question, source=source)
 
     def on_sigint(signum: int, frame: FrameType | None) -> None:
         if run.stop_requested:
@@ -262,7 +177,10 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
         if not args.quiet:
             for ref in answer.references[:5]:
                 if ref.text != "(the whole document)":
-                    reporter.log(f"  ref {ref.source}[{ref.start}:{ref.end}]: {_snippet(ref.text)}")
+                    where = " > ".join(ref.section_path)
+                    where = f" {where}" if where else ""
+                    page = f" p.{ref.page}" if ref.page else ""
+                    reporter.log(f"  ref {ref.source}{page}{where} [{ref.start}:{ref.end}]: {snippet(ref.text)}")
             s = answer.stats
             extra = f", stopped after {answer.segments_read}/{answer.segments_total} segments" \
                 if answer.stopped_early else ""
@@ -275,18 +193,58 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
     return answer
 
 
+def _collection_run(args: argparse.Namespace, generator: Any, question: str) -> Any:
+    """A run that retrieves from the collection by the policy, then reads with the chosen pattern."""
+    from ..index.policy import RetrievalPolicy, retrieve
+    from ..index.store import Collection
+    from ..patterns import make_pattern
+    from ..patterns.collection import CollectionReader
+
+    collection = Collection.open(args.collection, home=args.home)
+    scope = args.scope or ("chunks" if args.pattern == "rag" else "sections")
+    budget = args.max_context_tokens
+    if args.pattern in ("lc", "rag"):  # one prompt: the references must fit the window with the answer
+        room = generator.context_window - args.max_tokens - 160
+        budget = min(budget, room) if budget else room
+    policy = RetrievalPolicy(certain=args.certain, uncertain=args.uncertain,
+                             k=args.top_k if args.pattern == "rag" else max(args.top_k, 5),
+                             scope=scope, max_context_tokens=budget, mode=args.search,
+                             use_questions=not args.no_question_bank)
+    if args.pattern == "rag":
+        inner = make_pattern("lc", generator, max_new_tokens=args.max_tokens, intro="passages_intro")
+    elif args.pattern == "wim":
+        inner = make_pattern("wim", generator, max_new_tokens=args.max_tokens, segment_tokens=args.segment_tokens,
+                             judge=args.judge, margin_tokens=args.margin_tokens)
+    else:
+        inner = make_pattern("lc", generator, max_new_tokens=args.max_tokens)
+    count = generator.tokenizer.count
+    reader = CollectionReader(inner, lambda q: retrieve(collection, q, policy, count), name=args.pattern)
+    return reader.ask(question, source=args.collection)
+
+
 def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .ingest.text import read_document
-    from .patterns.base import check_question
+    from ..ingest.text import read_document
+    from ..patterns.base import check_question
 
     check_question(args.question)
+    if args.collection:
+        if args.file is not None:
+            raise UserError("give either FILE or --collection, not both")
+        from ..index.store import Collection
+
+        Collection.open(args.collection, home=args.home)  # fail fast, before loading the model
+        run_pattern(args, "", args.question, args.collection, out, err)
+        return 0
+    if args.file is None:
+        raise UserError("give the document to read (FILE, or - for stdin) before the question, "
+                        "or --collection NAME to ask an indexed collection")
     doc = read_document(args.file)
     run_pattern(args, doc.text, args.question, doc.source, out, err)
     return 0
 
 
 def demo_files() -> tuple[str, list[dict[str, Any]]]:
-    base = resources.files(__package__).joinpath("data", "demo")
+    base = resources.files("marginalia").joinpath("data", "demo")
     text = base.joinpath("harbour_report.md").read_text("utf-8")
     questions = json.loads(base.joinpath("harbour_report.questions.json").read_text("utf-8"))
     return text, questions
@@ -322,8 +280,8 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], str]:
     import importlib.util
     from pathlib import Path
 
-    from .models.llamacpp_backend import LLAMACPP_INSTALL
-    from .models.loaders import embedded_gguf
+    from ..models.llamacpp_backend import LLAMACPP_INSTALL
+    from ..models.loaders import embedded_gguf
 
     if args.model == "smollm2":
         path, alias = embedded_gguf(), "smollm2"
@@ -335,7 +293,7 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], str]:
     else:
         raise UserError(f"serve-model serves GGUF models: give 'smollm2' or 'gguf:<file>', not {args.model!r}")
     if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("uvicorn") is None:
-        from .errors import MissingDependency
+        from ..errors import MissingDependency
 
         raise MissingDependency("llama-cpp-python's server", LLAMACPP_INSTALL)
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path),
@@ -360,31 +318,3 @@ def cmd_serve_model(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 0
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
-         err: TextIO | None = None) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    commands = {"ask": cmd_ask, "demo": cmd_demo, "models": cmd_models,
-                "serve-model": cmd_serve_model}
-    try:
-        return commands[args.command](args, out, err)
-    except MarginaliaError as exc:
-        print(f"marginalia: error: {exc}", file=err)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("marginalia: interrupted", file=err)
-        return 130
-    except BrokenPipeError:
-        return 0
-    except Exception as exc:  # an unexpected failure: short message, traceback on -v
-        if getattr(args, "verbose", False):
-            raise
-        print(f"marginalia: unexpected error: {type(exc).__name__}: {exc} "
-              "(run again with -v for the traceback)", file=err)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,260 @@
+"""The benchmark run config: a TOML file, validated strictly (unknown keys are errors) and resolved.
+
+A config names the model, the tasks (which items to build) and the patterns (ways of reading) to compare;
+optionally a model judge and medoid voting. `load_config` reads and validates a file; the result's
+`resolved()` dict (absolute paths, defaults filled) is what a run stores next to its results.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..errors import UserError
+from .items import TaskSpec
+
+SCHEMA = 1
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JudgeConfig(_Strict):
+    """``[judge]``: a model that says whether a prediction answers the question."""
+
+    model: str = Field(min_length=1)
+    backend: Literal["auto", "llamacpp", "transformers"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    retries: int = Field(default=2, ge=0, le=10)
+    max_new_tokens: int = Field(default=96, gt=0)
+
+
+class VotingConfig(_Strict):
+    """``[voting]``: sample several answers per (item, pattern) and keep the medoid."""
+
+    samples: int = Field(ge=2, le=50)
+    temperature: float = Field(default=0.7, gt=0.0, le=2.0)
+
+
+class TaskConfig(_Strict):
+    """``[[tasks]]``: what to build; the fields of `TaskSpec`."""
+
+    dataset: str = Field(min_length=1)
+    path: str | None = None
+    pool: str | None = None
+    limit: int = Field(default=10, gt=0)
+    lengths: tuple[Annotated[int, Field(gt=0)], ...] = (4096,)
+    depths: tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...] = (0.5,)
+    distractor_fractions: tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...] = ()
+    seed: int | None = None  # default: the run's seed
+    name: str | None = None  # default: the dataset
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("lengths", "depths")
+    @classmethod
+    def _not_empty(cls, value: tuple[Any, ...]) -> tuple[Any, ...]:
+        if not value:
+            raise ValueError("give at least one value")
+        return value
+
+    def spec(self, limit: int | None = None) -> TaskSpec:
+        """The `TaskSpec` for the data side (``limit`` caps the examples further)."""
+        return TaskSpec(
+            dataset=self.dataset, path=self.path, pool=self.pool,
+            limit=min(self.limit, limit) if limit else self.limit,
+            lengths=tuple(self.lengths), depths=tuple(self.depths),
+            distractor_fractions=tuple(self.distractor_fractions),
+            seed=self.seed if self.seed is not None else 0, name=self.name or self.dataset,
+            options=dict(self.options),
+        )
+
+
+class _PatternBase(_Strict):
+    name: str | None = None  # default: the kind
+    max_new_tokens: int | None = Field(default=None, gt=0)  # default: the run's
+
+
+class LcPatternConfig(_PatternBase):
+    """``[[patterns]]`` with ``kind = "lc"``: the whole context in one prompt."""
+
+    kind: Literal["lc"]
+
+
+class RagPatternConfig(_PatternBase):
+    """``[[patterns]]`` with ``kind = "rag"``: the ``top_k`` closest chunks."""
+
+    kind: Literal["rag"]
+    top_k: int = Field(default=4, gt=0)
+    chunk_tokens: int = Field(default=128, gt=0)
+    split: Literal["paragraphs", "tokens"] = "paragraphs"
+
+
+class WimPatternConfig(_PatternBase):
+    """``[[patterns]]`` with ``kind = "wim"``: Writing in the Margins."""
+
+    kind: Literal["wim"]
+    segment_tokens: int = Field(default=512, gt=0)
+    judge: Literal["grounded", "fused", "separate"] = "grounded"
+    margin_tokens: int = Field(default=48, gt=0)
+
+
+PatternConfig = Annotated[LcPatternConfig | RagPatternConfig | WimPatternConfig, Field(discriminator="kind")]
+
+
+class RunConfig(_Strict):
+    """The whole file."""
+
+    name: str | None = None  # default: the config file's stem
+    seed: int = 0
+    model: str = Field(default="smollm2", min_length=1)
+    backend: Literal["auto", "llamacpp", "transformers"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    embedder: str = Field(default="minilm", min_length=1)
+    max_new_tokens: int = Field(default=48, gt=0)
+    judge: JudgeConfig | None = None
+    voting: VotingConfig | None = None
+    tasks: tuple[TaskConfig, ...] = Field(min_length=1)
+    patterns: tuple[PatternConfig, ...] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME.match(value):
+            raise ValueError("use letters, digits, '.', '_' and '-' only (it names a folder)")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_labels(self) -> RunConfig:
+        for what, labels in (("task", [t.name or t.dataset for t in self.tasks]),
+                             ("pattern", [p.name or p.kind for p in self.patterns])):
+            seen: set[str] = set()
+            for label in labels:
+                if label in seen:
+                    raise ValueError(f"two {what}s are called {label!r}; give each a distinct name = \"...\"")
+                seen.add(label)
+                if not _NAME.match(label):
+                    raise ValueError(f"{what} name {label!r}: use letters, digits, '.', '_' and '-' only")
+        return self
+
+    def pattern_names(self) -> list[str]:
+        return [p.name or p.kind for p in self.patterns]
+
+    def resolved(self) -> dict[str, Any]:
+        """A JSON-ready dict with every default filled (what a run stores and compares)."""
+        data = self.model_dump(mode="json")
+        data["schema"] = SCHEMA
+        return data
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read, validate and resolve a run config.
+
+    Relative dataset paths resolve against the config file's folder; names, task seeds and
+    per-pattern token budgets get their defaults, so `RunConfig.resolved` is complete.
+
+    Raises:
+        UserError: the file is missing or not TOML, has unknown keys or bad values (the message names
+            the file, the table and the key), or names a dataset file that does not exist.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise UserError(f"no run config at {path}; give the path of a .toml file (see configs/bench/)")
+    try:
+        raw = tomllib.loads(path.read_text("utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text; save it as UTF-8") from None
+    return parse_config(raw, path)
+
+
+def parse_config(raw: dict[str, Any], path: Path) -> RunConfig:
+    """Validate a parsed TOML table (see `load_config`); ``path`` places relative paths and names the file."""
+    try:
+        config = RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = [_describe(err, raw) for err in exc.errors()]
+        raise UserError(f"{path}: " + ("; ".join(problems) if len(problems) > 1 else problems[0])) from None
+    base = path.resolve().parent
+    tasks = []
+    for i, task in enumerate(config.tasks):
+        paths: dict[str, Any] = {}
+        for key in ("path", "pool"):
+            value = getattr(task, key)
+            if value is None:
+                continue
+            resolved = (base / Path(value).expanduser()).resolve()
+            if not resolved.exists():
+                raise UserError(f"{path}: [[tasks]] #{i + 1} ({task.name or task.dataset}): {key} {value!r} "
+                                f"resolves to {resolved}, which does not exist; relative paths are read from "
+                                "the config file's folder")
+            paths[key] = str(resolved)
+        tasks.append(task.model_copy(update={
+            **paths, "name": task.name or task.dataset,
+            "seed": task.seed if task.seed is not None else config.seed,
+        }))
+    patterns = [p.model_copy(update={"name": p.name or p.kind,
+                                      "max_new_tokens": p.max_new_tokens or config.max_new_tokens})
+                for p in config.patterns]
+    return config.model_copy(update={"name": config.name or _stem_name(path), "tasks": tuple(tasks),
+                                     "patterns": tuple(patterns)})
+
+
+def _stem_name(path: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).strip("-.") or "run"
+    return name
+
+
+_TABLE_MODELS: dict[str, type[BaseModel]] = {
+    "judge": JudgeConfig, "voting": VotingConfig, "tasks": TaskConfig,
+}
+_PATTERN_MODELS: dict[str, type[BaseModel]] = {
+    "lc": LcPatternConfig, "rag": RagPatternConfig, "wim": WimPatternConfig,
+}
+
+
+def _describe(err: Any, raw: dict[str, Any]) -> str:
+    """One validation error in the file's own terms: table, key, what is wrong."""
+    loc = list(err["loc"])
+    kind = err["type"]
+    model: type[BaseModel] = RunConfig
+    where = "top level"
+    if loc and loc[0] in ("judge", "voting"):
+        where = f"[{loc[0]}]"
+        model = _TABLE_MODELS[str(loc[0])]
+        loc = loc[1:]
+    elif loc and loc[0] in ("tasks", "patterns") and len(loc) >= 2 and isinstance(loc[1], int):
+        table, index = str(loc[0]), loc[1]
+        entry = raw.get(table, [])[index] if isinstance(raw.get(table), list) else {}
+        label = entry.get("name") or entry.get("dataset" if table == "tasks" else "kind") \
+            if isinstance(entry, dict) else None
+        where = f"[[{table}]] #{index + 1}" + (f" ({label})" if label else "")
+        loc = loc[2:]
+        if table == "tasks":
+            model = TaskConfig
+        else:
+            if loc and loc[0] in _PATTERN_MODELS:
+                model = _PATTERN_MODELS[str(loc[0])]
+                loc = loc[1:]
+            if kind in ("union_tag_not_found", "union_tag_invalid"):
+                return f"{where}: kind must be one of {', '.join(_PATTERN_MODELS)}"
+    key = ".".join(str(part) for part in loc)
+    if kind == "extra_forbidden":
+        known = list(model.model_fields)
+        other = [k for k, m in _PATTERN_MODELS.items() if model in _PATTERN_MODELS.values()
+                 and m is not model and loc and loc[-1] in m.model_fields]
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.75) if loc else []
+        hint = (f" (an option of kind = \"{other[0]}\")" if other else f"; did you mean {close[0]!r}?" if close
+                else f" (known keys: {', '.join(known)})")
+        return f"{where}: unknown key {key!r}{hint}"
+    if kind == "missing":
+        return f"{where}: {key!r} is required"
+    message = err["msg"].removeprefix("Value error, ")
+    return f"{where}: {key}: {message}" if key else f"{where}: {message}"

@@ -1,0 +1,205 @@
+"""The model judge (is this prediction right?), medoid voting over sampled answers, and judge-vs-lexical checks.
+
+The judge asks any generator for a small JSON object, ``{"correct": true, "reason": "..."}``; the reply is
+validated with pydantic, tolerating code fences and prose around it. A garbled reply is retried with a fresh
+sampling seed, and after the last try the item is recorded ``unjudged``: judging never stops a run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..errors import MarginaliaError
+from ..models.base import GenerationParams, Generator, Message
+
+RETRY_TEMPERATURE = 0.7
+
+
+class JudgeReply(BaseModel):
+    """What the judge model must return (extra keys are ignored: a model's output, not our config)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    correct: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judge's decision on one prediction."""
+
+    status: Literal["correct", "wrong", "unjudged"]
+    reason: str = ""
+    attempts: int = 0
+    raw: str = ""  # the last reply, kept when it could not be read
+
+    @property
+    def correct(self) -> bool | None:
+        return None if self.status == "unjudged" else self.status == "correct"
+
+    def to_dict(self) -> dict[str, object]:
+        data: dict[str, object] = {"verdict": self.status, "reason": self.reason, "attempts": self.attempts}
+        if self.status == "unjudged":
+            data["raw"] = self.raw
+        return data
+
+
+@cache
+def _template(name: str) -> string.Template:
+    return string.Template(resources.files(__package__).joinpath("prompts", f"{name}.txt").read_text("utf-8"))
+
+
+def judge_messages(question: str, answers: Sequence[str], prediction: str) -> list[Message]:
+    """The judge's chat: our system line and the question, references and prediction."""
+    values = {"question": question.strip(), "prediction": prediction.strip() or "(empty)"}
+    if answers:
+        name = "judge"
+        values["answers"] = " | ".join(json.dumps(a, ensure_ascii=False) for a in answers)
+    else:
+        name = "judge_unanswerable"
+    return [{"role": "system", "content": _template("judge_system").template.strip()},
+            {"role": "user", "content": _template(name).substitute(values).strip()}]
+
+
+_FENCE = re.compile(r"```(?:json)?", re.IGNORECASE)
+
+
+def parse_reply(text: str) -> JudgeReply | None:
+    """The first JSON object in ``text`` that is a valid reply, or None.
+
+    Code fences and prose before or after the object are ignored.
+    """
+    text = _FENCE.sub(" ", text)
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            obj, _ = decoder.raw_decode(text, match.start())
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        try:
+            return JudgeReply.model_validate(obj)
+        except ValidationError:
+            continue
+    return None
+
+
+class ModelJudge:
+    """Asks a generator whether a prediction answers a question, with retries on unreadable replies.
+
+    Args:
+        generator: any Generator (a stronger served model is a good choice).
+        retries: extra attempts after an unreadable reply (each samples with a new seed).
+        max_new_tokens: the most tokens of a reply.
+        seed: the first retry's seed; later retries add one each.
+    """
+
+    def __init__(self, generator: Generator, retries: int = 2, max_new_tokens: int = 96, seed: int = 0) -> None:
+        self.generator = generator
+        self.retries = retries
+        self.max_new_tokens = max_new_tokens
+        self.seed = seed
+
+    @property
+    def name(self) -> str:
+        return self.generator.name
+
+    def judge(self, question: str, answers: Sequence[str], prediction: str) -> Verdict:
+        """Judge one prediction; never raises for a bad reply or a failing model (then ``unjudged``)."""
+        messages = judge_messages(question, answers, prediction)
+        raw = ""
+        attempts = 0
+        for attempt in range(self.retries + 1):
+            attempts += 1
+            params = GenerationParams(max_new_tokens=self.max_new_tokens) if attempt == 0 else GenerationParams(
+                max_new_tokens=self.max_new_tokens, temperature=RETRY_TEMPERATURE, seed=self.seed + attempt)
+            try:
+                raw = self.generator.generate(messages, params)
+            except MarginaliaError as exc:
+                return Verdict("unjudged", f"the judge model failed: {exc}", attempts, raw)
+            reply = parse_reply(raw)
+            if reply is not None:
+                return Verdict("correct" if reply.correct else "wrong", reply.reason.strip(), attempts)
+        return Verdict("unjudged", f"no readable JSON verdict in {attempts} replies", attempts, raw)
+
+
+# -- medoid voting -------------------------------------------------------------------------------
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def _tokens(text: str) -> list[str]:
+    return _ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split()
+
+
+def token_f1(a: str, b: str) -> float:
+    """SQuAD-style token F1 between two texts (lower-cased, punctuation and articles dropped)."""
+    ta, tb = _tokens(a), _tokens(b)
+    if not ta or not tb:
+        return float(ta == tb)
+    common = sum((Counter(ta) & Counter(tb)).values())
+    if common == 0:
+        return 0.0
+    p, r = common / len(ta), common / len(tb)
+    return 2 * p * r / (p + r)
+
+
+def medoid(texts: Sequence[str]) -> tuple[int, list[float]]:
+    """The index of the text closest on average to the others (token F1), and every text's mean.
+
+    Ties go to the earliest text, so the choice is deterministic.
+    """
+    if not texts:
+        raise ValueError("medoid of no texts")
+    if len(texts) == 1:
+        return 0, [1.0]
+    means = []
+    for i, a in enumerate(texts):
+        means.append(sum(token_f1(a, b) for j, b in enumerate(texts) if j != i) / (len(texts) - 1))
+    best = max(range(len(texts)), key=lambda i: (means[i], -i))
+    return best, means
+
+
+# -- judge vs lexical scores -----------------------------------------------------------------------
+
+EM_KEYS = ("em", "exact_match", "exact")
+F1_KEYS = ("f1", "set_f1")
+CONTAINS_KEYS = ("contains",)
+
+
+def first_score(scores: Mapping[str, float], keys: Sequence[str]) -> float | None:
+    for key in keys:
+        value = scores.get(key)
+        if value is not None:
+            return float(value)
+    return None
+
+
+def disagreement(correct: bool | None, scores: Mapping[str, float]) -> str | None:
+    """Why the judge's verdict contradicts the lexical scores, or None when it does not.
+
+    The judge says correct, but the prediction does not contain a gold answer and its F1 is below 0.2;
+    or the judge says wrong, but the prediction matches a gold answer exactly.
+    """
+    if correct is None:
+        return None
+    contains = first_score(scores, CONTAINS_KEYS)
+    f1 = first_score(scores, F1_KEYS)
+    em = first_score(scores, EM_KEYS)
+    if correct and (contains is None or contains == 0) and f1 is not None and f1 < 0.2:
+        return "judge_correct_lexical_wrong"
+    if not correct and em == 1:
+        return "judge_wrong_exact_match"
+    return None

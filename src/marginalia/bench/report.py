@@ -1,0 +1,476 @@
+"""The benchmark report: score tables with 95% confidence intervals, cost per pattern, and plots.
+
+`write_report` reads a run folder (``run.json``, ``results.jsonl``, ``disagreements.jsonl``) and writes
+``report.md`` and PNG plots. The primary score of a task is the judge's accuracy where a judge gave
+verdicts, else the lenient ``contains`` score (or set F1, F1, EM: the first the metrics gave).
+Scores average over answered items; overflow and error results are counted apart.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import MissingDependency, UserError
+from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, result_key, runs_dir
+
+REPORT = "report.md"
+PREFERRED = {"qa": ("contains", "f1", "em"), "set": ("f1", "set_f1", "contains", "em")}
+SECONDARY = ("em", "f1", "contains", "set_f1")
+Z95 = 1.959964
+
+
+# -- statistics ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean with its 95% interval over ``n`` values."""
+
+    n: int
+    mean: float
+    low: float
+    high: float
+
+    def format(self) -> str:
+        if self.n == 0:
+            return "–"
+        return f"{self.mean:.2f} [{self.low:.2f}, {self.high:.2f}]"
+
+
+def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (``n`` > 0)."""
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def bootstrap(values: Sequence[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A percentile bootstrap interval of the mean (deterministic for a seed)."""
+    import numpy as np
+
+    data = np.asarray(values, dtype=float)
+    if len(data) == 1:
+        return float(data[0]), float(data[0])
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def estimate(values: Sequence[float]) -> Estimate:
+    """Mean and 95% interval: Wilson for 0/1 values, a bootstrap for anything else."""
+    n = len(values)
+    if n == 0:
+        return Estimate(0, math.nan, math.nan, math.nan)
+    mean = sum(values) / n
+    if all(v in (0.0, 1.0) for v in values):
+        low, high = wilson(sum(values), n)
+    else:
+        low, high = bootstrap(values)
+    return Estimate(n, mean, low, high)
+
+
+# -- reading a run -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunData:
+    """A run folder's contents, with at most one record per (task, item, pattern) (the last)."""
+
+    folder: Path
+    info: dict[str, Any]
+    records: list[dict[str, Any]]
+    disagreements: int
+
+
+def find_run(run: str | Path, home: str | Path | None = None) -> Path:
+    """A run folder from a path or a run name under ``<home>/bench/runs``."""
+    path = Path(run).expanduser()
+    if (path / RESULTS).is_file() or (path / RUN_INFO).is_file():
+        return path.resolve()
+    named = runs_dir(home) / str(run)
+    if (named / RESULTS).is_file() or (named / RUN_INFO).is_file():
+        return named
+    raise UserError(f"no benchmark run at {path} or {named}; give a run folder (one with {RESULTS}) "
+                    "or the name of a run under the home's bench/runs")
+
+
+def load_run(folder: Path) -> RunData:
+    """Read a run folder (a truncated last result line is ignored)."""
+    info: dict[str, Any] = {}
+    if (folder / RUN_INFO).is_file():
+        try:
+            info = json.loads((folder / RUN_INFO).read_text("utf-8"))
+        except ValueError:
+            info = {}
+    latest: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for record in read_results(folder / RESULTS):
+        latest[result_key(record)] = record
+    keys: set[tuple[str, ...]] = set()
+    for record in read_results(folder / DISAGREEMENTS):
+        keys.add((str(record.get("task")), str(record.get("item_id")), str(record.get("pattern"))))
+    return RunData(folder, info, list(latest.values()), len(keys))
+
+
+def position(record: dict[str, Any]) -> float | None:
+    """Where the gold sits (depth), or for a size sweep the distractor share."""
+    depth = record.get("depth")
+    return depth if depth is not None else record.get("distractor_fraction")
+
+
+def primary_metric(records: Iterable[dict[str, Any]]) -> str:
+    """``judge`` when any answered record has a verdict, else the first preferred score the metrics gave:
+    ``contains`` for QA items, F1 for set items (word lists), whose ``contains`` is only recall."""
+    keys: list[str] = []
+    scoring = "qa"
+    for r in records:
+        if r.get("status") != "ok":
+            continue
+        if (r.get("judge") or {}).get("verdict") in ("correct", "wrong"):
+            return "judge"
+        if r.get("scoring") == "set":
+            scoring = "set"
+        for k in r.get("scores") or {}:
+            if k not in keys:
+                keys.append(k)
+    for k in PREFERRED[scoring]:
+        if k in keys:
+            return k
+    return keys[0] if keys else "contains"
+
+
+def metric_value(record: dict[str, Any], metric: str) -> float | None:
+    if record.get("status") != "ok":
+        return None
+    if metric == "judge":
+        verdict = str((record.get("judge") or {}).get("verdict"))
+        return {"correct": 1.0, "wrong": 0.0}.get(verdict)
+    value = (record.get("scores") or {}).get(metric)
+    return None if value is None else float(value)
+
+
+def _values(records: Iterable[dict[str, Any]], metric: str) -> list[float]:
+    return [v for v in (metric_value(r, metric) for r in records) if v is not None]
+
+
+def _order(values: Iterable[Any]) -> list[Any]:
+    seen: list[Any] = []
+    for v in values:
+        if v not in seen:
+            seen.append(v)
+    return seen
+
+
+def pattern_order(data: RunData) -> list[str]:
+    configured = [p.get("name") or p.get("kind") for p in (data.info.get("config") or {}).get("patterns", [])]
+    found = _order(r["pattern"] for r in data.records)
+    return [p for p in configured if p in found] + [p for p in found if p not in configured]
+
+
+def _sort_key(value: Any) -> tuple[int, float]:
+    return (1, 0.0) if value is None else (0, float(value))
+
+
+# -- tables -----------------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _score_row(group: list[dict[str, Any]], metric: str, extra: Sequence[str]) -> list[str]:
+    ok = [r for r in group if r.get("status") == "ok"]
+    est = estimate(_values(ok, metric))
+    row = [str(est.n), est.format()]
+    for key in extra:
+        vals = _values(ok, key)
+        row.append(_fmt(sum(vals) / len(vals)) if vals else "–")
+    if metric == "judge":
+        row.append(str(sum((r.get("judge") or {}).get("verdict") == "unjudged" for r in ok)))
+    row.append(str(sum(r.get("status") == "overflow" for r in group)))
+    row.append(str(sum(r.get("status") == "error" for r in group)))
+    return row
+
+
+def task_tables(records: list[dict[str, Any]], patterns: Sequence[str]) -> tuple[str, str, list[str]]:
+    """Markdown for one task: the pattern x length x position table and the pooled pattern x length table."""
+    metric = primary_metric(records)
+    keys = _order(k for r in records for k in (r.get("scores") or {}))
+    extra = [k for k in SECONDARY if k in keys and k != metric] + \
+        [k for k in keys if k not in SECONDARY and k != metric]
+    pos_name = "depth" if any(r.get("depth") is not None for r in records) else \
+        "distractors" if any(r.get("distractor_fraction") is not None for r in records) else "position"
+    tail = [*extra, *(["unjudged"] if metric == "judge" else []), "overflow", "error"]
+    label = "judge accuracy" if metric == "judge" else metric
+    lengths = sorted(_order(r.get("target_tokens") for r in records), key=_sort_key)
+    positions = sorted(_order(position(r) for r in records), key=_sort_key)
+    rows = []
+    pooled = []
+    for p in patterns:
+        for length in lengths:
+            group = [r for r in records if r["pattern"] == p and r.get("target_tokens") == length]
+            if not group:
+                continue
+            pooled.append([p, str(length), *_score_row(group, metric, extra)])
+            for pos in positions:
+                cell = [r for r in group if position(r) == pos]
+                if cell:
+                    rows.append([p, str(length), _fmt(pos), *_score_row(cell, metric, extra)])
+    detail = _table(["pattern", "length", pos_name, "n", f"{label} (95% CI)", *tail], rows)
+    summary = _table(["pattern", "length", "n", f"{label} (95% CI)", *tail], pooled)
+    return detail, summary, [label, pos_name]
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def cost_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[dict[str, Any]]:
+    """Mean tokens and seconds per answered item, per pattern."""
+    out = []
+    for p in patterns:
+        ok = [r for r in records if r["pattern"] == p and r.get("status") == "ok" and r.get("stats")]
+        stats = [r["stats"] for r in ok]
+        out.append({
+            "pattern": p, "n": len(ok),
+            "prefilled_context": _mean([s.get("prefilled_context_tokens", 0) for s in stats]),
+            "prefilled_other": _mean([s.get("prefilled_other_tokens", 0) for s in stats]),
+            "generated": _mean([s.get("generated_margin_tokens", 0) + s.get("generated_answer_tokens", 0)
+                                + s.get("generated_other_tokens", 0) for s in stats]),
+            "seconds": _mean([s.get("total_seconds", 0.0) for s in stats]),
+            "judge_seconds": _mean([(r.get("judge") or {}).get("seconds", 0.0) for r in ok if r.get("judge")]),
+            "overflow": sum(r["pattern"] == p and r.get("status") == "overflow" for r in records),
+            "error": sum(r["pattern"] == p and r.get("status") == "error" for r in records),
+        })
+    return out
+
+
+def _header(data: RunData) -> list[str]:
+    info = data.info
+    config = info.get("config") or {}
+    models = info.get("models") or {}
+    gen = models.get("generator") or {}
+    commit = info.get("commit")
+    commit_text = "unknown (not a git checkout)" if not commit else \
+        commit.get("commit", "?")[:12] + (" (with uncommitted changes)" if commit.get("dirty") else "")
+    machine = info.get("machine") or {}
+    statuses = {s: sum(r.get("status") == s for r in data.records) for s in ("ok", "overflow", "error")}
+    lines = [
+        f"# Benchmark report: {config.get('name') or data.folder.name}",
+        "",
+        f"- **model**: {gen.get('name', config.get('model', '?'))} ({gen.get('engine', '?')}, "
+        f"device {gen.get('device', '?')}, window {gen.get('context_window', '?')} tokens)",
+    ]
+    if models.get("embedder"):
+        lines.append(f"- **embedder** (rag): {models['embedder']}")
+    judge = models.get("judge")
+    if judge:
+        lines.append(f"- **judge**: {judge.get('name')} ({judge.get('engine')})")
+    if config.get("voting"):
+        v = config["voting"]
+        lines.append(f"- **voting**: medoid of {v['samples']} answers sampled at temperature {v['temperature']}")
+    lines += [
+        f"- **commit**: {commit_text}",
+        f"- **started**: {info.get('started', '?')}",
+        f"- **machine**: {machine.get('cores', '?')} cores ({machine.get('cpu', '?')}), "
+        f"{machine.get('ram_gb', '?')} GB RAM" + (f", GPU: {'; '.join(machine['gpus'])}" if machine.get("gpus")
+                                                 else ""),
+        f"- **results**: {len(data.records)} ({statuses['ok']} answered, {statuses['overflow']} overflow, "
+        f"{statuses['error']} error)",
+    ]
+    judged = [r for r in data.records if r.get("judge")]
+    if judged:
+        unjudged = sum(r["judge"].get("verdict") == "unjudged" for r in judged)
+        lines.append(f"- **judge verdicts**: {len(judged) - unjudged} judged, {unjudged} unjudged; "
+                     f"{data.disagreements} disagreements with the lexical scores (see {DISAGREEMENTS})")
+    lines += ["", "Scores average over answered items (95% confidence intervals: Wilson for 0/1 scores, "
+              "bootstrap otherwise); overflow (the context did not fit the model's window) and error results "
+              "are counted apart. Length is the target context size in the model's tokens."]
+    return lines
+
+
+def render_markdown(data: RunData, plots: dict[str, list[str]] | None = None) -> str:
+    """The report's markdown; ``plots`` maps a section (task name or ``cost``) to PNG file names."""
+    plots = plots or {}
+    patterns = pattern_order(data)
+    lines = _header(data)
+    for task in _order(r["task"] for r in data.records):
+        records = [r for r in data.records if r["task"] == task]
+        detail, summary, (label, pos_name) = task_tables(records, patterns)
+        lines += ["", f"## Task {task}", "", f"Primary score: **{label}**.", "",
+                  f"### {label} by pattern and length", "", summary, "",
+                  f"### {label} by pattern, length and {pos_name}", "", detail]
+        for name in plots.get(task, []):
+            lines += ["", f"![{name}]({name})"]
+    costs = cost_rows(data.records, patterns)
+    lines += ["", "## Cost per pattern", "", "Means per answered item (all tasks).", "",
+              _table(["pattern", "n", "prefilled context tokens", "prefilled other tokens", "generated tokens",
+                      "seconds", "judge seconds", "overflow", "error"],
+                     [[c["pattern"], str(c["n"]), _fmt(c["prefilled_context"], 0), _fmt(c["prefilled_other"], 0),
+                       _fmt(c["generated"], 1), _fmt(c["seconds"], 2), _fmt(c["judge_seconds"], 2),
+                       str(c["overflow"]), str(c["error"])] for c in costs])]
+    for name in plots.get("cost", []):
+        lines += ["", f"![{name}]({name})"]
+    return "\n".join(lines) + "\n"
+
+
+# -- plots ----------------------------------------------------------------------------------------------
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def _figure(**kwargs: Any) -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise MissingDependency("matplotlib (for the report's plots)", "pip install 'marginalia[bench]'") from exc
+    return Figure(**kwargs)
+
+
+def plot_task(records: list[dict[str, Any]], task: str, patterns: Sequence[str], out: Path) -> list[str]:
+    """Score vs position (a panel per length, a line per pattern) and a position x length heatmap per pattern."""
+    import numpy as np
+
+    metric = primary_metric(records)
+    label = "judge accuracy" if metric == "judge" else metric
+    pos_name = "depth" if any(r.get("depth") is not None for r in records) else "distractor share"
+    lengths = sorted(_order(r.get("target_tokens") for r in records), key=_sort_key)
+    positions = sorted(_order(position(r) for r in records), key=_sort_key)
+    names = []
+
+    def mean_at(p: str, length: Any, pos: Any) -> float:
+        vals = _values([r for r in records if r["pattern"] == p and r.get("target_tokens") == length
+                        and position(r) == pos], metric)
+        return sum(vals) / len(vals) if vals else math.nan
+
+    xs = [x if x is not None else 0.0 for x in positions]
+    fig = _figure(figsize=(4.2 * len(lengths), 3.4), layout="constrained")
+    axes = fig.subplots(1, len(lengths), squeeze=False)[0]
+    for ax, length in zip(axes, lengths, strict=True):
+        for p in patterns:
+            ys = [mean_at(p, length, pos) for pos in positions]
+            if not all(math.isnan(y) for y in ys):
+                ax.plot(xs, ys, marker="o", label=p)
+        if not ax.lines:
+            ax.text(0.5, 0.5, "no answers\n(overflow or error)", ha="center", va="center", transform=ax.transAxes,
+                    color="gray")
+        ax.set_title(f"{task}, {length} tokens" if length is not None else task)
+        ax.set_xlabel(pos_name)
+        ax.set_ylabel(label)
+        ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="best", fontsize="small")
+    name = f"score-{_safe(task)}.png"
+    fig.savefig(out / name, dpi=110)
+    names.append(name)
+
+    for p in patterns:
+        grid = np.array([[mean_at(p, length, pos) for length in lengths] for pos in positions], dtype=float)
+        if np.isnan(grid).all():
+            continue
+        fig = _figure(figsize=(1.6 + 1.3 * len(lengths), 1.2 + 0.55 * len(positions)), layout="constrained")
+        ax = fig.subplots()
+        image = ax.imshow(np.ma.masked_invalid(grid), vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(lengths)), [str(v) for v in lengths])
+        ax.set_yticks(range(len(positions)), [_fmt(v) for v in positions])
+        ax.set_xlabel("length (tokens)")
+        ax.set_ylabel(pos_name)
+        ax.set_title(f"{task}: {p}")
+        for i, pos in enumerate(positions):
+            for j, length in enumerate(lengths):
+                if not math.isnan(grid[i, j]):
+                    ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center",
+                            color="white" if grid[i, j] < 0.6 else "black", fontsize="small")
+                elif any(r["pattern"] == p and r.get("target_tokens") == length and position(r) == pos
+                         and r.get("status") == "overflow" for r in records):
+                    ax.text(j, i, "overflow", ha="center", va="center", color="gray", fontsize="small")
+        fig.colorbar(image, ax=ax, label=label)
+        name = f"heatmap-{_safe(task)}-{_safe(p)}.png"
+        fig.savefig(out / name, dpi=110)
+        names.append(name)
+    return names
+
+
+def plot_cost(records: list[dict[str, Any]], patterns: Sequence[str], out: Path) -> list[str]:
+    """Bars per pattern: mean prefilled and generated tokens, and mean seconds per item."""
+    costs = [c for c in cost_rows(records, patterns) if c["n"]]
+    if not costs:
+        return []
+    fig = _figure(figsize=(4 + 1.2 * len(costs), 3.4), layout="constrained")
+    tokens, seconds = fig.subplots(1, 2)
+    xs = range(len(costs))
+    labels = [c["pattern"] for c in costs]
+    bottom = [0.0] * len(costs)
+    for key, text in (("prefilled_context", "prefilled context"), ("prefilled_other", "prefilled other"),
+                      ("generated", "generated")):
+        vals = [c[key] or 0.0 for c in costs]
+        tokens.bar(xs, vals, bottom=bottom, label=text)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    tokens.set_xticks(list(xs), labels)
+    tokens.set_ylabel("tokens per item")
+    tokens.legend(fontsize="small")
+    seconds.bar(xs, [c["seconds"] or 0.0 for c in costs], color="tab:gray")
+    seconds.set_xticks(list(xs), labels)
+    seconds.set_ylabel("seconds per item")
+    name = "cost.png"
+    fig.savefig(out / name, dpi=110)
+    return [name]
+
+
+# -- the report -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    report: Path
+    plots: tuple[Path, ...]
+
+
+def write_report(run: str | Path, out: str | Path | None = None, home: str | Path | None = None,
+                 plots: bool = True) -> ReportFiles:
+    """Render ``report.md`` and the plots for a run folder (or a run name under the home).
+
+    Args:
+        run: a run folder, or a run's name under ``<home>/bench/runs``.
+        out: where to write (default: the run folder).
+        home: marginalia's home, for run names.
+        plots: draw the PNG plots (needs matplotlib).
+
+    Raises:
+        UserError: no such run, or it has no results yet.
+        MissingDependency: matplotlib is missing and plots were asked for.
+    """
+    folder = find_run(run, home)
+    data = load_run(folder)
+    if not data.records:
+        raise UserError(f"{folder} has no results yet; run the benchmark first (marginalia bench run CONFIG)")
+    target = Path(out).expanduser() if out is not None else folder
+    target.mkdir(parents=True, exist_ok=True)
+    patterns = pattern_order(data)
+    drawn: dict[str, list[str]] = {}
+    if plots:
+        for task in _order(r["task"] for r in data.records):
+            drawn[task] = plot_task([r for r in data.records if r["task"] == task], task, patterns, target)
+        drawn["cost"] = plot_cost(data.records, patterns, target)
+    text = render_markdown(data, drawn)
+    path = target / REPORT
+    tmp = target / f".{REPORT}.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return ReportFiles(path, tuple(target / n for names in drawn.values() for n in names))

@@ -1,0 +1,583 @@
+"""The benchmark runner: every pattern on the same items, one result line each, resumable after a crash.
+
+A run folder holds ``run.json`` (the resolved config, git commit, model ids, machine, start time),
+``results.jsonl`` (one line per (task, item, pattern), appended and fsynced as each finishes) and
+``disagreements.jsonl`` (where the model judge and the lexical scores disagree). Running the same config
+again resumes: finished pairs are skipped, a truncated last line from a kill is repaired.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, TextIO
+
+from ..errors import ContextOverflow, MarginaliaError, UserError
+from ..home import resolve_home
+from ..index.embedders import CachedEmbedder, Embedder
+from ..models.base import Generator, Tokenizer
+from ..patterns.base import Pattern
+from ..records import Answer, Stats
+from .config import PatternConfig, RunConfig, VotingConfig
+from .items import Item, TaskSpec
+from .judge import ModelJudge, disagreement, medoid
+
+RESULTS = "results.jsonl"
+RUN_INFO = "run.json"
+DISAGREEMENTS = "disagreements.jsonl"
+RESULT_SCHEMA = 1
+
+BuildItems = Callable[[TaskSpec, Tokenizer], list[Item]]
+ScoreItem = Callable[[Item, str], dict[str, float]]
+Key = tuple[str, str, str]  # (task, item id, pattern)
+
+
+def runs_dir(home: str | Path | None = None) -> Path:
+    """Where named runs live: ``<home>/bench/runs``."""
+    return resolve_home(home) / "bench" / "runs"
+
+
+def run_folder(config: RunConfig, home: str | Path | None = None, out: str | Path | None = None) -> Path:
+    """The run's folder: ``out`` when given, else ``<home>/bench/runs/<config name>``."""
+    if out is not None:
+        return Path(out).expanduser().resolve()
+    assert config.name is not None  # load_config fills it
+    return runs_dir(home) / config.name
+
+
+# -- the run folder ---------------------------------------------------------------------------------
+
+
+def read_results(path: Path, repair: bool = False, log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """The records of a results file, in order.
+
+    A last line cut short by a kill (no newline, or not JSON) is ignored, and with ``repair`` cut off the
+    file. A damaged line before the last is an error: the file was edited or the disk failed.
+    """
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline
+    records: list[dict[str, Any]] = []
+    good_end = 0
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            if number == len(lines) and not tail:
+                break  # a damaged last line: treat like a truncated one
+            raise UserError(f"{path}, line {number} is not a JSON result; fix or delete that line "
+                            "(every line must be one JSON object)") from None
+        records.append(record)
+        good_end += len(line) + 1
+    if good_end < len(data):
+        if log:
+            log(f"ignoring a truncated last line in {path} ({len(data) - good_end} bytes, from an interrupted run)")
+        if repair:
+            with path.open("r+b") as f:
+                f.truncate(good_end)
+    return records
+
+
+def result_key(record: Mapping[str, Any]) -> Key:
+    return (str(record["task"]), str(record["item_id"]), str(record["pattern"]))
+
+
+def _append(f: IO[str], record: Mapping[str, Any]) -> None:
+    f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold the run folder's lock, so two processes never append to one results file."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX: no lock
+        yield
+        return
+    with (folder / ".lock").open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise UserError(f"another benchmark run is writing to {folder}; wait for it to finish "
+                            "or give --out DIR for a separate folder") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new)):
+            out += _differences(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        out = []
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            out += _differences(a, b, f"{prefix}[{i}]")
+        return out
+    return [] if old == new else [prefix or "(everything)"]
+
+
+def check_compatible(folder: Path, config: RunConfig) -> dict[str, Any] | None:
+    """The folder's stored run info, after checking it was made by the same resolved config.
+
+    Raises:
+        UserError: the folder holds a run of a different config (the message lists what differs).
+    """
+    info_path = folder / RUN_INFO
+    if not info_path.is_file():
+        return None
+    try:
+        info = json.loads(info_path.read_text("utf-8"))
+    except ValueError:
+        raise UserError(f"{info_path} is damaged; delete the folder {folder} to start over") from None
+    stored = info.get("config")
+    new = json.loads(json.dumps(config.resolved()))
+    if stored != new:
+        diffs = _differences(stored, new)
+        shown = ", ".join(diffs[:6]) + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "")
+        raise UserError(
+            f"{folder} holds results of a different config (differs in: {shown}); to keep both, run with "
+            f"--out DIR or change name = \"...\" in the config; to start over, delete {folder}")
+    return dict(info)
+
+
+# -- environment ---------------------------------------------------------------------------------------
+
+
+def git_commit(path: Path | None = None) -> dict[str, Any] | None:
+    """``{"commit": sha, "dirty": bool}`` of the checkout holding marginalia's source, or None outside one."""
+    path = path or Path(__file__).resolve().parent.parent
+    if shutil.which("git") is None:
+        return None
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True, timeout=10)
+
+    try:
+        # an installed package inside some repository's virtualenv is not that repository's code
+        if git("ls-files", "--error-unmatch", "__init__.py").returncode != 0:
+            return None
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return None
+        dirty = git("status", "--porcelain", "--", ".").stdout.strip() != ""
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": head.stdout.strip(), "dirty": dirty}
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU, cores, memory and GPUs of this machine (without importing torch)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        ram_gb: float | None = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        ram_gb = None
+    gpus: list[str] = []
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10)
+            gpus = [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "ram_gb": ram_gb, "gpus": gpus,
+            "platform": platform.platform(), "python": platform.python_version()}
+
+
+def _now() -> str:
+    return datetime.now(UTC).astimezone().isoformat(timespec="seconds")
+
+
+def model_ids(config: RunConfig, generator: Generator, embedder: Embedder | None,
+              judge: ModelJudge | None) -> dict[str, Any]:
+    device = getattr(generator, "device", None)
+    ids: dict[str, Any] = {
+        "generator": {"spec": config.model, "name": generator.name, "engine": type(generator).__name__,
+                      "backend": config.backend, "device": str(device) if device is not None else config.device,
+                      "context_window": generator.context_window},
+        "embedder": getattr(embedder, "name", None),
+        "judge": None,
+    }
+    if judge is not None and config.judge is not None:
+        ids["judge"] = {"spec": config.judge.model, "name": judge.generator.name,
+                        "engine": type(judge.generator).__name__}
+    return ids
+
+
+# -- running -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one invocation of `run_benchmark` did."""
+
+    folder: Path
+    planned: int  # (item, pattern) pairs in the run
+    resumed: int  # of those, already in results.jsonl
+    written: int  # result lines this invocation wrote
+    statuses: dict[str, int] = field(default_factory=dict)  # ok / overflow / error among those written
+    disagreements: int = 0
+    seconds: float = 0.0
+
+
+def build_pattern(cfg: PatternConfig, generator: Generator, embedder: Callable[[], Embedder]) -> Pattern:
+    """A pattern from its config table (the embedder is fetched only for rag)."""
+    from ..patterns import make_pattern
+
+    options: dict[str, Any] = {"max_new_tokens": cfg.max_new_tokens}
+    if cfg.kind == "rag":
+        options.update(embedder=embedder(), top_k=cfg.top_k, chunk_tokens=cfg.chunk_tokens, split=cfg.split)
+    elif cfg.kind == "wim":
+        options.update(segment_tokens=cfg.segment_tokens, judge=cfg.judge, margin_tokens=cfg.margin_tokens)
+    return make_pattern(cfg.kind, generator, **options)
+
+
+def _sum_stats(stats: Sequence[Stats]) -> Stats:
+    """Counts and times added up over sampled runs (first-token times from the first run)."""
+    first = asdict(stats[0])
+    total = {k: (sum(getattr(s, k) for s in stats) if k not in ("time_to_first_margin",
+                                                                "time_to_first_answer_token") else v)
+             for k, v in first.items()}
+    total = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in total.items()}
+    return Stats(**total)
+
+
+def answer_item(pattern: Pattern, item: Item, voting: VotingConfig | None = None,
+                seed: int = 0) -> tuple[Answer, list[dict[str, Any]] | None]:
+    """Run a pattern on an item; with voting, sample ``voting.samples`` answers and keep the medoid.
+
+    With voting the answer's stats are the sums over all samples (what the item really cost), and the
+    samples come back as ``[{"seed", "text", "mean_f1"}]``.
+    """
+    if voting is None:
+        return pattern.answer(item.context, item.question, source=item.id), None
+    base = pattern.answer_params
+    answers: list[Answer] = []
+    try:
+        for i in range(voting.samples):
+            pattern.answer_params = replace(base, temperature=voting.temperature, seed=seed + i)
+            answers.append(pattern.answer(item.context, item.question, source=item.id))
+    finally:
+        pattern.answer_params = base
+    best, means = medoid([a.text for a in answers])
+    samples = [{"seed": seed + i, "text": a.text, "mean_f1": round(m, 4)}
+               for i, (a, m) in enumerate(zip(answers, means, strict=True))]
+    return replace(answers[best], stats=_sum_stats([a.stats for a in answers])), samples
+
+
+def _item_fields(task: str, item: Item, pattern: PatternConfig) -> dict[str, Any]:
+    return {
+        "schema": RESULT_SCHEMA, "task": task, "item_id": item.id, "example_id": item.example_id,
+        "pattern": pattern.name, "kind": pattern.kind,
+        "target_tokens": item.target_tokens, "context_tokens": item.context_tokens,
+        "depth": item.depth, "distractor_fraction": item.distractor_fraction, "scoring": item.scoring,
+        "question": item.question, "answers": list(item.answers),
+    }
+
+
+class _Progress:
+    """A tqdm bar with ETA on a terminal; elsewhere (logs, CI) one line per result."""
+
+    def __init__(self, total: int, initial: int, err: TextIO, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.tqdm = tqdm
+        self.total, self.initial, self.n = total, initial, initial
+        self.err, self.enabled = err, enabled
+        self.t0 = time.perf_counter()
+        self.bar: Any = None
+        if enabled and getattr(err, "isatty", lambda: False)():
+            self.bar = tqdm(total=total, initial=initial, file=err, unit="answer", dynamic_ncols=True,
+                            smoothing=0.05)
+
+    def log(self, message: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.write(message, file=self.err)
+        else:
+            print(message, file=self.err, flush=True)
+
+    def step(self, label: str) -> None:
+        self.n += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(label, refresh=False)
+            self.bar.update(1)
+        elif self.enabled:
+            meter = self.tqdm.format_meter(self.n, self.total, time.perf_counter() - self.t0,
+                                           initial=self.initial, unit="answer",
+                                           bar_format="{n_fmt}/{total_fmt} [{elapsed}<{remaining}]")
+            print(f"bench {meter} {label}", file=self.err, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _default_build() -> BuildItems:
+    from .tasks import build_items
+
+    return build_items
+
+
+def _default_score() -> ScoreItem:
+    from .metrics import score_item
+
+    return score_item
+
+
+def _make_judge(config: RunConfig, generator: Generator, judge_generator: Generator | None,
+                home: str | Path | None, say: Callable[[str], None]) -> ModelJudge | None:
+    """The model judge of ``[judge]``; the run's own generator serves when the judge names the same model."""
+    if config.judge is None:
+        return None
+    jgen = judge_generator
+    if jgen is None:
+        if (config.judge.model, config.judge.backend, config.judge.device) == \
+                (config.model, config.backend, config.device):
+            jgen = generator
+        else:
+            from ..models import load_generator
+
+            say(f"loading judge {config.judge.model}")
+            jgen = load_generator(config.judge.model, home=home, device=config.judge.device,
+                                  backend=config.judge.backend, log=say)
+    return ModelJudge(jgen, retries=config.judge.retries, max_new_tokens=config.judge.max_new_tokens,
+                      seed=config.seed)
+
+
+def _build_tasks(config: RunConfig, build: BuildItems, tokenizer: Tokenizer, limit: int | None,
+                 say: Callable[[str], None]) -> list[tuple[str, list[Item]]]:
+    """Every task's items, built once with the model's tokenizer (the same items for every pattern)."""
+    tasks: list[tuple[str, list[Item]]] = []
+    for task in config.tasks:
+        spec = task.spec(limit)
+        items = build(spec, tokenizer)
+        ids = [item.id for item in items]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise MarginaliaError(f"task {spec.name!r} built two items with the id {dup!r}; "
+                                  "item ids must be unique within a task")
+        if not items:
+            say(f"task {spec.name!r} built no items")
+        tasks.append((spec.name, items))
+    return tasks
+
+
+def _record_invocation(folder: Path, info: dict[str, Any] | None, config: RunConfig, limit: int | None,
+                       patterns: Sequence[str] | None, models: dict[str, Any], say: Callable[[str], None]) -> None:
+    """Write run.json: on the first run everything; later runs add an entry to its ``invocations``."""
+    now = _now()
+    commit = git_commit()
+    invocation = {"started": now, "commit": commit, "models": models, "limit": limit,
+                  "patterns": list(patterns or []), "argv": sys.argv[1:]}
+    if info is None:
+        info = {"schema": RESULT_SCHEMA, "config": config.resolved(), "commit": commit, "models": models,
+                "machine": machine_info(), "started": now, "invocations": [invocation]}
+    else:
+        first = info.get("commit")
+        old = first.get("commit") if isinstance(first, dict) else None
+        if commit and old and commit.get("commit") != old:
+            say(f"note: this run was started at commit {old[:12]}; resuming at {commit['commit'][:12]}")
+        info.setdefault("invocations", []).append(invocation)
+    _write_json_atomic(folder / RUN_INFO, info)
+
+
+def run_benchmark(
+    config: RunConfig,
+    *,
+    home: str | Path | None = None,
+    out: str | Path | None = None,
+    limit: int | None = None,
+    patterns: Sequence[str] | None = None,
+    retry_errors: bool = False,
+    generator: Generator | None = None,
+    embedder: Embedder | None = None,
+    judge_generator: Generator | None = None,
+    build_items: BuildItems | None = None,
+    score_item: ScoreItem | None = None,
+    err: TextIO | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> RunSummary:
+    """Run (or resume) a benchmark: every selected pattern on every task's items.
+
+    Args:
+        config: a loaded config (`load_config`).
+        home: marginalia's home (models cache, default run folders).
+        out: the run folder; default ``<home>/bench/runs/<config name>``.
+        limit: cap examples per task below the config's ``limit`` (a selection: not part of the config).
+        patterns: run only these pattern names (a selection: not part of the config).
+        retry_errors: run again the pairs whose stored result is an error (their old lines are dropped).
+        generator, embedder, judge_generator: already-loaded models to use instead of loading the config's.
+        build_items, score_item: the data side's functions (default: `bench.tasks.build_items`,
+            `bench.metrics.score_item`).
+        err: where progress and logs go (default stderr).
+        progress: show progress on ``err``.
+        log: where load messages go (default: ``err`` when ``progress``).
+
+    Raises:
+        UserError: the folder holds a different config, another run holds it, or an unknown pattern name.
+        KeyboardInterrupt: passed on after every finished result is on disk.
+    """
+    stream = err or sys.stderr
+
+    def say(message: str) -> None:
+        if log is not None:
+            log(message)
+        elif progress:
+            print(message, file=stream, flush=True)
+
+    t_start = time.perf_counter()
+    names = config.pattern_names()
+    if patterns:
+        unknown = [p for p in patterns if p not in names]
+        if unknown:
+            raise UserError(f"no pattern called {', '.join(map(repr, unknown))} in the config; "
+                            f"its patterns are: {', '.join(names)}")
+    selected = [p for p in config.patterns if not patterns or p.name in patterns]
+    folder = run_folder(config, home, out)
+    info = check_compatible(folder, config)
+    folder.mkdir(parents=True, exist_ok=True)
+    with _locked(folder):
+        results_path = folder / RESULTS
+        records = read_results(results_path, repair=True, log=say)
+        if retry_errors and any(r.get("status") == "error" for r in records):
+            kept = [r for r in records if r.get("status") != "error"]
+            say(f"retrying {len(records) - len(kept)} errored results")
+            tmp = results_path.with_name(f".{RESULTS}.tmp")
+            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8")
+            os.replace(tmp, results_path)
+            records = kept
+        done = {result_key(r) for r in records}
+
+        if generator is None:
+            from ..models import load_generator
+
+            say(f"loading {config.model}")
+            generator = load_generator(config.model, home=home, device=config.device, backend=config.backend,
+                                       log=say)
+        cached: list[Embedder] = []
+
+        def get_embedder() -> Embedder:
+            if not cached:
+                inner = embedder
+                if inner is None:
+                    from ..index.embedders import load_embedder
+
+                    say(f"loading embedder {config.embedder}")
+                    inner = load_embedder(config.embedder)
+                cached.append(inner if isinstance(inner, CachedEmbedder) else CachedEmbedder(inner))
+            return cached[0]
+
+        built = [(p.name or p.kind, p, build_pattern(p, generator, get_embedder)) for p in selected]
+        judge = _make_judge(config, generator, judge_generator, home, say)
+        score = score_item or _default_score()
+        tasks = _build_tasks(config, build_items or _default_build(), generator.tokenizer, limit, say)
+
+        _record_invocation(folder, info, config, limit, patterns,
+                           model_ids(config, generator, cached[0] if cached else None, judge), say)
+
+        pairs = [(task, item, label, p, pattern) for task, items in tasks for item in items
+                 for label, p, pattern in built]
+        resumed = sum((task, item.id, label) in done for task, item, label, _, _ in pairs)
+        bar = _Progress(len(pairs), resumed, stream, progress)
+        bar.log(f"run folder {folder}: {len(pairs)} answers "
+                f"({sum(len(i) for _, i in tasks)} items x {len(built)} patterns), {resumed} done before")
+        statuses: dict[str, int] = {}
+        n_disagree = 0
+        written = 0
+        try:
+            with results_path.open("a", encoding="utf-8") as results, \
+                    (folder / DISAGREEMENTS).open("a", encoding="utf-8") as disagreements:
+                for task, item, label, p, pattern in pairs:
+                    key = (task, item.id, label)
+                    if key in done:
+                        continue
+                    record = _run_one(task, item, p, pattern, config, score, judge)
+                    _append(results, record)
+                    done.add(key)
+                    written += 1
+                    statuses[record["status"]] = statuses.get(record["status"], 0) + 1
+                    verdict = (record.get("judge") or {}).get("verdict")
+                    why = disagreement(_VERDICTS.get(verdict), record.get("scores") or {})
+                    if why is not None:
+                        n_disagree += 1
+                        _append(disagreements, {
+                            "kind": why, "task": task, "item_id": item.id, "pattern": label,
+                            "question": item.question, "answers": list(item.answers),
+                            "prediction": record["prediction"], "scores": record["scores"],
+                            "judge": record["judge"],
+                        })
+                    if record["status"] != "ok":
+                        bar.log(f"{task} {item.id} {label}: {record['status']}: {record.get('error', '')}")
+                    bar.step(f"{task}/{label} {record['status']}")
+        finally:
+            bar.close()
+    return RunSummary(folder=folder, planned=len(pairs), resumed=resumed, written=written, statuses=statuses,
+                      disagreements=n_disagree, seconds=round(time.perf_counter() - t_start, 3))
+
+
+_VERDICTS: dict[Any, bool] = {"correct": True, "wrong": False}
+
+
+def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: RunConfig,
+             score: ScoreItem, judge: ModelJudge | None) -> dict[str, Any]:
+    """One result line: the answer, its scores and verdict, or what went wrong."""
+    record = _item_fields(task, item, p)
+    t0 = time.perf_counter()
+    try:
+        answer, samples = answer_item(pattern, item, config.voting, seed=config.seed)
+    except ContextOverflow as exc:
+        record.update(status="overflow", error=str(exc), needed=exc.needed, window=exc.window,
+                      prediction=None, scores=None, judge=None, stats=None)
+    except MarginaliaError as exc:
+        record.update(status="error", error=f"{type(exc).__name__}: {exc}", prediction=None, scores=None,
+                      judge=None, stats=None)
+    else:
+        scores = {k: float(v) for k, v in score(item, answer.text).items()}
+        record.update(status="ok", prediction=answer.text, scores=scores, judge=None, stats=asdict(answer.stats),
+                      segments_read=answer.segments_read, segments_total=answer.segments_total,
+                      margins=len(answer.margins), margins_kept=sum(m.relevant for m in answer.margins))
+        if samples is not None:
+            record["samples"] = samples
+        if judge is not None:
+            t_judge = time.perf_counter()
+            verdict = judge.judge(item.question, item.answers, answer.text)
+            record["judge"] = {**verdict.to_dict(), "seconds": round(time.perf_counter() - t_judge, 3)}
+    record["seconds"] = round(time.perf_counter() - t0, 3)
+    record["finished"] = _now()
+    return record

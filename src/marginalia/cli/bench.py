@@ -1,0 +1,238 @@
+"""The ``marginalia bench`` commands: ``run CONFIG`` (resumable), ``report RUN``, and ``qa-generate`` /
+``qa-review`` for benchmarks on the user's own documents."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ..errors import MissingDependency, UserError
+from ..home import ENV_HOME
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
+    return value
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give pattern names separated by commas, e.g. lc,wim")
+    return names
+
+
+def _has_option(parents: Sequence[argparse.ArgumentParser], option: str) -> bool:
+    return any(option in action.option_strings for p in parents for action in p._actions)
+
+
+def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = (),
+                     formatter_class: type[argparse.HelpFormatter] = argparse.HelpFormatter) -> argparse.ArgumentParser:
+    """Add ``bench`` with its ``run`` and ``report`` sub-commands to ``subparsers``.
+
+    ``parents`` are the main command's shared option parsers (``--home``, ``-v``); where they lack
+    ``--home`` or ``--verbose`` these sub-commands add their own.
+    """
+    own = argparse.ArgumentParser(add_help=False)
+    if not _has_option(parents, "--home"):
+        own.add_argument("--home", metavar="DIR", default=None,
+                         help=f"marginalia's home: model caches and named runs (default: ${ENV_HOME}, "
+                              "else your user data directory)")
+    if not _has_option(parents, "--verbose"):
+        own.add_argument("-v", "--verbose", action="store_true", help="log what is loaded and why")
+    shared = [*parents, own]
+
+    bench = subparsers.add_parser(
+        "bench", formatter_class=formatter_class,
+        help="benchmark ways of reading (lc, rag, wim) on built long-context tasks",
+        description="Run a benchmark from a TOML config (resumable: run it again to continue after a "
+                    "crash or Ctrl-C), and render its report.",
+    )
+    sub = bench.add_subparsers(dest="bench_command", metavar="COMMAND")
+    sub.required = True
+
+    run = sub.add_parser(
+        "run", parents=shared, formatter_class=formatter_class,
+        help="run (or resume) a benchmark from a config file",
+        description="Build each task's items, answer every item with every pattern, score the answers "
+                    "(and judge them, if the config has a [judge]) and append one line per answer to "
+                    "results.jsonl in the run folder, which also keeps the resolved config, git commit, "
+                    "model ids and machine. Running it again skips the finished answers.",
+        epilog="Progress goes to stderr; the run folder and a per-pattern summary go to stdout. "
+               "Exit 0 ok, 1 failure, 2 usage error, 130 interrupted (run again to resume).",
+    )
+    run.add_argument("config", metavar="CONFIG", help="the run config (.toml; see configs/bench/example.toml)")
+    run.add_argument("--out", metavar="DIR", default=None,
+                     help="the run folder (default: <home>/bench/runs/<the config's name>)")
+    run.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+                     help="at most N examples per task (below the config's own limit), for a quick look")
+    run.add_argument("--patterns", type=_names, default=None, metavar="A,B",
+                     help="run only these patterns (their names in the config), comma-separated (default: all)")
+    run.add_argument("--retry-errors", action="store_true",
+                     help="run again the answers that ended in an error (not overflows)")
+    run.add_argument("--no-report", action="store_true",
+                     help="do not write report.md and the plots when the run ends")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    report = sub.add_parser(
+        "report", parents=shared, formatter_class=formatter_class,
+        help="write report.md and plots for a run",
+        description="Read a run's results.jsonl and write report.md (score tables with 95% confidence "
+                    "intervals per pattern, length and depth; cost per pattern) and PNG plots.",
+    )
+    report.add_argument("run", metavar="RUN", help="a run folder, or the name of a run under <home>/bench/runs")
+    report.add_argument("--out", metavar="DIR", default=None,
+                        help="where to write the report and plots (default: the run folder)")
+    report.add_argument("--no-plots", action="store_true", help="write report.md only (no matplotlib needed)")
+
+    from .common import model_options
+
+    generate = sub.add_parser(
+        "qa-generate", parents=[*shared, model_options()], formatter_class=formatter_class,
+        help="write QA pairs about your own documents, for review",
+        description="Ask the model for question-answer pairs about each document (pdf, markdown, text, html; "
+                    "folders are walked) and append them to OUT as pending pairs with their evidence sentence. "
+                    "Documents already in OUT are skipped, so an interrupted run resumes. Review the pairs with "
+                    "'marginalia bench qa-review OUT'; a run config then uses the accepted ones as "
+                    "dataset = \"own\", path = OUT.",
+    )
+    generate.add_argument("paths", nargs="+", metavar="PATH", help="documents or folders")
+    generate.add_argument("--out", "-o", required=True, metavar="FILE", help="the QA file (JSONL) to append to")
+    generate.add_argument("--density", choices=("sparse", "dense"), default="sparse",
+                          help="sparse: about one pair per paragraph of each top-level section; dense: one per chunk")
+    generate.add_argument("--long-answers", action="store_true", help="also ask for one-to-two-sentence answers")
+    generate.add_argument("--retries", type=int, default=2, metavar="N", help="tries after a malformed reply")
+
+    review = sub.add_parser(
+        "qa-review", parents=shared, formatter_class=formatter_class,
+        help="accept, edit or reject generated QA pairs in the terminal",
+        description="Show each pending pair with its evidence and ask: [a]ccept, [e]dit, [r]eject, [s]kip, "
+                    "[b]ack or [q]uit. Every decision is saved at once; only accepted pairs are used by benchmarks.",
+    )
+    review.add_argument("file", metavar="FILE", help="the QA file from qa-generate")
+    review.add_argument("--all", action="store_true", help="go over decided pairs too, not only pending ones")
+    return bench
+
+
+def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run ``bench run`` or ``bench report``; errors propagate as `MarginaliaError` (the caller prints them)."""
+    if args.bench_command == "run":
+        return _cmd_run(args, out, err)
+    if args.bench_command == "report":
+        return _cmd_report(args, out, err)
+    if args.bench_command == "qa-generate":
+        return _cmd_qa_generate(args, out, err)
+    if args.bench_command == "qa-review":
+        return _cmd_qa_review(args, out, err)
+    raise UserError(f"unknown bench command {args.bench_command!r}")  # pragma: no cover
+
+
+def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..bench.config import load_config
+    from ..bench.runner import run_benchmark
+
+    config = load_config(args.config)
+    quiet = getattr(args, "quiet", False)
+
+    def log(message: str) -> None:
+        if not quiet:
+            print(message, file=err, flush=True)
+
+    try:
+        summary = run_benchmark(config, home=args.home, out=args.out, limit=args.limit, patterns=args.patterns,
+                                retry_errors=args.retry_errors, err=err, progress=not quiet, log=log)
+    except KeyboardInterrupt:
+        print("marginalia: interrupted; every finished answer is saved: run the same command again to resume",
+              file=err, flush=True)
+        raise
+    statuses = ", ".join(f"{n} {s}" for s, n in sorted(summary.statuses.items())) or "nothing new"
+    log(f"wrote {summary.written} results ({statuses}) in {summary.seconds:.1f}s; "
+        f"{summary.resumed} were done before" + (f"; {summary.disagreements} judge disagreements"
+                                                 if summary.disagreements else ""))
+    out.write(f"{summary.folder}\n")
+    _print_summary(summary.folder, out)
+    if not args.no_report:
+        from ..bench.report import write_report
+
+        try:
+            files = write_report(summary.folder)
+        except MissingDependency as exc:  # matplotlib missing: the tables still help
+            log(f"plots skipped: {exc}")
+            files = write_report(summary.folder, plots=False)
+        except UserError:  # no results at all (every task built no items)
+            return 0
+        out.write(f"{files.report}\n")
+    return 0
+
+
+def _print_summary(folder: Any, out: TextIO) -> None:
+    from ..bench.report import estimate, load_run, metric_value, pattern_order, primary_metric
+
+    data = load_run(folder)
+    for task in dict.fromkeys(r["task"] for r in data.records):
+        records = [r for r in data.records if r["task"] == task]
+        metric = primary_metric(records)
+        for p in pattern_order(data):
+            group = [r for r in records if r["pattern"] == p]
+            if not group:
+                continue
+            vals = [v for v in (metric_value(r, metric) for r in group) if v is not None]
+            est = estimate(vals)
+            other = sum(r.get("status") != "ok" for r in group)
+            out.write(f"{task}\t{p}\t{metric}\t{est.format()}\tn={est.n}"
+                      + (f"\tnot answered={other}" if other else "") + "\n")
+
+
+def _cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..bench.report import write_report
+
+    files = write_report(args.run, out=args.out, home=args.home, plots=not args.no_plots)
+    if not getattr(args, "quiet", False):
+        for path in files.plots:
+            print(f"wrote {path}", file=err)
+    out.write(f"{files.report}\n")
+    return 0
+
+
+def _cmd_qa_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..bench.own import generate_pairs
+    from .common import Reporter, load_model, progress_bar
+
+    if args.retries < 0:
+        raise UserError(f"--retries must be 0 or more, got {args.retries}")
+    generator = load_model(args, Reporter(False, err))
+    bars: dict[str, Any] = {}
+
+    def progress(source: str, done: int, total: int) -> None:
+        bar = bars.get(source)
+        if bar is None:
+            for old in bars.values():
+                old.close()
+            bar = bars[source] = progress_bar(err, total, "request", source[-30:])
+        bar.update(done - bar.n)
+
+    summary = generate_pairs(args.paths, generator, args.out, density=args.density,
+                             long_answers=args.long_answers, retries=args.retries, progress=progress)
+    for bar in bars.values():
+        bar.close()
+    for line in summary.unreadable:
+        err.write(f"skipped {line}\n")
+    out.write(f"{args.out}: {summary.new_pairs} new pairs from {summary.documents} documents "
+              f"({summary.requests} requests, {summary.skipped_pairs} pairs dropped as malformed or unsupported; "
+              f"{summary.skipped_documents} documents were already there)\n")
+    err.write(f"next: marginalia bench qa-review {args.out}\n")
+    return 0
+
+
+def _cmd_qa_review(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..bench.own import review
+
+    review(args.file, sys.stdin, out, show_all=args.all)
+    return 0

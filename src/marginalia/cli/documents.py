@@ -1,0 +1,339 @@
+"""Collections of documents: index, search, questions (generate, export) and collections (list, show, delete)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import UserError
+from .common import Formatter, Reporter, load_model, model_options, positive_int, progress_bar, snippet
+
+
+def collection_option(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--collection", "-c", required=required, metavar="NAME",
+                        help="the collection (letters, digits, '.', '_', '-'); kept under the home directory")
+
+
+def chunking_options() -> argparse.ArgumentParser:
+    opts = argparse.ArgumentParser(add_help=False)
+    opts.add_argument("--chunk-min", type=positive_int, default=130, metavar="N",
+                      help="smallest chunk, in model tokens (about 100 words)")
+    opts.add_argument("--chunk-max", type=positive_int, default=260, metavar="N",
+                      help="largest chunk, in model tokens (about 200 words)")
+    opts.add_argument("--overlap", type=int, default=0, metavar="N",
+                      help="tokens each chunk repeats from the one before (same section only)")
+    return opts
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add index, search, questions and collections."""
+    models = model_options()
+
+    index = sub.add_parser(
+        "index", parents=[common, models, chunking_options()], formatter_class=Formatter,
+        help="add files and folders to a collection (pdf, markdown, text, html)",
+        description="Load each file (folders are walked), split it into sections and section-bounded chunks, "
+                    "and add them to the collection's hybrid (BM25 + dense) index. Re-indexing unchanged files "
+                    "does nothing; a changed file replaces its old version. Files that cannot be read are "
+                    "skipped with the reason. Chunk sizes are counted with --model's tokenizer.",
+    )
+    index.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
+    collection_option(index)
+    index.add_argument("--embedder", default="minilm", metavar="SPEC",
+                       help="for a new collection: 'minilm' (embedded), 'hashing', or 'st:<local folder>'")
+    index.add_argument("--no-recursive", action="store_true", help="do not walk into subfolders")
+    index.add_argument("--tree", action="store_true", help="print each document's section tree")
+    index.set_defaults(handler=cmd_index)
+
+    search = sub.add_parser(
+        "search", parents=[common], formatter_class=Formatter,
+        help="search a collection (hybrid BM25 + dense, by default)",
+        description="Show the best-matching chunks (and question-bank entries) with their section paths.",
+    )
+    search.add_argument("query", metavar="QUERY", help="what to look for")
+    collection_option(search)
+    search.add_argument("-k", type=positive_int, default=5, help="how many hits")
+    search.add_argument("--mode", choices=("hybrid", "dense", "bm25"), default="hybrid",
+                        help="ranking: reciprocal-rank fusion of BM25 and dense, or one of them")
+    search.add_argument("--questions", action="store_true", help="also search the question bank")
+    search.add_argument("--json", action="store_true", help="print the hits as JSON")
+    search.set_defaults(handler=cmd_search)
+
+    questions = sub.add_parser("questions", parents=[common], formatter_class=Formatter,
+                               help="the question bank: generate QA pairs, export them",
+                               description="Generate question-answer pairs for a collection's documents with a "
+                                           "language model, or export them as fine-tuning data.")
+    qsub = questions.add_subparsers(dest="questions_command", metavar="ACTION")
+    qsub.required = True
+    generate = qsub.add_parser(
+        "generate", parents=[common, models], formatter_class=Formatter,
+        help="write QA pairs for each document and store them in the collection",
+        description="For each document (or --doc), ask the model for QA pairs: sparse = about one per "
+                    "paragraph of each top-level section, dense = one per chunk. Replies are validated "
+                    "JSON; a pair whose answer the text does not support is dropped; malformed replies "
+                    "are retried, then skipped and counted.",
+    )
+    collection_option(generate)
+    generate.add_argument("--density", choices=("sparse", "dense"), default="sparse", help="how many pairs")
+    generate.add_argument("--long-answers", action="store_true", help="also ask for a one-to-two-sentence answer")
+    generate.add_argument("--doc", metavar="SOURCE", action="append",
+                          help="only this document (its path or id; repeatable)")
+    generate.add_argument("--retries", type=int, default=2, metavar="N", help="tries after a malformed reply")
+    generate.set_defaults(handler=cmd_questions_generate)
+    export = qsub.add_parser(
+        "export", parents=[common], formatter_class=Formatter,
+        help="write the question bank as chat-format fine-tuning JSONL",
+        description='One line per pair: {"messages": [system, user question, assistant answer]}.',
+    )
+    collection_option(export)
+    export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    export.add_argument("--long", action="store_true", help="use the long answers where there are some")
+    export.add_argument("--system", default=None, metavar="TEXT",
+                        help="the system message (default: marginalia's reader prompt; '' for none)")
+    export.set_defaults(handler=cmd_questions_export)
+
+    colls = sub.add_parser("collections", parents=[common], formatter_class=Formatter,
+                           help="list, show or delete collections",
+                           description="Collections live under the home directory, one folder each.")
+    csub = colls.add_subparsers(dest="collections_command", metavar="ACTION")
+    csub.required = True
+    listing = csub.add_parser("list", parents=[common], formatter_class=Formatter, help="list collections")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(handler=cmd_collections_list)
+    show = csub.add_parser("show", parents=[common], formatter_class=Formatter,
+                           help="list a collection's documents")
+    show.add_argument("name", metavar="NAME")
+    show.add_argument("--tree", action="store_true", help="print each document's section tree")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(handler=cmd_collections_show)
+    delete = csub.add_parser("delete", parents=[common], formatter_class=Formatter,
+                             help="delete a collection, or one document from it")
+    delete.add_argument("name", metavar="NAME")
+    delete.add_argument("--doc", metavar="SOURCE", help="delete only this document (its path or id)")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete.set_defaults(handler=cmd_collections_delete)
+
+
+def _open(args: argparse.Namespace, name: str, create: bool = False, embedder: Any = None) -> Any:
+    from ..index.store import Collection
+
+    return Collection.open(name, home=args.home, create=create, embedder=embedder)
+
+
+def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..index.embedders import load_embedder
+    from ..index.store import Collection
+    from ..ingest.chunking import chunk_sections
+    from ..ingest.loaders import load_paths
+    from ..ingest.sections import format_tree, parse_sections
+
+    if args.chunk_min > args.chunk_max:
+        raise UserError(f"--chunk-min ({args.chunk_min}) is larger than --chunk-max ({args.chunk_max})")
+    if args.overlap < 0 or args.overlap >= args.chunk_max:
+        raise UserError(f"--overlap must be between 0 and --chunk-max - 1, got {args.overlap}")
+    for given in args.paths:
+        if not Path(given).expanduser().exists():
+            raise UserError(f"no file or folder at {given}")
+    reporter = Reporter(False, err)
+    from ..index.store import collections_dir
+
+    exists = (collections_dir(args.home) / args.collection).exists()
+    embedder = None if exists else load_embedder(args.embedder)
+    collection = Collection.open(args.collection, home=args.home, create=True, embedder=embedder)
+    tokenizer = load_model(args, reporter).tokenizer
+
+    bar = progress_bar(err, 0, "file", "loading")
+
+    def loaded(done: int, total: int, path: str) -> None:
+        bar.total = total
+        bar.update(1)
+
+    report = load_paths(args.paths, recursive=not args.no_recursive, progress=loaded)
+    bar.close()
+    counts: dict[str, int] = {}
+    for doc in report.documents:
+        sections = parse_sections(doc)
+        chunks = chunk_sections(doc, sections, tokenizer.count, min_tokens=args.chunk_min,
+                                max_tokens=args.chunk_max, overlap_tokens=args.overlap)
+        cbar = progress_bar(err, len(chunks), "chunk", Path(doc.source).name[:30])
+
+        def advance(done: int, total: int, cbar: Any = cbar) -> None:
+            cbar.update(done - cbar.n)
+
+        result = collection.add_document(doc, sections, chunks, progress=advance)
+        cbar.close()
+        counts[result.status] = counts.get(result.status, 0) + 1
+        detail = f"{result.n_chunks} chunks in {len(sections) - 1} sections"
+        if result.status == "duplicate":
+            detail = f"same text as {result.source}, already indexed"
+        out.write(f"{result.status:<9} {doc.source}  ({detail})\n")
+        if args.tree:
+            out.write(format_tree(sections, doc) + "\n")
+    for skip in report.skipped:
+        counts["skipped"] = counts.get("skipped", 0) + 1
+        out.write(f"skipped   {skip.path}  ({skip.reason})\n")
+    for note in report.notes:
+        err.write(f"note: {note.path}: {note.message}\n")
+    summary = ", ".join(f"{n} {status}" for status, n in counts.items()) or "nothing to index"
+    err.write(f"collection {args.collection!r}: {summary}\n")
+    return 1 if report.skipped and not report.documents else 0
+
+
+def _hit_dict(hit: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    data = asdict(hit)
+    if isinstance(data.get("similarity"), float) and math.isnan(data["similarity"]):
+        data["similarity"] = None
+    return data
+
+
+def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    collection = _open(args, args.collection)
+    kinds = ("chunk", "question") if args.questions else ("chunk",)
+    hits = collection.search(args.query, k=args.k, mode=args.mode, kinds=kinds)
+    if args.json:
+        json.dump([_hit_dict(h) for h in hits], out, ensure_ascii=False, indent=2)
+        out.write("\n")
+        return 0
+    if not hits:
+        err.write(f"no hits in collection {args.collection!r}\n")
+    for rank, hit in enumerate(hits, 1):
+        path = " > ".join(hit.section_path) or "(before the first heading)"
+        page = f" p.{hit.page}" if hit.page else ""
+        sim = "" if math.isnan(hit.similarity) else f"  sim {hit.similarity:.2f}"
+        out.write(f"{rank}. {hit.source}{page} · {path}  [{hit.start}:{hit.end}]{sim}\n")
+        if hit.kind == "question":
+            out.write(f"   Q: {hit.text}\n   A: {hit.answer}\n")
+        else:
+            out.write(f"   {snippet(hit.text, 160)}\n")
+    return 0
+
+
+def cmd_questions_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..index.question_bank import BankReport, QuestionWriter
+    from ..ingest.chunking import chunk_sections
+
+    if args.retries < 0:
+        raise UserError(f"--retries must be 0 or more, got {args.retries}")
+    collection = _open(args, args.collection)
+    docs = collection.documents()
+    if args.doc:
+        wanted = set(args.doc)
+        docs = [d for d in docs if d.source in wanted or d.doc_id in wanted]
+        missing = wanted - {d.source for d in docs} - {d.doc_id for d in docs}
+        if missing:
+            raise UserError(f"collection {args.collection!r} has no document {sorted(missing)[0]!r}; "
+                            f"see 'marginalia collections show {args.collection}'")
+    if not docs:
+        raise UserError(f"collection {args.collection!r} holds no documents; index some first")
+    reporter = Reporter(False, err)
+    writer = QuestionWriter(load_model(args, reporter), retries=args.retries, long_answers=args.long_answers)
+    total_new = 0
+    for info in docs:
+        doc = collection.document(info.doc_id)
+        sections = collection.sections(info.doc_id)
+        chunks = chunk_sections(doc, sections, writer.generator.tokenizer.count)
+        bar = progress_bar(err, 0, "request", Path(info.source).name[:30])
+
+        def advance(done: int, total: int, bar: Any = bar) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        report = writer.write(doc, sections, chunks, density=args.density, progress=advance, report=BankReport())
+        bar.close()
+        new = collection.add_questions(report.pairs)
+        total_new += new
+        skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.items()) or "none"
+        out.write(f"{info.source}: {len(report.pairs)} pairs ({new} new) from {report.requests} requests; "
+                  f"skipped: {skipped}\n")
+    err.write(f"collection {args.collection!r}: {total_new} new question entries\n")
+    return 0
+
+
+def cmd_questions_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..index.question_bank import to_chat_jsonl
+
+    collection = _open(args, args.collection)
+    entries = collection.questions()
+    if not entries:
+        raise UserError(f"collection {args.collection!r} has no questions yet; "
+                        f"run 'marginalia questions generate --collection {args.collection}' first")
+    lines = list(to_chat_jsonl(entries, system=args.system, long=args.long))
+    if args.output:
+        target = Path(args.output)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        tmp.replace(target)
+        err.write(f"wrote {len(lines)} conversations to {target}\n")
+    else:
+        for line in lines:
+            out.write(line + "\n")
+    return 0
+
+
+def cmd_collections_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from dataclasses import asdict
+
+    from ..index.store import list_collections
+
+    infos = list_collections(args.home)
+    if args.json:
+        json.dump([asdict(i) for i in infos], out, indent=2)
+        out.write("\n")
+        return 0
+    if not infos:
+        err.write("no collections yet; create one with 'marginalia index PATH --collection NAME'\n")
+    for info in infos:
+        if info.n_documents is None:
+            out.write(f"{info.name}  (schema version {info.schema_version}: not readable by this marginalia)\n")
+        else:
+            out.write(f"{info.name}  {info.n_documents} documents, {info.n_chunks} chunks, "
+                      f"{info.n_questions} questions  ({info.embedder})\n")
+    return 0
+
+
+def cmd_collections_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from dataclasses import asdict
+
+    from ..ingest.sections import format_tree
+
+    collection = _open(args, args.name)
+    docs = collection.documents()
+    if args.json:
+        json.dump([asdict(d) for d in docs], out, indent=2)
+        out.write("\n")
+        return 0
+    for d in docs:
+        out.write(f"{d.source}  {d.format}, {d.n_chunks} chunks, {d.n_questions} questions  "
+                  f"[{d.doc_id}] {d.title!r}\n")
+        if args.tree:
+            out.write(format_tree(collection.sections(d.doc_id), collection.document(d.doc_id)) + "\n")
+    return 0
+
+
+def cmd_collections_delete(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..index.store import delete_collection
+
+    what = f"document {args.doc!r} from collection {args.name!r}" if args.doc else f"collection {args.name!r}"
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise UserError(f"not deleting {what} without --yes (no terminal to ask on)")
+        err.write(f"delete {what}? [y/N] ")
+        err.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            err.write("nothing deleted\n")
+            return 1
+    if args.doc:
+        if not _open(args, args.name).delete_document(args.doc):
+            raise UserError(f"collection {args.name!r} has no document {args.doc!r}; "
+                            f"see 'marginalia collections show {args.name}'")
+    else:
+        _open(args, args.name)  # a clear error for an unknown name
+        delete_collection(args.name, home=args.home)
+    err.write(f"deleted {what}\n")
+    return 0

@@ -1,0 +1,180 @@
+"""The benchmark report: tables with counts and 95% intervals, cost per pattern, the header, and valid PNGs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marginalia.bench.report import (
+    bootstrap,
+    estimate,
+    find_run,
+    load_run,
+    primary_metric,
+    wilson,
+    write_report,
+)
+from marginalia.errors import UserError
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def result(pattern: str, length: int, depth: float, contains: float, f1: float, em: float = 0.0,
+           status: str = "ok", verdict: str | None = None, task: str = "squad", n: int = 0,
+           seconds: float = 1.0, prefilled: int = 1000, generated: int = 10) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "schema": 1, "task": task, "item_id": f"{task}/q{n}/{length}/d{depth}", "example_id": f"q{n}",
+        "pattern": pattern, "kind": pattern, "target_tokens": length, "context_tokens": length - 10,
+        "depth": depth, "distractor_fraction": None, "scoring": "qa", "question": "Q?", "answers": ["a"],
+        "status": status,
+    }
+    if status == "ok":
+        record.update(prediction="a", scores={"em": em, "f1": f1, "contains": contains},
+                      judge={"verdict": verdict, "reason": "", "attempts": 1, "seconds": 0.5} if verdict else None,
+                      stats={"context_tokens": length - 10, "prefilled_context_tokens": prefilled,
+                             "prefilled_other_tokens": 50, "generated_margin_tokens": 0,
+                             "generated_answer_tokens": generated, "generated_other_tokens": 0,
+                             "total_seconds": seconds})
+    else:
+        record.update(prediction=None, scores=None, judge=None, stats=None, error="too long")
+    return record
+
+
+INFO = {
+    "schema": 1, "started": "2025-01-02T03:04:05+00:00",
+    "config": {"name": "fixture", "model": "smollm2",
+               "patterns": [{"name": "wim", "kind": "wim"}, {"name": "lc", "kind": "lc"}]},
+    "commit": {"commit": "0123456789abcdef0123", "dirty": True},
+    "models": {"generator": {"spec": "smollm2", "name": "smollm2", "engine": "LlamaCppGenerator",
+                             "device": "cpu", "context_window": 8192},
+               "embedder": "minilm", "judge": None},
+    "machine": {"cpu": "Test CPU", "cores": 2, "ram_gb": 8.0, "gpus": []},
+}
+
+
+def fixture_run(folder: Path, records: list[dict[str, Any]], info: dict[str, Any] | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "run.json").write_text(json.dumps(INFO if info is None else info))
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+def lexical_records() -> list[dict[str, Any]]:
+    records = []
+    # lc at 1000 tokens, depth 0: contains 1,1,0,1 (3/4); F1 0.5, 1, 0, 0.5
+    for n, (c, f) in enumerate([(1, 0.5), (1, 1.0), (0, 0.0), (1, 0.5)]):
+        records.append(result("lc", 1000, 0.0, c, f, em=float(f == 1.0), n=n, seconds=2.0))
+    # lc at 1000, depth 1: 1/2, one overflow
+    records.append(result("lc", 1000, 1.0, 1, 1.0, em=1.0, n=0, seconds=4.0))
+    records.append(result("lc", 1000, 1.0, 0, 0.2, n=1, seconds=4.0))
+    records.append(result("lc", 2000, 0.0, 0, 0, status="overflow", n=0))
+    # wim at 1000, depth 0: 2/2; one error at depth 1
+    records.append(result("wim", 1000, 0.0, 1, 1.0, em=1.0, n=0, prefilled=900, generated=100, seconds=6.0))
+    records.append(result("wim", 1000, 0.0, 1, 0.8, n=1, prefilled=900, generated=200, seconds=8.0))
+    records.append(result("wim", 1000, 1.0, 0, 0, status="error", n=0))
+    return records
+
+
+def test_wilson_and_bootstrap() -> None:
+    low, high = wilson(3, 4)
+    assert (round(low, 4), round(high, 4)) == (0.3006, 0.9544)  # the textbook Wilson interval
+    assert wilson(0, 10)[0] == 0.0 and wilson(10, 10)[1] == pytest.approx(1.0)
+    lo, hi = bootstrap([0.5, 1.0, 0.0, 0.5])
+    assert 0.0 <= lo < 0.5 < hi <= 1.0 and bootstrap([0.5, 1.0, 0.0, 0.5]) == (lo, hi)  # seeded
+    assert bootstrap([0.3]) == (0.3, 0.3)
+    est = estimate([1.0, 1.0, 0.0, 1.0])
+    assert (est.n, est.mean, est.format()) == (4, 0.75, "0.75 [0.30, 0.95]")
+    assert estimate([]).format() == "–" and estimate([]).n == 0
+    assert estimate([0.5, 1.0]).low == bootstrap([0.5, 1.0])[0]
+
+
+def test_report_tables_counts_and_plots(tmp_path: Path) -> None:
+    folder = fixture_run(tmp_path / "run", lexical_records())
+    # a kill left half a line: the report ignores it
+    with (folder / "results.jsonl").open("a") as f:
+        f.write('{"task": "squad", "item_id": "x", "pat')
+    files = write_report(folder)
+    text = files.report.read_text()
+    assert files.report == folder / "report.md"
+
+    # the header: config name, model, commit, date, machine, totals
+    assert text.startswith("# Benchmark report: fixture\n")
+    assert "smollm2 (LlamaCppGenerator, device cpu, window 8192 tokens)" in text
+    assert "0123456789ab (with uncommitted changes)" in text and "2025-01-02T03:04:05+00:00" in text
+    assert "2 cores (Test CPU)" in text
+    assert "**results**: 10 (8 answered, 1 overflow, 1 error)" in text
+    assert "Primary score: **contains**." in text
+
+    # pattern x length x depth, wim first (the config's order), with n, the CI, EM/F1 and counts
+    header = "| pattern | length | depth | n | contains (95% CI) | em | f1 | overflow | error |"
+    assert header in text
+    assert "| lc | 1000 | 0.00 | 4 | 0.75 [0.30, 0.95] | 0.25 | 0.50 | 0 | 0 |" in text
+    assert "| lc | 1000 | 1.00 | 2 | 0.50 [0.09, 0.91] | 0.50 | 0.60 | 0 | 0 |" in text
+    assert "| lc | 2000 | 0.00 | 0 | – | – | – | 1 | 0 |" in text
+    assert "| wim | 1000 | 0.00 | 2 | 1.00 [0.34, 1.00] | 0.50 | 0.90 | 0 | 0 |" in text
+    assert "| wim | 1000 | 1.00 | 0 | – | – | – | 0 | 1 |" in text
+    assert text.index("| wim | 1000 | 0.00") < text.index("| lc | 1000 | 0.00")
+    # pooled over depths
+    assert "| lc | 1000 | 6 | 0.67 [0.30, 0.90] | 0.33 | 0.53 | 0 | 0 |" in text
+
+    # cost per pattern: means over answered items
+    assert "| wim | 2 | 900 | 50 | 150.0 | 7.00 | – | 0 | 1 |" in text
+    assert "| lc | 6 | 1000 | 50 | 10.0 | 2.67 | – | 1 | 0 |" in text
+
+    names = sorted(p.name for p in files.plots)
+    assert names == ["cost.png", "heatmap-squad-lc.png", "heatmap-squad-wim.png", "score-squad.png"]
+    for path in files.plots:
+        assert path.read_bytes()[:8] == PNG and path.stat().st_size > 2000
+        assert f"![{path.name}]({path.name})" in text
+    import matplotlib.image
+
+    assert matplotlib.image.imread(folder / "score-squad.png").shape[2] in (3, 4)
+
+
+def test_report_uses_the_judge_when_it_gave_verdicts(tmp_path: Path) -> None:
+    records = [result("lc", 1000, 0.5, 1, 1.0, verdict=v, n=i)
+               for i, v in enumerate(["correct", "correct", "wrong", "unjudged", "correct"])]
+    folder = fixture_run(tmp_path / "run", records)
+    (folder / "disagreements.jsonl").write_text(json.dumps(
+        {"task": "squad", "item_id": records[2]["item_id"], "pattern": "lc", "kind": "judge_wrong_exact_match"}
+    ) + "\n")
+    assert primary_metric(records) == "judge"
+    text = write_report(folder, plots=False).report.read_text()
+    assert "Primary score: **judge accuracy**." in text
+    # 3 of 4 judged correct; the unjudged one is counted apart
+    assert "| lc | 1000 | 0.50 | 4 | 0.75 [0.30, 0.95] | 0.00 | 1.00 | 1.00 | 1 | 0 | 0 |" in text
+    assert "4 judged, 1 unjudged; 1 disagreements" in text
+    assert "| lc | 5 | 1000 | 50 | 10.0 | 1.00 | 0.50 | 0 | 0 |" in text
+    assert not list(folder.glob("*.png"))
+
+
+def test_set_tasks_default_to_f1_and_size_sweeps_to_distractors(tmp_path: Path) -> None:
+    records = []
+    for i, fraction in enumerate([0.0, 0.5, 1.0]):
+        r = result("rag", 4000, 0.0, 1.0, 0.4 + 0.1 * i, task="cwe", n=i)
+        r.update(depth=None, distractor_fraction=fraction, scoring="set")
+        records.append(r)
+    assert primary_metric(records) == "f1"
+    folder = fixture_run(tmp_path / "run", records, info={})
+    files = write_report(folder)
+    text = files.report.read_text()
+    assert "| pattern | length | distractors | n | f1 (95% CI) | em | contains | overflow | error |" in text
+    assert "| rag | 4000 | 0.50 | 1 | 0.50 [0.50, 0.50] | 0.00 | 1.00 | 0 | 0 |" in text
+    assert "# Benchmark report: run" in text and "unknown (not a git checkout)" in text
+    assert (folder / "heatmap-cwe-rag.png").read_bytes()[:8] == PNG
+
+
+def test_find_run_by_name_or_folder(tmp_path: Path, hermetic: Path) -> None:
+    named = fixture_run(hermetic / "bench" / "runs" / "fixture", lexical_records())
+    assert find_run("fixture") == named
+    assert find_run(named) == named
+    with pytest.raises(UserError, match="no benchmark run"):
+        find_run(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "run.json").write_text("{}")
+    with pytest.raises(UserError, match="no results yet"):
+        write_report(tmp_path / "empty")
+    assert load_run(named).disagreements == 0

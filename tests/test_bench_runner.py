@@ -1,0 +1,541 @@
+"""The benchmark runner and its config: result lines, resume after a kill, overflow/error records, the
+embedding cache, medoid voting, the judge's disagreements, and the `bench` commands."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from marginalia.bench import runner as runner_module
+from marginalia.bench.config import load_config
+from marginalia.bench.items import Item, TaskSpec
+from marginalia.bench.judge import token_f1
+from marginalia.bench.runner import read_results, run_benchmark
+from marginalia.cli import main as cli_main
+from marginalia.cli.bench import add_bench_parser, cmd_bench
+from marginalia.errors import BackendError, UserError
+from marginalia.index.embedders import CachedEmbedder, HashingEmbedder
+from marginalia.models.base import Tokenizer
+from marginalia.models.fake import Request, ScriptedGenerator
+from marginalia.patterns.rag import RAG, paragraph_spans
+
+ROOT = Path(__file__).resolve().parent.parent
+
+EXAMPLES = {
+    "ferry": ("Which pier does the night ferry to Brackwater leave from?", ("pier 47",),
+              "The night ferry to Brackwater leaves from pier 47."),
+    "door": ("What colour is the door of the Skerry lighthouse?", ("green",),
+             "The door of the Skerry lighthouse is painted green."),
+}
+_WORDS = ["market", "harbour", "granary", "canal", "bakery", "choir", "bridge", "orchard", "mill", "square"]
+FILLER = [" ".join(f"The {_WORDS[(i + k) % 10]} of Ostervik stayed quiet on day {i * 7 + k}." for k in range(5))
+          for i in range(40)]
+
+
+def make_items(spec: TaskSpec, tokenizer: Tokenizer | None = None) -> list[Item]:
+    """Items like the data side builds: the gold passage among filler passages, joined by blank lines.
+
+    ``length / 50`` filler passages; the same filler passage texts recur across items and lengths.
+    """
+    items = []
+    for ex_id, (question, answers, fact) in list(EXAMPLES.items())[:spec.limit]:
+        for length in spec.lengths:
+            fill = FILLER[: length // 50]
+            for depth in spec.depths:
+                at = round(depth * len(fill))
+                passages = [*fill[:at], fact, *fill[at:]]
+                context = "\n\n".join(passages)
+                spans, pos = [], 0
+                for p in passages:
+                    spans.append((pos, pos + len(p)))
+                    pos += len(p) + 2
+                n = len(tokenizer.encode(context)) if tokenizer else len(context.split())
+                items.append(Item(
+                    id=f"{spec.name}/{ex_id}/{length}/d{depth}/s{spec.seed}", task=spec.name, example_id=ex_id,
+                    question=question, answers=answers, context=context, context_tokens=n, target_tokens=length,
+                    depth=depth, gold_spans=(spans[at],), passage_spans=tuple(spans),
+                ))
+    return items
+
+
+def score(item: Item, prediction: str) -> dict[str, float]:
+    text = prediction.lower().strip(" .")
+    return {"em": float(any(text == a for a in item.answers)),
+            "f1": max(token_f1(prediction, a) for a in item.answers),
+            "contains": float(any(a in text for a in item.answers))}
+
+
+def answering(req: Request) -> str:
+    """Answers a question when its fact is in the prompt; margins copy a fact just read."""
+    if "Copy the sentence" in req.suffix:
+        for _, _, fact in EXAMPLES.values():
+            if fact in req.prefix:
+                return fact
+        return "NONE"
+    for question, answers, fact in EXAMPLES.values():
+        if question in req.suffix:
+            return f"It is {answers[0]}." if fact in req.prompt else "I do not know."
+    return "I do not know."
+
+
+CONFIG = """\
+name = "t"
+model = "scripted"
+embedder = "hashing"
+max_new_tokens = 16
+
+[[tasks]]
+dataset = "fake"
+lengths = [300, 600]
+depths = [0.0, 1.0]
+limit = 2
+
+[[patterns]]
+kind = "lc"
+
+[[patterns]]
+kind = "rag"
+chunk_tokens = 300
+top_k = 2
+
+[[patterns]]
+kind = "wim"
+segment_tokens = 300
+"""
+
+
+def write_config(tmp_path: Path, text: str = CONFIG, name: str = "bench.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def run(config_path: Path, out: Path, gen: ScriptedGenerator | None = None, **kwargs: Any) -> Any:
+    kwargs.setdefault("embedder", HashingEmbedder())
+    kwargs.setdefault("err", io.StringIO())
+    return run_benchmark(load_config(config_path), out=out, generator=gen or ScriptedGenerator(answering),
+                         build_items=make_items, score_item=score, **kwargs)
+
+
+def lines(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "results.jsonl").read_text("utf-8").splitlines()]
+
+
+def keys(records: Sequence[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return [(r["task"], r["item_id"], r["pattern"]) for r in records]
+
+
+# -- config -------------------------------------------------------------------------------------------------
+
+
+def test_config_fills_defaults_and_resolves_paths(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "squad.json").write_text("{}")
+    path = write_config(tmp_path / "data", CONFIG.replace('dataset = "fake"', 'dataset = "squad"\npath = "squad.json"')
+                        .replace('name = "t"\n', "seed = 3\n"), name="my run.toml")
+    config = load_config(path)
+    assert config.name == "my-run"  # from the file name, made folder-safe
+    assert config.pattern_names() == ["lc", "rag", "wim"]
+    resolved = config.resolved()
+    task = resolved["tasks"][0]
+    assert task["path"] == str((data / "squad.json").resolve())
+    assert task["name"] == "squad" and task["seed"] == 3 and task["limit"] == 2
+    assert [p["max_new_tokens"] for p in resolved["patterns"]] == [16, 16, 16]
+    assert resolved["patterns"][1] == {"name": "rag", "max_new_tokens": 16, "kind": "rag", "top_k": 2,
+                                       "chunk_tokens": 300, "split": "paragraphs"}
+    assert resolved["patterns"][2]["judge"] == "grounded" and resolved["judge"] is None
+    spec = config.tasks[0].spec(limit=1)
+    assert isinstance(spec, TaskSpec) and spec.limit == 1 and spec.lengths == (300, 600) and spec.seed == 3
+    assert config.tasks[0].spec(limit=99).limit == 2
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    (("max_new_tokens = 16", "max_new_token = 16"),
+     ["top level", "unknown key 'max_new_token'", "did you mean 'max_new_tokens'"]),
+    (("limit = 2", "limit = 2\nlenghts = [1]"), ["[[tasks]] #1 (fake)", "unknown key 'lenghts'", "'lengths'"]),
+    (("segment_tokens = 300", "segment_tokens = 300\ntop_k = 3"), ["[[patterns]] #3 (wim)", "unknown key 'top_k'"]),
+    (('kind = "lc"', 'kind = "lcx"'), ["[[patterns]] #1 (lcx)", "kind must be one of lc, rag, wim"]),
+    (("depths = [0.0, 1.0]", "depths = [0.0, 1.5]"), ["[[tasks]] #1", "depths.1", "less than or equal to 1"]),
+    (('segment_tokens = 300', 'segment_tokens = 300\n[judge]\nmodell = "x"'), ["[judge]", "unknown key 'modell'"]),
+    (('kind = "rag"', 'kind = "rag"\nname = "lc"'), ["two patterns are called 'lc'"]),
+    (('kind = "rag"', 'kind = "lc"'),
+     ["[[patterns]] #2 (lc): unknown key 'chunk_tokens' (an option of kind = \"rag\")"]),
+])
+def test_config_errors_name_the_file_table_and_key(tmp_path: Path, edit: tuple[str, str],
+                                                    expected: list[str]) -> None:
+    path = write_config(tmp_path, CONFIG.replace(*edit, 1))
+    with pytest.raises(UserError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert message.startswith(str(path))
+    for part in expected:
+        assert part in message
+
+
+def test_config_missing_dataset_file_and_bad_toml(tmp_path: Path) -> None:
+    path = write_config(tmp_path, CONFIG.replace('dataset = "fake"', 'dataset = "squad"\npath = "nope.json"'))
+    with pytest.raises(UserError, match="nope.json.*does not exist"):
+        load_config(path)
+    with pytest.raises(UserError, match="not valid TOML"):
+        load_config(write_config(tmp_path, "name = ", name="bad.toml"))
+    with pytest.raises(UserError, match="no run config"):
+        load_config(tmp_path / "absent.toml")
+
+
+@pytest.mark.parametrize("name", ["example.toml", "smoke.toml"])
+def test_shipped_configs_load(name: str) -> None:
+    path = ROOT / "configs" / "bench" / name
+    if not (ROOT.parent / "shared" / "data").is_dir():
+        pytest.skip("the development data folder ../shared/data is missing")
+    config = load_config(path)
+    assert {p.kind for p in config.patterns} == {"lc", "rag", "wim"}
+    for task in config.tasks:
+        assert task.path is not None and Path(task.path).is_file()
+
+
+# -- running --------------------------------------------------------------------------------------------------
+
+
+def test_run_writes_one_line_per_pair_with_scores_and_run_info(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    err = io.StringIO()
+    summary = run(write_config(tmp_path), out, err=err)
+    records = lines(out)
+    assert summary.planned == summary.written == len(records) == 2 * 2 * 2 * 3
+    assert summary.resumed == 0 and summary.statuses == {"ok": 24}
+    assert len(set(keys(records))) == 24
+    # every pattern finds both facts in these small contexts
+    assert all(r["prediction"].startswith("It is ") for r in records)
+    assert all(r["scores"] == {"em": 0.0, "f1": pytest.approx(r["scores"]["f1"]), "contains": 1.0}
+               for r in records)
+    first = records[0]
+    assert first["task"] == "fake" and first["pattern"] == "lc" and first["status"] == "ok"
+    assert first["item_id"] == "fake/ferry/300/d0.0/s0" and first["target_tokens"] == 300
+    assert first["depth"] == 0.0 and first["distractor_fraction"] is None
+    assert first["answers"] == ["pier 47"] and first["judge"] is None
+    assert first["stats"]["prefilled_context_tokens"] == first["context_tokens"] > 0
+    assert first["stats"]["generated_answer_tokens"] > 0
+    wim = next(r for r in records if r["pattern"] == "wim")
+    assert wim["margins"] == wim["segments_total"] >= 1 and wim["margins_kept"] >= 1
+    info = json.loads((out / "run.json").read_text())
+    assert info["config"]["name"] == "t" and info["config"]["tasks"][0]["lengths"] == [300, 600]
+    assert info["models"]["generator"]["name"] == "scripted"
+    assert info["models"]["generator"]["engine"] == "ScriptedGenerator"
+    assert info["models"]["embedder"] == "hashing" and info["models"]["judge"] is None
+    assert info["machine"]["cores"] >= 1 and "cpu" in info["machine"]
+    assert "commit" in info and "started" in info and len(info["invocations"]) == 1
+    assert "24/24" in err.getvalue()  # progress lines with an ETA
+    assert (out / "disagreements.jsonl").read_text() == ""
+
+
+def test_rerun_skips_finished_pairs(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    config = write_config(tmp_path)
+    run(config, out)
+    gen = ScriptedGenerator(answering)
+    summary = run(config, out, gen)
+    assert summary.resumed == 24 and summary.written == 0 and gen.requests == []
+    assert len(lines(out)) == 24
+    assert len(json.loads((out / "run.json").read_text())["invocations"]) == 2
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    config = write_config(tmp_path)
+    run(config, out, patterns=["lc"], limit=1)
+    err = Terminal()
+    run(config, out, err=err, patterns=["lc", "rag"], limit=1)
+    text = err.getvalue()
+    assert "\r" in text and "8/8" in text and "answer/s" in text  # a tqdm bar that counted the 4 resumed
+    assert "4 done before" in text
+    quiet = Terminal()
+    run(config, tmp_path / "quiet", err=quiet, progress=False, patterns=["lc"], limit=1)
+    assert quiet.getvalue() == ""
+
+
+class Interrupting:
+    """A responder that answers, then raises KeyboardInterrupt on its n-th request (as Ctrl-C would)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.calls = 0
+
+    def __call__(self, req: Request) -> str:
+        self.calls += 1
+        if self.calls == self.n:
+            raise KeyboardInterrupt
+        return answering(req)
+
+
+def test_interrupted_run_resumes_without_duplicates(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    config = write_config(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run(config, out, ScriptedGenerator(Interrupting(15)))
+    before = lines(out)
+    assert 0 < len(before) < 24
+    summary = run(config, out)
+    after = lines(out)
+    assert summary.resumed == len(before) and summary.written == 24 - len(before)
+    assert after[:len(before)] == before  # old lines untouched
+    assert len(after) == 24 and len(set(keys(after))) == 24
+
+
+def test_truncated_last_line_is_repaired(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    config = write_config(tmp_path)
+    run(config, out)
+    path = out / "results.jsonl"
+    text = path.read_text("utf-8").splitlines(keepends=True)
+    lost = json.loads(text[-1])
+    path.write_text("".join(text[:-1]) + text[-1][:40], encoding="utf-8")  # killed mid-write
+    assert len(read_results(path)) == 23
+    err = io.StringIO()
+    summary = run(config, out, err=err)
+    assert summary.written == 1 and "truncated" in err.getvalue()
+    after = lines(out)
+    assert len(after) == 24 and len(set(keys(after))) == 24
+    assert keys([after[-1]]) == keys([lost])
+
+
+def test_damaged_middle_line_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"a": 1}\nnot json\n{"b": 2}\n')
+    with pytest.raises(UserError, match="line 2"):
+        read_results(path)
+
+
+def test_a_different_config_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run(write_config(tmp_path), out)
+    changed = write_config(tmp_path, CONFIG.replace("lengths = [300, 600]", "lengths = [300]"), name="b.toml")
+    with pytest.raises(UserError) as info:
+        run(changed, out)
+    assert "tasks[0].lengths" in str(info.value) and "--out" in str(info.value)
+    assert len(lines(out)) == 24
+    summary = run(changed, tmp_path / "other")
+    assert summary.written == 2 * 1 * 2 * 3
+
+
+def test_overflow_and_errors_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
+    short = make_items(TaskSpec("fake", lengths=(300,), depths=(0.0,), name="fake"), ScriptedGenerator().tokenizer)
+    long = make_items(TaskSpec("fake", lengths=(600,), depths=(0.0,), name="fake"), ScriptedGenerator().tokenizer)
+    window = (short[0].context_tokens + long[0].context_tokens) // 2 + 60
+    assert short[0].context_tokens + 150 < window < long[0].context_tokens
+
+    def failing(req: Request) -> str:
+        if "lighthouse" in req.suffix and "Copy the sentence" not in req.suffix:
+            raise BackendError("the server went away")
+        return answering(req)
+
+    out = tmp_path / "run"
+    gen = ScriptedGenerator(failing, context_window=window)
+    summary = run(write_config(tmp_path), out, gen)
+    records = lines(out)
+    assert summary.written == 24
+    by = {(r["example_id"], r["target_tokens"], r["depth"], r["pattern"]): r for r in records}
+    over = by[("ferry", 600, 0.0, "lc")]
+    assert over["status"] == "overflow" and over["window"] == window and over["needed"] > window
+    assert over["prediction"] is None and over["scores"] is None
+    assert by[("ferry", 600, 0.0, "rag")]["status"] == "ok"  # rag reads only two chunks
+    assert by[("ferry", 300, 0.0, "lc")]["status"] == "ok"
+    err = by[("door", 300, 0.0, "lc")]
+    assert err["status"] == "error" and "BackendError: the server went away" in err["error"]
+    assert summary.statuses["error"] == sum(r["status"] == "error" for r in records) > 0
+    assert summary.statuses["ok"] > 0
+
+    # the server is back: --retry-errors runs the errored pairs again, and only those
+    fixed = ScriptedGenerator(answering, context_window=window)
+    again = run(write_config(tmp_path), out, fixed, retry_errors=True)
+    after = lines(out)
+    assert again.written == summary.statuses["error"]
+    assert len(after) == 24 and len(set(keys(after))) == 24
+    assert not any(r["status"] == "error" for r in after)
+    assert sum(r["status"] == "overflow" for r in after) == summary.statuses["overflow"]
+
+
+def test_patterns_and_limit_select_a_subset(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    config = write_config(tmp_path)
+    summary = run(config, out, patterns=["lc"], limit=1)
+    assert summary.written == 1 * 2 * 2 and {r["pattern"] for r in lines(out)} == {"lc"}
+    summary = run(config, out)  # the rest, in the same folder: selections are not part of the config
+    assert summary.resumed == 4 and len(lines(out)) == 24
+    with pytest.raises(UserError, match="no pattern called 'bm25'"):
+        run(config, out, patterns=["bm25"])
+
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.documents: list[str] = []
+
+    def _embed(self, texts: Sequence[str], kind: Any) -> np.ndarray:
+        if kind == "document":
+            self.documents.extend(texts)
+        return super()._embed(texts, kind)
+
+
+def test_rag_embeds_each_passage_once_per_run(tmp_path: Path) -> None:
+    text = CONFIG.replace("depths = [0.0, 1.0]", "depths = [0.0, 0.5, 1.0]")
+    counting = CountingEmbedder()
+    cached = CachedEmbedder(counting)
+    run(write_config(tmp_path, text), tmp_path / "run", embedder=cached, patterns=["rag"])
+    # 2 questions x 3 depths x (7 + 13 passages at the two lengths) = 120 chunks asked for ...
+    assert cached.hits + cached.misses == 2 * 3 * (7 + 13)
+    # ... but only the 14 distinct passages are embedded, each once
+    passages = set(FILLER[:12]) | {fact for _, _, fact in EXAMPLES.values()}
+    assert sorted(counting.documents) == sorted(passages) and cached.misses == 14
+
+    # cutting the whole context by tokens instead, chunks straddle passages and depend on the position
+    counting = CountingEmbedder()
+    run(write_config(tmp_path, text.replace("top_k = 2", "top_k = 2\nsplit = \"tokens\"")), tmp_path / "tokens",
+        embedder=counting, patterns=["rag"])
+    assert not set(counting.documents) <= passages
+    assert any("\n\n" in d.strip() for d in counting.documents)
+
+
+def test_cached_embedder_matches_the_inner_one() -> None:
+    inner = CountingEmbedder()
+    cached = CachedEmbedder(inner)
+    texts = ["the ferry leaves from pier 47", "apples and wool", "the ferry leaves from pier 47"]
+    first = cached.embed_documents(texts)
+    assert np.allclose(first, HashingEmbedder().embed_documents(texts))
+    again = cached.embed_documents(texts[:2])
+    assert np.array_equal(again, first[:2])
+    assert inner.documents == texts[:2] and (cached.misses, cached.hits) == (2, 3) and len(cached) == 2
+    assert np.allclose(cached.embed_query("pier 47"), inner.embed_query("pier 47"))
+    assert inner.documents == texts[:2]  # queries are not cached as documents
+    assert cached.embed_documents([]).shape[0] == 0
+
+
+def test_rag_paragraph_split_keeps_passages_whole() -> None:
+    text = "  First paragraph.\n\nSecond one,\nwith a line break.\n \n\n Third.\n\n"
+    assert [text[a:b] for a, b in paragraph_spans(text)] == [
+        "First paragraph.", "Second one,\nwith a line break.", "Third."]
+    item = make_items(TaskSpec("fake", lengths=(300,), depths=(0.5,), name="fake"))[0]
+    gen = ScriptedGenerator(answering)
+    answer = RAG(gen, embedder=HashingEmbedder(), chunk_tokens=500, top_k=1, split="paragraphs").answer(
+        item.context, item.question)
+    (ref,) = answer.references
+    assert ref.text == EXAMPLES["ferry"][2] and item.context[ref.start:ref.end] == ref.text
+    assert answer.segments_total == len(item.passage_spans)
+    assert answer.stats.context_tokens == len(gen.tokenizer.encode(item.context))
+    with pytest.raises(UserError, match="unknown split"):
+        RAG(gen, embedder=HashingEmbedder(), split="sentences")
+
+
+def test_voting_keeps_the_medoid_and_records_every_sample(tmp_path: Path) -> None:
+    replies = {0: "Pier 47.", 1: "It is pier 47.", 2: "The harbour office.", 3: "pier 47", 4: "Maybe pier 12."}
+
+    def sampled(req: Request) -> str:
+        assert req.params.temperature == 0.5
+        return replies[(req.params.seed or 0) - 100]
+
+    text = CONFIG.replace('name = "t"', 'name = "t"\nseed = 100') + "\n[voting]\nsamples = 5\ntemperature = 0.5\n"
+    out = tmp_path / "run"
+    run(write_config(tmp_path, text), out, ScriptedGenerator(sampled), patterns=["lc"], limit=1)
+    record = lines(out)[0]
+    assert [s["seed"] for s in record["samples"]] == [100, 101, 102, 103, 104]
+    assert [s["text"] for s in record["samples"]] == [replies[i] for i in range(5)]
+    assert record["prediction"] == "Pier 47."  # closest on average to the other samples
+    best = max(record["samples"], key=lambda s: s["mean_f1"])
+    assert best["text"] == "Pier 47."
+    one = len(ScriptedGenerator().tokenizer.encode("Pier 47."))
+    assert record["stats"]["generated_answer_tokens"] > one  # summed over the five samples
+
+
+def test_judge_verdicts_and_disagreements(tmp_path: Path) -> None:
+    def judged(req: Request) -> str:
+        if "You grade answers" in req.prompt:
+            return 'Sure! ```json\n{"correct": true, "reason": "looks right"}\n```'
+        if "Copy the sentence" in req.suffix:
+            return "NONE"
+        return "The harbour office." if "ferry" in req.suffix else "It is green."
+
+    text = CONFIG + '\n[judge]\nmodel = "scripted"\nretries = 1\n'
+    out = tmp_path / "run"
+    summary = run(write_config(tmp_path, text), out, ScriptedGenerator(judged), patterns=["lc"])
+    records = lines(out)
+    assert all(r["judge"]["verdict"] == "correct" and r["judge"]["attempts"] == 1 for r in records)
+    disagreements = [json.loads(x) for x in (out / "disagreements.jsonl").read_text().splitlines()]
+    ferry = [r for r in records if r["example_id"] == "ferry"]
+    assert summary.disagreements == len(disagreements) == len(ferry) == 4
+    assert {d["kind"] for d in disagreements} == {"judge_correct_lexical_wrong"}
+    assert disagreements[0]["prediction"] == "The harbour office." and disagreements[0]["answers"] == ["pier 47"]
+    info = json.loads((out / "run.json").read_text())
+    assert info["models"]["judge"]["spec"] == "scripted" and info["config"]["judge"]["retries"] == 1
+
+
+# -- the commands ----------------------------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="marginalia")
+    add_bench_parser(top.add_subparsers(dest="command"))
+    return top
+
+
+def test_bench_help_lists_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    for command, options in (("run", ["--out", "--limit", "--patterns", "--home", "--retry-errors", "--no-report",
+                                      "--quiet", "--verbose"]),
+                             ("report", ["--out", "--home", "--no-plots"])):
+        with pytest.raises(SystemExit) as exc:
+            parser().parse_args(["bench", command, "--help"])
+        assert exc.value.code == 0
+        text = capsys.readouterr().out
+        for option in options:
+            assert option in text
+    with pytest.raises(SystemExit) as exc:
+        parser().parse_args(["bench", "run", "x.toml", "--limit", "0"])
+    assert exc.value.code == 2
+
+
+def test_parents_options_are_not_added_twice() -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", default=None, help="home")
+    common.add_argument("-v", "--verbose", action="store_true", help="verbose")
+    top = argparse.ArgumentParser(prog="marginalia")
+    add_bench_parser(top.add_subparsers(dest="command"), [common])
+    args = top.parse_args(["bench", "report", "r", "--home", "h", "-v"])
+    assert args.home == "h" and args.verbose and args.bench_command == "report"
+
+
+def test_bench_run_and_report_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hermetic: Path) -> None:
+    monkeypatch.setattr(runner_module, "_default_build", lambda: make_items)
+    monkeypatch.setattr(runner_module, "_default_score", lambda: score)
+    config = write_config(tmp_path, CONFIG.replace('model = "scripted"', 'model = "scripted:It is pier 47."'))
+    out, err = io.StringIO(), io.StringIO()
+    args = parser().parse_args(["bench", "run", str(config), "--limit", "1", "--patterns", "lc,rag"])
+    assert cmd_bench(args, out, err) == 0
+    folder = hermetic / "bench" / "runs" / "t"
+    stdout = out.getvalue().splitlines()
+    assert stdout[0] == str(folder)
+    assert "fake\tlc\tcontains\t1.00 [0.51, 1.00]\tn=4" in stdout
+    assert stdout[-1] == str(folder / "report.md") and (folder / "cost.png").is_file()
+    assert "loading scripted" in err.getvalue() and "8/8" in err.getvalue()
+    assert len(lines(folder)) == 8
+
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["bench", "report", "t", "--no-plots", "--out", str(tmp_path / "rep")], out, err) == 0
+    assert out.getvalue().strip() == str(tmp_path / "rep" / "report.md")
+    assert "| lc | 300 | 2 | 1.00 [0.34, 1.00]" in (tmp_path / "rep" / "report.md").read_text()
+
+    out, err = io.StringIO(), io.StringIO()
+    bad = write_config(tmp_path, CONFIG.replace("limit = 2", "limt = 2"), name="bad.toml")
+    assert cli_main(["bench", "run", str(bad)], out, err) == 2
+    assert "unknown key 'limt'" in err.getvalue() and out.getvalue() == ""
+    assert cli_main(["bench", "report", "nothing-here"], out, err) == 2

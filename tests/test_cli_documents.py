@@ -1,0 +1,146 @@
+"""The collection commands end to end: index, search, questions, collections, and ask --collection."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_cli import run_cli
+
+pytest.importorskip("lancedb")
+
+HARBOUR = """# Harbour report
+
+## Dredging
+
+Silt builds up in the inner basin every year. The dredger hired for the work was the Orla Maye.
+
+The work took six weeks and lifted 18,400 cubic metres of silt.
+
+## Lifeboat
+
+The lifeboat launched 37 times this year. Its new coxswain is Ingrid Tasker.
+"""
+
+FERRY = "<html><head><title>Ferries</title></head><body><h1>Night ferry</h1>" \
+        "<p>The night ferry to Brackwater leaves from pier 47.</p></body></html>"
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "harbour.md").write_text(HARBOUR, encoding="utf-8")
+    (folder / "ferry.html").write_text(FERRY, encoding="utf-8")
+    (folder / "photo.jpg").write_bytes(b"\xff\xd8\xff\xe0 not text")
+    return folder
+
+
+def index(corpus, *extra: str) -> tuple[int, str, str]:
+    return run_cli("index", str(corpus), "--collection", "docs", "--embedder", "hashing",
+                   "--model", "scripted:x", *extra)
+
+
+def test_index_reports_each_file_and_is_idempotent(corpus):
+    code, out, err = index(corpus)
+    assert code == 0
+    lines = out.splitlines()
+    assert any(line.startswith("added") and "harbour.md" in line for line in lines)
+    assert any(line.startswith("added") and "ferry.html" in line for line in lines)
+    assert any(line.startswith("skipped") and "photo.jpg" in line and "unsupported" in line for line in lines)
+    assert "2 added, 1 skipped" in err
+    code, out, err = index(corpus)
+    assert code == 0
+    assert "2 unchanged, 1 skipped" in err
+    code, out, _ = run_cli("collections", "list", "--json")
+    (info,) = json.loads(out)
+    assert (info["name"], info["n_documents"], info["embedder"]) == ("docs", 2, "hashing")
+
+
+def test_search_shows_section_paths_and_json(corpus):
+    index(corpus)
+    code, out, _ = run_cli("search", "--collection", "docs", "which dredger was hired", "-k", "2")
+    assert code == 0
+    first = out.splitlines()[0]
+    assert "harbour.md" in first and "Harbour report > Dredging" in first
+    code, out, _ = run_cli("search", "--collection", "docs", "night ferry pier", "--json", "--mode", "bm25")
+    hits = json.loads(out)
+    assert hits[0]["source"].endswith("ferry.html")
+    assert hits[0]["section_path"] == ["Night ferry"]
+    assert "pier 47" in hits[0]["text"]
+
+
+def test_ask_a_collection_cites_document_sections(corpus):
+    index(corpus)
+    code, out, err = run_cli("ask", "--collection", "docs", "Which dredger was hired for the basin?",
+                             "--model", "scripted:The Orla Maye.", "--pattern", "lc", "--json", "--uncertain", "0.05")
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["text"] == "The Orla Maye."
+    assert answer["retrieval"] == "references"
+    refs = answer["references"]
+    assert any(r["section_path"] == ["Harbour report", "Dredging"] and r["source"].endswith("harbour.md")
+               for r in refs)
+    text = (corpus / "harbour.md").read_text(encoding="utf-8")
+    for ref in refs:
+        if ref["source"].endswith("harbour.md"):
+            assert text[ref["start"]:ref["end"]] == ref["text"]
+
+
+def test_ask_a_collection_refuses_when_nothing_is_relevant(corpus):
+    index(corpus)
+    code, out, err = run_cli("ask", "--collection", "docs", "zzz qqq xxx?", "--model", "scripted:made up",
+                             "--uncertain", "0.99", "--certain", "0.999")
+    assert code == 0
+    assert "No relevant references" in out
+    assert "made up" not in out
+
+
+def test_questions_generate_and_export(corpus, tmp_path):
+    index(corpus)
+    reply = 'Which dredger was hired for the work?", "answer": "the Orla Maye"'
+    code, out, err = run_cli("questions", "generate", "--collection", "docs", "--density", "dense",
+                             "--model", f"scripted:{reply}", "--doc", str(corpus / "harbour.md"))
+    assert code == 0, err
+    assert "1 pairs (1 new)" in out  # the same question for every chunk is kept once
+    target = tmp_path / "bank.jsonl"
+    code, _, err = run_cli("questions", "export", "--collection", "docs", "-o", str(target), "--system", "")
+    assert code == 0
+    (line,) = target.read_text(encoding="utf-8").splitlines()
+    assert json.loads(line)["messages"] == [
+        {"role": "user", "content": "Which dredger was hired for the work?"},
+        {"role": "assistant", "content": "the Orla Maye"},
+    ]
+    # a close question is now answered from the bank, without the model
+    code, out, err = run_cli("ask", "--collection", "docs", "Which dredger was hired for the work?",
+                             "--model", "scripted:should not be used", "--json", "--certain", "0.95")
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["retrieval"] == "direct"
+    assert answer["text"] == "the Orla Maye"
+
+
+def test_collections_delete_a_document_then_the_collection(corpus):
+    index(corpus)
+    code, _, err = run_cli("collections", "delete", "docs", "--doc", str(corpus / "ferry.html"), "--yes")
+    assert code == 0, err
+    _, out, _ = run_cli("collections", "show", "docs", "--json")
+    assert [d["source"] for d in json.loads(out)] == [str(corpus / "harbour.md")]
+    code, _, err = run_cli("collections", "delete", "docs", "--yes")
+    assert code == 0
+    code, _, err = run_cli("search", "--collection", "docs", "dredger")
+    assert code == 2 and "no collection named 'docs'" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["index", "/no/such/folder", "--collection", "x"], "no file or folder at /no/such/folder"),
+    (["search", "--collection", "nope", "q"], "no collection named 'nope'"),
+    (["search", "--collection", "bad/name", "q"], "collection name"),
+    (["ask", "What?"], "give the document to read"),
+    (["questions", "export", "--collection", "nope"], "no collection named 'nope'"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message):
+    code, out, err = run_cli(*argv)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
