@@ -171,8 +171,10 @@ def main() -> None:
                           f"(goal <= 1.1: {'PASS' if ratio <= 1.1 else 'FAIL'}); {r['requests']} requests "
                           f"sent {r['sent']} prompt tokens in all. A second question on the same document "
                           f"then evaluated {r['follow_up_evaluated']} prompt tokens "
-                          f"({r['follow_up_evaluated'] / n_doc:.2f}x): the margin prompts carry the question, "
-                          "so the document's prefix is the same for every question.")
+                          f"({r['follow_up_evaluated'] / n_doc:.2f}x): this server keeps only its last "
+                          "prompt's cache, so each new question reads the document once more; a server with a "
+                          "block prefix cache (vLLM, SGLang) could keep it, since WiM's document prefix does not "
+                          "depend on the question.")
     body = "\n".join([
         "## WiM through four backends (`benchmarks/backends.py`)",
         "",

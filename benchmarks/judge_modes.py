@@ -62,7 +62,6 @@ def main() -> None:
     ap.add_argument("--segment-tokens", type=int, default=512)
     ap.add_argument("--questions", type=int, default=0, help="use the first N questions (0: all)")
     ap.add_argument("--modes", default="grounded,fused,separate,lc")
-    ap.add_argument("--question-first", action="store_true", help="wim: the question before the document")
     args = ap.parse_args()
 
     from marginalia.cli import demo_files
@@ -81,8 +80,7 @@ def main() -> None:
             if mode == "lc":
                 pattern = make_pattern("lc", gen)
             else:
-                pattern = make_pattern("wim", gen, judge=mode, segment_tokens=args.segment_tokens,
-                                       question_first=args.question_first)
+                pattern = make_pattern("wim", gen, judge=mode, segment_tokens=args.segment_tokens)
             t0 = time.perf_counter()
             answer = pattern.answer(context, item["question"])
             s = answer.stats

@@ -148,6 +148,8 @@ def review(path: str | Path, inp: TextIO, out: TextIO, show_all: bool = False) -
     Every decision is saved at once. Editing asks for a new question and answer (an empty line keeps the
     old one); an edited pair is accepted.
     """
+    if not Path(path).is_file():
+        raise UserError(f"no QA file at {path}; make one with 'marginalia bench qa-generate DOCS -o {path}'")
     pairs = read_pairs(path)
     if not pairs:
         raise UserError(f"{path} holds no QA pairs; make some with 'marginalia bench qa-generate'")

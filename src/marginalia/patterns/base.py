@@ -56,11 +56,11 @@ class Framing:
     tail: list[int]   # end of the user turn + the assistant's generation prompt
 
     @classmethod
-    def build(cls, generator: Generator, intro: str = "document_intro", **values: str) -> Framing:
+    def build(cls, generator: Generator, intro: str = "document_intro") -> Framing:
         frame = generator.chat_frame(render("system").strip())
         tok = generator.tokenizer
         return cls(
-            head=tok.encode(frame.head, allow_special=True) + tok.encode(render(intro, **values)),
+            head=tok.encode(frame.head, allow_special=True) + tok.encode(render(intro)),
             tail=tok.encode(frame.tail, allow_special=True),
         )
 
