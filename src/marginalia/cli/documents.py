@@ -173,6 +173,8 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(f"{result.status:<9} {doc.source}  ({detail})\n")
         if args.tree:
             out.write(format_tree(sections, doc) + "\n")
+    if counts.get("added") or counts.get("replaced"):
+        collection.optimize()  # fold the new rows into the BM25 (and vector) indices
     for skip in report.skipped:
         counts["skipped"] = counts.get("skipped", 0) + 1
         out.write(f"skipped   {skip.path}  ({skip.reason})\n")
