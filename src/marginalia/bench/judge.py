@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import string
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -21,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import MarginaliaError
 from ..models.base import GenerationParams, Generator, Message
+from .metrics import normalize_answer
+from .metrics import token_f1 as metric_f1
 
 RETRY_TEMPERATURE = 0.7
 
@@ -136,24 +137,9 @@ class ModelJudge:
 
 # -- medoid voting -------------------------------------------------------------------------------
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = str.maketrans("", "", string.punctuation)
-
-
-def _tokens(text: str) -> list[str]:
-    return _ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split()
-
-
 def token_f1(a: str, b: str) -> float:
-    """SQuAD-style token F1 between two texts (lower-cased, punctuation and articles dropped)."""
-    ta, tb = _tokens(a), _tokens(b)
-    if not ta or not tb:
-        return float(ta == tb)
-    common = sum((Counter(ta) & Counter(tb)).values())
-    if common == 0:
-        return 0.0
-    p, r = common / len(ta), common / len(tb)
-    return 2 * p * r / (p + r)
+    """SQuAD-style token F1 between two answers; two answers that normalise alike (even to nothing) score 1."""
+    return 1.0 if normalize_answer(a) == normalize_answer(b) else metric_f1(a, b)
 
 
 def medoid(texts: Sequence[str]) -> tuple[int, list[float]]:

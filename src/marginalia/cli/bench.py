@@ -10,16 +10,7 @@ from typing import Any, TextIO
 
 from ..errors import MissingDependency, UserError
 from ..home import ENV_HOME
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
-    return value
+from .common import positive_int
 
 
 def _names(text: str) -> list[str]:
@@ -71,7 +62,7 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     run.add_argument("config", metavar="CONFIG", help="the run config (.toml; see configs/bench/example.toml)")
     run.add_argument("--out", metavar="DIR", default=None,
                      help="the run folder (default: <home>/bench/runs/<the config's name>)")
-    run.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+    run.add_argument("--limit", type=positive_int, default=None, metavar="N",
                      help="at most N examples per task (below the config's own limit), for a quick look")
     run.add_argument("--patterns", type=_names, default=None, metavar="A,B",
                      help="run only these patterns (their names in the config), comma-separated (default: all)")
