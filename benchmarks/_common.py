@@ -16,14 +16,9 @@ BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
 def machine() -> str:
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from marginalia.bench.runner import cpu_name
+
+    cpu = cpu_name()
     return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
             f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
 

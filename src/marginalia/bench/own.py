@@ -24,7 +24,6 @@ from ..models.base import Generator
 from .items import Example, Passage
 
 STATUSES = ("pending", "accepted", "rejected")
-_PARAGRAPH = re.compile(r"\n[ \t]*\n")
 _HEADING_ONLY = re.compile(r"#{1,6}[ \t][^\n]*")  # a heading alone is no distractor
 
 
@@ -206,17 +205,6 @@ def review(path: str | Path, inp: TextIO, out: TextIO, show_all: bool = False) -
     return counts
 
 
-def _paragraphs(text: str) -> list[tuple[int, int]]:
-    spans, at = [], 0
-    for match in _PARAGRAPH.finditer(text):
-        if text[at:match.start()].strip():
-            spans.append((at, match.start()))
-        at = match.end()
-    if text[at:].strip():
-        spans.append((at, len(text)))
-    return spans
-
-
 def load_own(path: Path) -> list[Example]:
     """The accepted pairs of a reviewed QA file as examples (documents are re-read from their sources).
 
@@ -224,6 +212,7 @@ def load_own(path: Path) -> list[Example]:
     documents are the example's distractors. A pair whose document changed since generation is an error
     that names it (its offsets would point at other text).
     """
+    from ..ingest.chunking import paragraph_spans
     from ..ingest.loaders import load_document
 
     pairs = [p for p in read_pairs(path) if p["status"] == "accepted"]
@@ -242,7 +231,7 @@ def load_own(path: Path) -> list[Example]:
                                 "them again (the stored offsets no longer match)")
             docs[source] = doc
         doc = docs[source]
-        paragraphs = _paragraphs(doc.text)
+        paragraphs = [(s, e) for s, e, _ in paragraph_spans(doc.text, 0, len(doc.text))]
         gold = next((s for s in paragraphs if s[0] <= pair["start"] < s[1]), (pair["start"], pair["end"]))
         passages = [Passage(doc.text[gold[0]:gold[1]].strip(), title=" > ".join(pair.get("section_path") or []),
                             gold=True)]

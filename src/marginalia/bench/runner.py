@@ -191,16 +191,20 @@ def git_commit(path: Path | None = None) -> dict[str, Any] | None:
     return {"commit": head.stdout.strip(), "dirty": dirty}
 
 
-def machine_info() -> dict[str, Any]:
-    """CPU, cores, memory and GPUs of this machine (without importing torch)."""
-    cpu = platform.processor() or platform.machine()
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux, else what `platform` knows)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU, cores, memory and GPUs of this machine (without importing torch)."""
+    cpu = cpu_name()
     try:
         ram_gb: float | None = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError, AttributeError):

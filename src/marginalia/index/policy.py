@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from ..errors import UserError
+from ..ingest.sections import section_at
 from ..records import Document, Section
 from .schema import Hit
 
@@ -123,49 +124,32 @@ def _span_text(collection: Searchable, hit: Hit) -> str:
 def _expand(collection: Searchable, hits: Sequence[Hit], scope: str) -> list[Piece]:
     """Turn ranked hits into pieces (best first), merging those that land in the same place."""
     pieces: list[Piece] = []
-    seen: set[tuple[str, int, int]] = set()
     for hit in hits:
-        if scope == "chunks":
-            if hit.kind == "question":  # a question entry points at a sentence; bring its chunk-sized context
-                doc = collection.document(hit.doc_id)
-                key = (hit.doc_id, hit.start, hit.end)
-                piece = Piece(hit.doc_id, hit.source, hit.section_path, hit.start, hit.end,
-                              doc.text[hit.start:hit.end], hit.page, hit.similarity)
-            else:
-                key = (hit.doc_id, hit.start, hit.end)
-                piece = Piece(hit.doc_id, hit.source, hit.section_path, hit.start, hit.end, hit.text,
-                              hit.page, hit.similarity)
+        if scope == "chunks":  # a chunk hit brings its chunk; a question entry, its supporting sentence
+            key = (hit.doc_id, hit.start, hit.end)
+            piece = Piece(hit.doc_id, hit.source, hit.section_path, hit.start, hit.end, _span_text(collection, hit),
+                          hit.page, hit.similarity)
         elif scope == "documents":
             doc = collection.document(hit.doc_id)
             key = (hit.doc_id, 0, len(doc.text))
             piece = Piece(hit.doc_id, hit.source, (), 0, len(doc.text), doc.text, None, hit.similarity)
         else:
             doc = collection.document(hit.doc_id)
-            section = _section_at(collection.sections(hit.doc_id), hit.start)
+            section = section_at(collection.sections(hit.doc_id), hit.start)
             start, end = (section.start, section.end) if section else (hit.start, hit.end)
             key = (hit.doc_id, start, end)
             piece = Piece(hit.doc_id, hit.source, section.path if section else hit.section_path, start, end,
                           doc.text[start:end], doc.page_at(start), hit.similarity)
-        if key in seen or any(_inside(key, (p.doc_id, p.start, p.end)) for p in pieces):
-            continue
+        if any(_inside(key, (p.doc_id, p.start, p.end)) for p in pieces):
+            continue  # the same place, or inside a wider piece already taken
         # a wider piece swallows narrower ones already taken
         pieces = [p for p in pieces if not _inside((p.doc_id, p.start, p.end), key)]
-        seen.add(key)
         pieces.append(piece)
     return pieces
 
 
 def _inside(inner: tuple[str, int, int], outer: tuple[str, int, int]) -> bool:
     return inner[0] == outer[0] and outer[1] <= inner[1] and inner[2] <= outer[2]
-
-
-def _section_at(sections: Sequence[Section], offset: int) -> Section | None:
-    """The deepest non-root section holding ``offset`` (the root only when there are no headings)."""
-    best: Section | None = None
-    for section in sections:
-        if section.start <= offset < section.end and (best is None or section.level > best.level):
-            best = section
-    return best
 
 
 def _within(pieces: list[Piece], budget: int, count_tokens: Callable[[str], int]) -> list[Piece]:

@@ -24,6 +24,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ..errors import UserError
+from ..ingest.chunking import paragraph_spans
+from ..ingest.sections import section_at
 from ..models.base import GenerationParams, Generator, Message
 from ..patterns.prompts import render
 from ..records import Chunk, Document, Section
@@ -158,8 +160,10 @@ def _top_sections(sections: Sequence[Section]) -> list[Section]:
     return out + tops
 
 
-def _paragraphs(text: str, start: int, end: int) -> int:
-    return max(1, sum(1 for p in re.split(r"\n\s*\n", text[start:end]) if p.strip()))
+def _window_unit(doc: Document, window: Sequence[Chunk], max_per_request: int) -> _Unit:
+    """A run of chunks as one request, asking for about one pair per paragraph."""
+    start, end = window[0].start, window[-1].end
+    return _Unit(start, end, min(max_per_request, max(1, len(paragraph_spans(doc.text, start, end)))))
 
 
 def plan_units(
@@ -181,27 +185,16 @@ def plan_units(
         inside = [c for c in chunks if top.start <= c.start and c.end <= top.end]
         window: list[Chunk] = []
         size = 0
-        for chunk in inside + [None]:  # type: ignore[list-item]
-            if chunk is not None and (not window or size + (chunk.n_tokens or count_tokens(chunk.text))
-                                      <= window_tokens):
-                window.append(chunk)
-                size += chunk.n_tokens or count_tokens(chunk.text)
-                continue
-            if window:
-                s, e = window[0].start, window[-1].end
-                units.append(_Unit(s, e, min(max_per_request, _paragraphs(doc.text, s, e))))
-            if chunk is not None:
-                window, size = [chunk], chunk.n_tokens or count_tokens(chunk.text)
+        for chunk in inside:
+            n = chunk.n_tokens or count_tokens(chunk.text)
+            if window and size + n > window_tokens:
+                units.append(_window_unit(doc, window, max_per_request))
+                window, size = [], 0
+            window.append(chunk)
+            size += n
+        if window:
+            units.append(_window_unit(doc, window, max_per_request))
     return units
-
-
-def _section_of(sections: Sequence[Section], offset: int) -> Section | None:
-    best = None
-    for section in sections:
-        if section.start <= offset < max(section.end, section.start + 1):
-            if best is None or section.level > best.level:
-                best = section
-    return best
 
 
 class QuestionWriter:
@@ -296,7 +289,7 @@ class QuestionWriter:
                 if span is None:
                     report.skipped["answer not in the text"] += 1
                     continue
-                section = _section_of(sections, span[0])
+                section = section_at(sections, span[0])
                 pairs.append(QuestionEntry(
                     question=valid.question, answer=valid.answer, long_answer=valid.long_answer,
                     doc_id=doc.doc_id, source=doc.source,

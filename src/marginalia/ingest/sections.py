@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..records import Document, Section
@@ -203,3 +203,12 @@ def format_tree(sections: list[Section], doc: Document | None = None) -> str:
         page = doc.page_at(section.start) if doc is not None and section.level > 0 else None
         lines.append("  " * d + title + (f"  (p. {page})" if page is not None else ""))
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def section_at(sections: Sequence[Section], offset: int) -> Section | None:
+    """The deepest section holding character ``offset`` (the root only where no heading's section does)."""
+    best: Section | None = None
+    for section in sections:
+        if section.start <= offset < section.end and (best is None or section.level > best.level):
+            best = section
+    return best
