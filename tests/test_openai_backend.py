@@ -78,6 +78,8 @@ class FakeServer:
         self.usage_style = "openai"
         self.honour_stop = True
         self.reported: list[tuple[int, int]] = []  # (prompt_tokens, cached) per generated stream
+        self.pace = 0.0  # seconds between the streamed events of a reply (0: all at once)
+        self.spans: list[tuple[float, float]] = []  # (received, finished) per answered POST
         self._last: list[Any] = []
         fake = self
 
@@ -94,6 +96,7 @@ class FakeServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                received = time.monotonic()
                 fake.seen.append(Seen("POST", self.path, body, dict(self.headers)))
                 reply = fake.script.pop(0) if fake.script else Reply()
                 time.sleep(reply.delay)
@@ -107,7 +110,15 @@ class FakeServer:
                 if reply.claim_length:
                     self.send_header("Content-Length", str(reply.claim_length))
                 self.end_headers()
-                self.wfile.write(payload)
+                if fake.pace:
+                    for k, e in enumerate(events):
+                        if k:
+                            time.sleep(fake.pace)
+                        self.wfile.write(f"data: {e}\n\n".encode())
+                        self.wfile.flush()
+                else:
+                    self.wfile.write(payload)
+                fake.spans.append((received, time.monotonic()))
 
             def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(body).encode()
@@ -400,6 +411,7 @@ def test_a_long_retry_after_is_an_error_not_a_hang(server: FakeServer, make_gen:
 @pytest.mark.parametrize("events", [
     [chunk("Hello"), chunk(" world")],                      # ends without [DONE]
     [chunk("Hello"), chunk(" world"), "{not json"],          # a malformed chunk
+    [chunk("Hello"), chunk(" world"), "[DONE]"],            # [DONE] but never a finish_reason
 ])
 def test_no_retry_once_text_has_streamed(server: FakeServer, make_gen: Callable[..., Any],
                                          events: list[str]) -> None:
@@ -411,7 +423,9 @@ def test_no_retry_once_text_has_streamed(server: FakeServer, make_gen: Callable[
             got.append(delta)
     assert "".join(got) == "Hello world"  # what the consumer already has stays with it
     assert "after 11 characters" in str(info.value)
-    assert ("cut off" if len(events) == 2 else "malformed") in str(info.value)
+    assert ("malformed" if "{not json" in events else "cut off") in str(info.value)
+    if events[-1] == "[DONE]":  # what llama-cpp-python's server sends when another request interrupts
+        assert "--interrupt_requests false" in str(info.value)
     assert len(server.posts()) == 1 and gen.sleeps == []
 
 
@@ -494,6 +508,8 @@ def test_spec_string(server: FakeServer) -> None:
     assert gen.generate("hi") == "Hello there, world."
     default = load_generator(f"openai:{server.url}#scripted:x")  # the model id doubles as the tokenizer spec
     assert isinstance(default, OpenAIGenerator) and default.mode == "completions"
+    assert default.concurrency == 1
+    assert load_generator(f"openai:{server.url}#scripted:x;concurrency=4").concurrency == 4
     assert any(form == "openai:<arg>" for form, _ in known_specs())
 
 
@@ -513,6 +529,7 @@ def test_spec_extra_body_fields_and_text_prompts(server: FakeServer) -> None:
     ("http://h/v1#m;tokenizer=scripted:x;mode=fast", "unknown mode 'fast'"),
     ("http://h/v1#m;tokenizer=scripted:x;window=lots", "positive number of tokens"),
     ("http://h/v1#m;tokenizer=scripted:x;colour=red", "bad option 'colour=red'"),
+    ("http://h/v1#m;tokenizer=scripted:x;concurrency=0", "positive number of requests"),
     ("ftp://h/v1#m;tokenizer=scripted:x", "must start with http"),
     ("http://h/v1#gpt-4o", "cannot load the tokenizer 'gpt-4o'.*tokenizer=<spec>"),
 ])
@@ -617,6 +634,60 @@ def test_a_server_that_dies_mid_run(server: FakeServer, make_gen: Callable[..., 
                 server.stop()
     assert [e.margin.segment_index for e in events if isinstance(e, MarginJudged)] == [0, 1]
     assert len(server.posts()) == 2 and gen.sleeps == [0.5, 1.0, 2.0]
+
+
+def in_flight(spans: list[tuple[float, float]]) -> int:
+    """The most requests a server was answering at one moment."""
+    return max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+
+
+def test_wim_pipelines_margin_requests_when_the_server_allows(
+        server: FakeServer, make_gen: Callable[..., Any], doc: str) -> None:
+    server.respond = reader()
+    server.pace = 0.01
+    one = make_gen()
+    sequential = WiM(one, segment_tokens=SEGMENT_TOKENS).answer(doc, QUESTION)
+    requests = [s.body["prompt"] for s in server.posts()]
+    assert in_flight(server.spans) == 1
+    server.seen.clear()
+    server.spans.clear()
+    server.respond = reader()
+    gen = make_gen(concurrency=3)
+    events = list(WiM(gen, segment_tokens=SEGMENT_TOKENS).run(doc, QUESTION))
+    answer = events[-1].answer
+    # the same requests in the same order, hence the same margins and answer
+    assert [s.body["prompt"] for s in server.posts()] == requests
+    assert answer.text == sequential.text == ANSWER
+    assert [(m.text, m.relevant) for m in answer.margins] == [(m.text, m.relevant) for m in sequential.margins]
+    # but margin requests overlapped, never more than three at once
+    assert 2 <= in_flight(server.spans) <= 3
+    # events still come in reading order, each margin after its segment
+    judged = [e.margin.segment_index for e in events if isinstance(e, MarginJudged)]
+    assert judged == list(range(len(judged))) == [m.segment_index for m in answer.margins]
+    order = [(type(e).__name__, getattr(e, "segment", None) or getattr(e, "segment_index", None)) for e in events]
+    for i in judged:
+        read_at = next(k for k, (name, seg) in enumerate(order) if name == "SegmentRead" and seg.index == i)
+        written_at = next(k for k, (name, seg) in enumerate(order) if name == "MarginWritten" and seg == i)
+        assert read_at < written_at
+    # every thread's requests are in the account
+    assert gen.usage.requests == len(requests) == one.usage.requests
+    assert gen.usage.generated_tokens == one.usage.generated_tokens
+    assert answer.stats.generated_margin_tokens == sequential.stats.generated_margin_tokens > 0
+
+
+def test_a_server_that_dies_while_margins_are_in_flight(
+        server: FakeServer, make_gen: Callable[..., Any], doc: str) -> None:
+    server.respond = reader()
+    server.pace = 0.01
+    gen = make_gen(concurrency=2)
+    events: list[Any] = []
+    with pytest.raises(BackendError, match="cannot reach the model server"):
+        for event in WiM(gen, segment_tokens=SEGMENT_TOKENS).run(doc, QUESTION):
+            events.append(event)
+            if isinstance(event, MarginJudged) and event.margin.segment_index == 1:
+                server.stop()
+    judged = [e.margin.segment_index for e in events if isinstance(e, MarginJudged)]
+    assert judged[:2] == [0, 1] and judged == list(range(len(judged)))  # kept, in order
 
 
 def test_lc_and_rag(server: FakeServer, make_gen: Callable[..., Any], doc: str) -> None:

@@ -99,3 +99,18 @@ def test_patterns_run_against_the_server(remote: Any, pattern: str,
     assert used.requests >= (answer.segments_total + 1 if pattern == "wim" else 1)
     assert used.prompt_tokens_sent > 0
     assert answer.stats.prompt_tokens_sent == used.prompt_tokens_sent
+
+
+def test_pipelined_margins_match_sequential_ones(server: str, remote: Any,
+                                                  make_haystack: Callable[..., str]) -> None:
+    """With three margin requests in flight, the server queues them (serve-model starts it
+    with --interrupt_requests false) and greedy margins come out as they do one by one."""
+    from marginalia.models import load_generator
+
+    context = make_haystack(40, FACT, 0.5)
+    sequential = make_pattern("wim", remote, segment_tokens=256).answer(context, QUESTION)
+    piped = load_generator(f"{server};concurrency=3")
+    answer = make_pattern("wim", piped, segment_tokens=256).answer(context, QUESTION)
+    assert [m.text for m in answer.margins] == [m.text for m in sequential.margins]
+    assert answer.text == sequential.text and "4719" in answer.text
+    assert piped.usage.requests == answer.segments_total + 1

@@ -298,7 +298,9 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], str]:
         raise MissingDependency("llama-cpp-python's server", LLAMACPP_INSTALL)
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path),
                "--model_alias", alias, "--host", args.host, "--port", str(args.port),
-               "--n_ctx", str(args.n_ctx), "--verbose", "true" if args.verbose else "false"]
+               "--n_ctx", str(args.n_ctx), "--verbose", "true" if args.verbose else "false",
+               # queue concurrent requests; by default this server cuts the running stream off
+               "--interrupt_requests", "false"]
     tokenizer = "" if alias == "smollm2" else f";tokenizer={args.model}"
     # that server penalises repeats by default: ask for plain greedy/temperature sampling
     # the server's /models does not report its window, so the spec carries it

@@ -63,6 +63,11 @@ class Usage:
     def since(self, before: Usage) -> Usage:
         return Usage(**{k: getattr(self, k) - getattr(before, k) for k in vars(self)})
 
+    def add(self, other: Usage) -> None:
+        """Add another account's counts to this one (e.g. a fork that ran in a thread)."""
+        for k in vars(self):
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+
 
 class Tokenizer(ABC):
     """The model's own tokenizer: text to ids with character offsets, and back."""
@@ -112,6 +117,9 @@ class Generator(ABC):
     name: str = "generator"
     #: Maximum tokens (prompt + generation) the model can attend to.
     context_window: int = 2048
+    #: How many requests may be in flight at once (forks included). In-process backends
+    #: compute one at a time; a server may batch several (see `OpenAIGenerator`).
+    concurrency: int = 1
 
     def __init__(self) -> None:
         self.usage = Usage()

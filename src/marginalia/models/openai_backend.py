@@ -12,6 +12,7 @@ import copy
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -90,6 +91,13 @@ class OpenAIGenerator(CachingGenerator):
         sleep: the waiting function (tests replace it).
         client: an `httpx.Client` to use instead of a new one.
         name: the spec it was loaded from.
+        concurrency: requests that patterns may keep in flight at once (default 1). WiM
+            then sends a segment's margin request as soon as the previous one's prompt
+            has been taken in (its first text has arrived), so margins decode side by side
+            while the shared prefix is still read once. Worth it on servers that batch
+            requests and keep a block prefix cache (vLLM, SGLang); keep 1 for a one-slot
+            server such as llama-cpp-python's, which queues them anyway (or, started
+            without ``--interrupt_requests false``, cuts the running stream off).
     """
 
     #: the server cannot restrict only the first generated token (see class doc)
@@ -114,8 +122,13 @@ class OpenAIGenerator(CachingGenerator):
         client: httpx.Client | None = None,
         name: str | None = None,
         extra_body: dict[str, Any] | None = None,
+        concurrency: int = 1,
     ) -> None:
         super().__init__()
+        if concurrency < 1:
+            raise UserError(f"concurrency must be at least 1, got {concurrency}")
+        self.concurrency = concurrency
+        self._lock = threading.Lock()  # the usage account, shared with forks and their threads
         self.extra_body = dict(extra_body or {})
         check_server(base_url, mode)
         self.base_url = base_url.rstrip("/")
@@ -253,7 +266,11 @@ class OpenAIGenerator(CachingGenerator):
             complete = False
             for chunk in self._chunks(response):
                 if chunk is None:  # [DONE]
-                    complete = True
+                    if not complete:
+                        raise _StreamFault("cut off", "it said [DONE] before any finish_reason, as "
+                                           "llama-cpp-python's server does when another request "
+                                           "interrupts this one (start it with --interrupt_requests "
+                                           "false, as `marginalia serve-model` does)")
                     break
                 if chunk.get("error"):
                     raise BackendError(f"the model server at {self.base_url} failed after "
@@ -319,14 +336,16 @@ class OpenAIGenerator(CachingGenerator):
         if evaluated is None and _int(usage.get("prompt_tokens")) is not None:
             evaluated = int(usage["prompt_tokens"]) - (cached or 0)
         end = time.perf_counter()
-        u = self.usage
-        u.requests += 1
-        u.prompt_tokens_sent += sent
-        u.prompt_tokens_cached += cached or 0
-        u.prefilled_tokens += evaluated if evaluated is not None else sent
-        u.generated_tokens += self._tokenizer.count(text) if text else 0
-        u.prefill_seconds += (first or end) - t0
-        u.decode_seconds += end - (first or end)
+        generated = self._tokenizer.count(text) if text else 0
+        with self._lock:
+            u = self.usage
+            u.requests += 1
+            u.prompt_tokens_sent += sent
+            u.prompt_tokens_cached += cached or 0
+            u.prefilled_tokens += evaluated if evaluated is not None else sent
+            u.generated_tokens += generated
+            u.prefill_seconds += (first or end) - t0
+            u.decode_seconds += end - (first or end)
 
     def _open(self, path: str, body: dict[str, Any]) -> httpx.Response:
         """POST ``body`` and return the streaming response once it says 200.
@@ -448,13 +467,14 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
     ``prompt`` (``tokens``: send token ids, the default; ``text``: send the decoded text),
     ``x-<field>=<value>`` (a server-specific request field, e.g. ``x-repeat_penalty=1``),
     ``tokenizer`` (a model spec whose tokenizer and chat template to use; default:
-    the model id itself, e.g. ``smollm2``) and ``window``. ``load`` loads a spec.
+    the model id itself, e.g. ``smollm2``), ``window`` and ``concurrency`` (requests in
+    flight at once; see `OpenAIGenerator`). ``load`` loads a spec.
 
     Raises:
         UserError: a malformed spec or an unknown option.
     """
     usage = ("openai:<base-url>#<model>[;mode=completions|chat][;prompt=tokens|text]"
-             "[;tokenizer=<spec>][;window=<tokens>][;x-<body field>=<value>]")
+             "[;tokenizer=<spec>][;window=<tokens>][;concurrency=<n>][;x-<body field>=<value>]")
     url, sep, rest = arg.partition("#")
     model, *pairs = rest.split(";")
     if not sep or not url or not model.strip():
@@ -469,7 +489,7 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
             except ValueError:
                 extra[key.strip()[2:]] = value.strip()
             continue
-        if not eq or key.strip() not in ("mode", "prompt", "tokenizer", "window") or not value.strip():
+        if not eq or key.strip() not in ("mode", "prompt", "tokenizer", "window", "concurrency") or not value.strip():
             raise UserError(f"bad option {pair!r} in 'openai:{arg}'; the form is {usage}")
         opts[key.strip()] = value.strip()
     if opts.get("prompt", "tokens") not in ("tokens", "text"):
@@ -480,6 +500,10 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
     window = opts.get("window")
     if window is not None and (not window.isdigit() or int(window) <= 0):
         raise UserError(f"window={window} in 'openai:{arg}' must be a positive number of tokens")
+    concurrency = opts.get("concurrency", "1")
+    if not concurrency.isdigit() or int(concurrency) <= 0:
+        raise UserError(f"concurrency={concurrency} in 'openai:{arg}' must be a positive number of requests")
+    options.setdefault("concurrency", int(concurrency))
     check_server(url.strip(), opts.get("mode", "completions"))  # before a slow tokenizer load
     spec = opts.get("tokenizer", model.strip())
     render: RenderChat | None = None

@@ -5,15 +5,25 @@ question from the partially filled cache (the margin's own tokens are never
 committed: the cache is rolled back to exactly the segment's end), judge the margin.
 The answer is generated on the full cache with the relevant margins and the
 question appended. Every context token is prefilled once.
+
+A generator that allows several requests in flight (``concurrency`` > 1: a server
+that batches) gets the margins pipelined: segment k+1's margin request is sent once
+segment k's has been taken in, so margins decode side by side while each request
+still extends the prompt before it.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 from ..errors import UserError
 from ..ingest.segment import segments_from_tokens
-from ..models.base import CachingGenerator, Clock, GenerationParams, Generator
+from ..models.base import CachingGenerator, Clock, GenerationParams, Generator, Usage
 from ..records import (
     Answer,
     Done,
@@ -31,6 +41,16 @@ from .judges import JUDGE_MODES, make_judge
 
 DEFAULT_JUDGE = "grounded"
 NOTES_RESERVED = 4  # margins' worth of window kept free for the notes in the answer prompt
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A margin as its request returned it, before judging."""
+
+    segment: Segment
+    raw: str
+    seconds: float
+    tokens: int
 
 
 class WiM(Pattern):
@@ -112,17 +132,15 @@ class WiM(Pattern):
         read = 0
         first_margin: float | None = None
         margin_seconds = 0.0
-        for segment in segments:
-            if run.stop_requested:
-                break
-            worker.prefill(segment.token_ids)
-            read += 1
-            yield SegmentRead(segment, len(segments), clock())
-            t0 = clock()
-            generated = gen.usage.generated_tokens
-            raw = self.judge.read(worker.generate_from_cache(margin_suffix, self.margin_params))
-            margin_tokens += gen.usage.generated_tokens - generated
-            margin_seconds += clock() - t0
+        write = self._pipelined if gen.concurrency > 1 else self._sequential
+        for item in write(run, worker, segments, margin_suffix, clock):
+            if isinstance(item, SegmentRead):
+                read += 1
+                yield item
+                continue
+            segment, raw = item.segment, item.raw
+            margin_tokens += item.tokens
+            margin_seconds += item.seconds
             if first_margin is None:
                 first_margin = clock()
             yield MarginWritten(segment.index, raw, clock())
@@ -160,6 +178,78 @@ class WiM(Pattern):
             margins=tuple(margins), stats=stats, segments_read=read,
             segments_total=len(segments), stopped_early=read < len(segments),
         ))
+
+
+    def _sequential(self, run: Run, worker: CachingGenerator, segments: list[Segment],
+                    suffix: list[int], clock: Clock) -> Iterator[SegmentRead | _Written]:
+        """Prefill a segment, write its margin, roll back; then the next segment."""
+        for segment in segments:
+            if run.stop_requested:
+                break
+            worker.prefill(segment.token_ids)
+            yield SegmentRead(segment, len(segments), clock())
+            t0 = time.perf_counter()
+            generated = worker.usage.generated_tokens
+            raw = self.judge.read(worker.generate_from_cache(suffix, self.margin_params))
+            yield _Written(segment, raw, time.perf_counter() - t0, worker.usage.generated_tokens - generated)
+
+    def _pipelined(self, run: Run, worker: CachingGenerator, segments: list[Segment],
+                   suffix: list[int], clock: Clock) -> Iterator[SegmentRead | _Written]:
+        """Margin requests in flight side by side, yielded in segment order.
+
+        Each request runs on a fork holding the prefix up to its segment, with its own
+        usage account (added to the generator's when its margin is yielded). The next
+        request is sent once this one's first text arrives: the server has then read
+        this prompt, and a prefix cache can serve it to the next, longer one.
+        """
+        limit = self.cache_gen.concurrency
+        pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="wim-margin")
+        pending: deque[tuple[Segment, CachingGenerator, Future[tuple[str, float]]]] = deque()
+        try:
+            for segment in segments:
+                if run.stop_requested:
+                    break
+                worker.prefill(segment.token_ids)
+                yield SegmentRead(segment, len(segments), clock())
+                fork = worker.fork(keep_cache=True)
+                fork.usage = Usage()
+                taken_in = threading.Event()
+                future = pool.submit(self._margin_on, fork, suffix, taken_in)
+                pending.append((segment, fork, future))
+                while not taken_in.wait(0.02) and not future.done():
+                    pass
+                while pending and (pending[0][2].done() or len(pending) >= limit):
+                    yield self._collect(*pending.popleft())
+            while pending:
+                yield self._collect(*pending.popleft())
+        finally:
+            for _, _, future in pending:
+                future.cancel()
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _margin_on(self, fork: CachingGenerator, suffix: list[int],
+                   taken_in: threading.Event) -> tuple[str, float]:
+        t0 = time.perf_counter()
+        stream = fork.generate_from_cache(suffix, self.margin_params)
+
+        def marked() -> Iterator[str]:
+            try:
+                for delta in stream:
+                    taken_in.set()
+                    yield delta
+            finally:
+                taken_in.set()
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    close()  # rolls the fork back
+
+        return self.judge.read(marked()), time.perf_counter() - t0
+
+    def _collect(self, segment: Segment, fork: CachingGenerator,
+                 future: Future[tuple[str, float]]) -> _Written:
+        raw, seconds = future.result()  # a failed request raises here, after the margins before it
+        self.cache_gen.usage.add(fork.usage)
+        return _Written(segment, raw, seconds, fork.usage.generated_tokens)
 
 
 def fit_notes(texts: list[str], room: int, count: Callable[[str], int]) -> str:
