@@ -178,4 +178,4 @@ def _openai(arg: str, ctx: LoadContext) -> Generator:
 
 register_backend("openai", _openai, "an OpenAI-compatible server: openai:<base-url>#<model>"
                  "[;mode=completions|chat][;prompt=tokens|text][;tokenizer=<spec>][;window=<tokens>]"
-                 "[;x-<field>=<value>]")
+                 "[;concurrency=<n>][;x-<field>=<value>]")
