@@ -303,7 +303,7 @@ def test_timeouts_are_configurable(server: FakeServer, make_gen: Callable[..., A
     gen = make_gen(connect_timeout=1.5, read_timeout=0.2)
     assert (gen.client.timeout.connect, gen.client.timeout.read) == (1.5, 0.2)
     server.script = [Reply(delay=1.0)]
-    with pytest.raises(BackendError, match="sent nothing for 0.2 s"):
+    with pytest.raises(BackendError, match=r"sent nothing for 0.2 s; give it more time with ';timeout=<seconds>'"):
         gen.generate("slow")
     assert gen.sleeps == []  # a slow server is not retried
 
@@ -510,6 +510,8 @@ def test_spec_string(server: FakeServer) -> None:
     assert isinstance(default, OpenAIGenerator) and default.mode == "completions"
     assert default.concurrency == 1
     assert load_generator(f"openai:{server.url}#scripted:x;concurrency=4").concurrency == 4
+    assert default.read_timeout == 120
+    assert load_generator(f"openai:{server.url}#scripted:x;timeout=600").read_timeout == 600
     assert any(form == "openai:<arg>" for form, _ in known_specs())
 
 
@@ -530,6 +532,8 @@ def test_spec_extra_body_fields_and_text_prompts(server: FakeServer) -> None:
     ("http://h/v1#m;tokenizer=scripted:x;window=lots", "positive number of tokens"),
     ("http://h/v1#m;tokenizer=scripted:x;colour=red", "bad option 'colour=red'"),
     ("http://h/v1#m;tokenizer=scripted:x;concurrency=0", "positive number of requests"),
+    ("http://h/v1#m;tokenizer=scripted:x;timeout=soon", "positive number of seconds"),
+    ("http://h/v1#m;tokenizer=scripted:x;timeout=0", "positive number of seconds"),
     ("ftp://h/v1#m;tokenizer=scripted:x", "must start with http"),
     ("http://h/v1#gpt-4o", "cannot load the tokenizer 'gpt-4o'.*tokenizer=<spec>"),
 ])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
@@ -98,6 +100,40 @@ def test_writer_validates_retries_skips_and_cites():
     # retries sample with another seed
     seeds = [r.params.seed for r in gen.requests]
     assert seeds[:3] == [0, 0, 1]
+
+
+def test_writer_sends_independent_requests_side_by_side_when_the_model_allows():
+    doc, sections, chunks = _doc()
+    threads: set[str] = set()
+
+    def writer(concurrency: int) -> QuestionWriter:
+        replies = _replying({
+            "214 moorings": ['How many moorings does the harbour keep?", "answer": "214 moorings"'],
+            "Orla Maye": ['garbage', 'Which dredger cleared the inner basin?", "answer": "Orla Maye"'],
+            "Ingrid Tasker": ['Who is the coxswain?", "answer": "Ingrid Tasker"'],
+        })
+
+        def respond(request) -> str:
+            threads.add(threading.current_thread().name)
+            time.sleep(0.05)
+            return replies(request)
+
+        gen = ScriptedGenerator(respond)
+        gen.concurrency = concurrency
+        return QuestionWriter(gen, retries=2)
+
+    progress: list[tuple[int, int]] = []
+    one = writer(1).write(doc, sections, chunks, density="dense")
+    assert threads == {threading.current_thread().name}
+    three = writer(3).write(doc, sections, chunks, density="dense", progress=lambda *a: progress.append(a))
+    assert any(name.startswith("questions") for name in threads)
+    # taken in order: the same bank and the same counts
+    def bank(report):
+        return [(p.question, p.answer, p.start) for p in report.pairs]
+
+    assert bank(three) == bank(one)
+    assert (three.requests, three.retries, three.skipped) == (one.requests, one.retries, one.skipped) == (4, 1, {})
+    assert progress == [(1, 3), (2, 3), (3, 3)]
 
 
 def test_writer_skips_ungrounded_and_invalid_pairs():

@@ -39,7 +39,7 @@ def _model_help() -> str:
     rows = "\n".join(f"  {form:<16} {text}" for form, text in known_specs())
     engine = ("llama.cpp (llama-cpp-python is installed)"
               if importlib.util.find_spec("llama_cpp") else
-              "transformers (install llama-cpp-python for ~5x faster decoding)")
+              "transformers (install llama-cpp-python for 4-6x faster decoding)")
     return f"model specs:\n{rows}\n\nWith --backend auto, GGUF models run on {engine} here."
 
 
@@ -63,7 +63,7 @@ def model_options() -> argparse.ArgumentParser:
                       help="where the in-process model runs (auto: CUDA + bf16 if present)")
     opts.add_argument("--backend", choices=("auto", "llamacpp", "transformers"), default="auto",
                       help="engine for GGUF models (smollm2, gguf:): auto picks llama.cpp when "
-                           "installed (about 5x faster decoding on CPU), else transformers")
+                           "installed (4-6x faster decoding on CPU), else transformers")
     opts.add_argument("--api-key", default=None, metavar="KEY",
                       help="API key for openai: models (default: $MARGINALIA_API_KEY, "
                            "else $OPENAI_API_KEY)")
@@ -81,9 +81,11 @@ def load_model(args: argparse.Namespace, reporter: Reporter) -> Any:
                                log=reporter.log if not getattr(args, "quiet", False) else None,
                                backend=args.backend, api_key=args.api_key)
     if args.verbose:
-        device = getattr(generator, "device", "?")
-        reporter.log(f"model {generator.name}: {type(generator).__name__} on {device}, "
-                     f"window {generator.context_window} tokens, loaded in "
+        url = getattr(generator, "base_url", None)
+        where = f"at {url}" if url else f"on {getattr(generator, 'device', None) or 'cpu'}"
+        more = f", {generator.concurrency} requests in flight at most" if generator.concurrency > 1 else ""
+        reporter.log(f"model {generator.name}: {type(generator).__name__} {where}, "
+                     f"window {generator.context_window} tokens{more}, loaded in "
                      f"{time.perf_counter() - t0:.1f}s")
     return generator
 

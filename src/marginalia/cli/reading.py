@@ -280,7 +280,7 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], str]:
     import importlib.util
     from pathlib import Path
 
-    from ..models.llamacpp_backend import LLAMACPP_INSTALL
+    from ..models.llamacpp_backend import DEFAULT_KEY_CACHE, KEY_CACHE_TYPES, LLAMACPP_INSTALL
     from ..models.loaders import embedded_gguf
 
     if args.model == "smollm2":
@@ -300,7 +300,9 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], str]:
                "--model_alias", alias, "--host", args.host, "--port", str(args.port),
                "--n_ctx", str(args.n_ctx), "--verbose", "true" if args.verbose else "false",
                # queue concurrent requests; by default this server cuts the running stream off
-               "--interrupt_requests", "false"]
+               "--interrupt_requests", "false",
+               # the in-process backend's key cache, so greedy replies agree with it
+               "--type_k", str(KEY_CACHE_TYPES[DEFAULT_KEY_CACHE])]
     tokenizer = "" if alias == "smollm2" else f";tokenizer={args.model}"
     # that server penalises repeats by default: ask for plain greedy/temperature sampling
     # the server's /models does not report its window, so the spec carries it

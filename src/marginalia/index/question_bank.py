@@ -18,6 +18,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,13 +249,30 @@ class QuestionWriter:
         report = report or BankReport()
         units = plan_units(doc, sections, chunks, density, self.generator.tokenizer.count)
         seen = {p.question.lower() for p in report.pairs}
-        for done, unit in enumerate(units, 1):
-            for pair in self._ask(doc, sections, unit, report):
-                if pair.question.lower() not in seen:
-                    seen.add(pair.question.lower())
-                    report.pairs.append(pair)
-            if progress is not None:
-                progress(done, len(units))
+
+        def ask(unit: _Unit) -> tuple[list[QuestionEntry], BankReport]:
+            tally = BankReport()
+            return list(self._ask(doc, sections, unit, tally)), tally
+
+        # units are independent: a server that takes several requests at once gets them
+        # side by side; results are taken in order, so the bank is the same either way
+        limit = self.generator.concurrency
+        pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="questions") if limit > 1 else None
+        try:
+            results = pool.map(ask, units) if pool is not None else map(ask, units)
+            for done, (pairs, tally) in enumerate(results, 1):
+                report.requests += tally.requests
+                report.retries += tally.retries
+                report.skipped.update(tally.skipped)
+                for pair in pairs:
+                    if pair.question.lower() not in seen:
+                        seen.add(pair.question.lower())
+                        report.pairs.append(pair)
+                if progress is not None:
+                    progress(done, len(units))
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
         return report
 
     def _ask(self, doc: Document, sections: Sequence[Section], unit: _Unit,

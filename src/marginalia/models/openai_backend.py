@@ -364,8 +364,8 @@ class OpenAIGenerator(CachingGenerator):
                     raise self._unreachable(exc) from exc
             except httpx.TimeoutException as exc:
                 raise BackendError(f"the model server at {self.base_url} sent nothing for "
-                                   f"{self.read_timeout:g} s; give it a longer read timeout or a "
-                                   "smaller prompt") from exc
+                                   f"{self.read_timeout:g} s; give it more time with "
+                                   "';timeout=<seconds>' in the model spec, or a smaller prompt") from exc
             else:
                 if response.status_code < 400:
                     return response
@@ -460,6 +460,9 @@ def window_of(models: list[dict[str, Any]], model: str) -> int | None:
     return None
 
 
+OPTIONS = ("mode", "prompt", "tokenizer", "window", "timeout", "concurrency")
+
+
 def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> OpenAIGenerator:
     """Build a generator from the part of the spec after ``openai:``.
 
@@ -467,14 +470,17 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
     ``prompt`` (``tokens``: send token ids, the default; ``text``: send the decoded text),
     ``x-<field>=<value>`` (a server-specific request field, e.g. ``x-repeat_penalty=1``),
     ``tokenizer`` (a model spec whose tokenizer and chat template to use; default:
-    the model id itself, e.g. ``smollm2``), ``window`` and ``concurrency`` (requests in
-    flight at once; see `OpenAIGenerator`). ``load`` loads a spec.
+    the model id itself, e.g. ``smollm2``), ``window``, ``timeout`` (seconds to wait for
+    each piece of a reply, the first one included: a long prompt on a slow server takes
+    a while) and ``concurrency`` (requests in flight at once; see `OpenAIGenerator`).
+    ``load`` loads a spec.
 
     Raises:
         UserError: a malformed spec or an unknown option.
     """
     usage = ("openai:<base-url>#<model>[;mode=completions|chat][;prompt=tokens|text]"
-             "[;tokenizer=<spec>][;window=<tokens>][;concurrency=<n>][;x-<body field>=<value>]")
+             "[;tokenizer=<spec>][;window=<tokens>][;timeout=<seconds>][;concurrency=<n>]"
+             "[;x-<body field>=<value>]")
     url, sep, rest = arg.partition("#")
     model, *pairs = rest.split(";")
     if not sep or not url or not model.strip():
@@ -489,7 +495,7 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
             except ValueError:
                 extra[key.strip()[2:]] = value.strip()
             continue
-        if not eq or key.strip() not in ("mode", "prompt", "tokenizer", "window", "concurrency") or not value.strip():
+        if not eq or key.strip() not in OPTIONS or not value.strip():
             raise UserError(f"bad option {pair!r} in 'openai:{arg}'; the form is {usage}")
         opts[key.strip()] = value.strip()
     if opts.get("prompt", "tokens") not in ("tokens", "text"):
@@ -504,6 +510,14 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
     if not concurrency.isdigit() or int(concurrency) <= 0:
         raise UserError(f"concurrency={concurrency} in 'openai:{arg}' must be a positive number of requests")
     options.setdefault("concurrency", int(concurrency))
+    if "timeout" in opts:
+        try:
+            timeout = float(opts["timeout"])
+        except ValueError:
+            timeout = -1.0
+        if not timeout > 0:
+            raise UserError(f"timeout={opts['timeout']} in 'openai:{arg}' must be a positive number of seconds")
+        options.setdefault("read_timeout", timeout)
     check_server(url.strip(), opts.get("mode", "completions"))  # before a slow tokenizer load
     spec = opts.get("tokenizer", model.strip())
     render: RenderChat | None = None

@@ -78,7 +78,8 @@ class Pattern(ABC):
         if max_new_tokens <= 0:
             raise UserError(f"max new tokens must be positive, got {max_new_tokens}")
         self.generator = generator
-        self.answer_params = GenerationParams(max_new_tokens=max_new_tokens)
+        # "=====" opens our prompts' question block: a model that writes one is inventing the next turn
+        self.answer_params = GenerationParams(max_new_tokens=max_new_tokens, stop=("=====",))
 
     def run(self, context: str, question: str, source: str = "context") -> Run:
         """Start reading; iterate the returned `Run` for events."""
