@@ -107,19 +107,19 @@ def served(reuse: bool, doc: str, question: str, segment_tokens: int,
            follow_up: str | None = None) -> dict[str, Any]:
     import httpx
 
+    from marginalia.cli import serve_command
     from marginalia.models import load_generator
-    from marginalia.models.loaders import embedded_gguf
 
     port = free_port()
     log = Path(tempfile.mkstemp(prefix="server-", suffix=".log")[1])
-    args = ["--model", str(embedded_gguf()), "--model_alias", "smollm2", "--host", "127.0.0.1",
-            "--port", str(port), "--n_ctx", "8192", "--verbose", "true"]
-    if reuse:
-        command = [sys.executable, "-m", "llama_cpp.server", *args]
-    else:
+    # `marginalia serve-model`'s command (its settings match the in-process backend's), verbose
+    # so that the server logs what it evaluates
+    command, spec = serve_command(argparse.Namespace(model="smollm2", host="127.0.0.1", port=port,
+                                                     n_ctx=8192, verbose=True))
+    if not reuse:
         launcher = log.with_suffix(".py")
         launcher.write_text(NO_REUSE_LAUNCHER)
-        command = [sys.executable, str(launcher), *args]
+        command = [sys.executable, str(launcher), *command[3:]]  # past "python -m llama_cpp.server"
     with log.open("w") as err:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
     try:
@@ -130,7 +130,7 @@ def served(reuse: bool, doc: str, question: str, segment_tokens: int,
             except httpx.HTTPError:
                 time.sleep(0.3)
         start = log.stat().st_size
-        gen = load_generator(f"openai:http://127.0.0.1:{port}/v1#smollm2;prompt=text;window=8192;x-repeat_penalty=1")
+        gen = load_generator(spec)
         answer, wall = run_wim(gen, doc, question, segment_tokens)
         with log.open() as f:
             f.seek(start)
@@ -261,7 +261,8 @@ def main() -> None:
         f"Document: the bundled demo report ({n_doc} tokens); question: \"{question}\"; WiM, "
         f"grounded judge, segments of <= {seg} tokens unless said. Server prompt counts come from "
         "the server's own log; in-process ones from our counters (instructions and margin "
-        "prompts included). (d) resets the server's context before every request.",
+        "prompts included). The server is `marginalia serve-model`'s llama-cpp-python server "
+        "(8-bit cached keys, as in-process); (d) resets its context before every request.",
         "",
         *lines,
         "",
