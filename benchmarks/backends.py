@@ -262,7 +262,7 @@ def main() -> None:
         f"grounded judge, segments of <= {seg} tokens unless said. Server prompt counts come from "
         "the server's own log; in-process ones from our counters (instructions and margin "
         "prompts included). The server is `marginalia serve-model`'s llama-cpp-python server "
-        "(8-bit cached keys, as in-process); (d) resets its context before every request.",
+        "(the same cache settings as in-process); (d) resets its context before every request.",
         "",
         *lines,
         "",

@@ -79,3 +79,16 @@ def test_stateless_requests_do_not_evict_the_document(smollm2_llamacpp: Any) -> 
     worker.prefill(worker.tokenizer.encode(" More."))
     prompt_tokens = worker.usage.prefilled_tokens - before
     assert prompt_tokens < 40  # the chat prompt + " More.", not the document again
+
+
+def test_key_cache_precision_is_a_choice() -> None:
+    from marginalia.errors import UserError
+    from marginalia.models.llamacpp_backend import LlamaCppGenerator
+    from marginalia.models.loaders import embedded_gguf
+
+    with pytest.raises(UserError, match="unknown key cache type 'q4'; choose one of f16, q8_0"):
+        LlamaCppGenerator(embedded_gguf(), key_cache="q4")
+    eight = LlamaCppGenerator(embedded_gguf(), key_cache="q8_0")
+    assert eight._shared.options["type_k"] == 8  # the scratch context is made with the same options
+    messages = [{"role": "user", "content": "Which colour is the sky on a clear day?"}]
+    assert eight.generate(messages, GREEDY).strip()

@@ -248,6 +248,10 @@ def test_rechunking_the_same_text_replaces_its_chunks_but_keeps_questions(col: C
     assert (res.status, res.n_chunks, res.replaced) == ("replaced", 2, ())
     assert n_rows(col) == 3 and col.documents()[0].n_chunks == 2 and len(col.questions()) == 1
     assert col.search("Orla Maye", k=1, mode="bm25")[0].text == whole[1].text
+    # the chunks handed back are the current chunking's (what the question bank plans on)
+    back = col.chunks(doc.source)
+    assert [(c.index, c.section_index, c.start, c.end, c.text, c.section_path) for c in back] == \
+        [(c.index, c.section_index, c.start, c.end, c.text, c.section_path) for c in whole]
 
 
 def test_delete_a_document(col: Collection) -> None:

@@ -218,7 +218,6 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_questions_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..index.question_bank import BankReport, QuestionWriter
-    from ..ingest.chunking import chunk_sections
 
     if args.retries < 0:
         raise UserError(f"--retries must be 0 or more, got {args.retries}")
@@ -239,7 +238,7 @@ def cmd_questions_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -
     for info in docs:
         doc = collection.document(info.doc_id)
         sections = collection.sections(info.doc_id)
-        chunks = chunk_sections(doc, sections, writer.generator.tokenizer.count)
+        chunks = collection.chunks(info.doc_id)  # as indexed, so "dense" means one per indexed chunk
         bar = progress_bar(err, 0, "request", Path(info.source).name[:30])
 
         def advance(done: int, total: int, bar: Any = bar) -> None:

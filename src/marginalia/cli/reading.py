@@ -103,7 +103,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Start llama-cpp-python's OpenAI-compatible server on a GGUF model, for "
                     "use as --model openai:http://HOST:PORT/v1#ALIAS;prompt=text. It keeps the "
                     "last prompt's KV cache, so WiM's prefix-extending requests read the "
-                    "document once. Stop it with Ctrl-C.",
+                    "document once; requests that arrive together wait their turn. The exact "
+                    "--model spec is printed at start. Stop it with Ctrl-C.",
     )
     serve.add_argument("--model", default="smollm2", metavar="SPEC",
                        help="'smollm2' or 'gguf:<file>'")

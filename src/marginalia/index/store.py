@@ -560,6 +560,16 @@ class Collection:
         """The document's section tree as it was indexed, by doc_id or source."""
         return sections_from_json(self._document_row(doc_id_or_source, ["sections"])["sections"])
 
+    def chunks(self, doc_id_or_source: str) -> list[Chunk]:
+        """The document's chunks as it was last indexed (its chunk sizes), in order."""
+        doc = self._need(doc_id_or_source)
+        columns = ["section_index", "chunk_index", "start", "end", "text", "section_path", "page"]
+        rows = self._scan(self._entries, columns, f"kind = 'chunk' AND doc_id = {sql_str(doc.doc_id)} "
+                                                  f"AND gen = {sql_str(doc.gen)}")
+        return sorted((Chunk(doc.doc_id, si, ci, start, end, text, tuple(path), page=page)
+                       for si, ci, start, end, text, path, page in zip(*(rows[c] for c in columns), strict=True)),
+                      key=lambda c: c.index)
+
     def questions(self, doc_id: str | None = None) -> list[QuestionEntry]:
         """The question entries of one document (doc_id or source), or of all; by document, then offset."""
         live = self._live()
