@@ -39,7 +39,7 @@ def _model_help() -> str:
     rows = "\n".join(f"  {form:<16} {text}" for form, text in known_specs())
     engine = ("llama.cpp (llama-cpp-python is installed)"
               if importlib.util.find_spec("llama_cpp") else
-              "transformers (install llama-cpp-python for 3-6x faster decoding)")
+              "transformers (install llama-cpp-python for 3.5-6.5x faster decoding)")
     return f"model specs:\n{rows}\n\nWith --backend auto, GGUF models run on {engine} here."
 
 
@@ -63,7 +63,7 @@ def model_options() -> argparse.ArgumentParser:
                       help="where the in-process model runs (auto: CUDA + bf16 if present)")
     opts.add_argument("--backend", choices=("auto", "llamacpp", "transformers"), default="auto",
                       help="engine for GGUF models (smollm2, gguf:): auto picks llama.cpp when "
-                           "installed (3-6x faster decoding on CPU), else transformers")
+                           "installed (3.5-6.5x faster decoding on CPU), else transformers")
     opts.add_argument("--api-key", default=None, metavar="KEY",
                       help="API key for openai: models (default: $MARGINALIA_API_KEY, "
                            "else $OPENAI_API_KEY)")

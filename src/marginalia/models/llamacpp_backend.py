@@ -1,6 +1,6 @@
 """In-process llama.cpp backend (llama-cpp-python): a CachingGenerator over a GGUF file.
 
-On CPU it decodes the same weights three to six times faster than transformers
+On CPU it decodes the same weights 3.5 to 6.5 times faster than transformers
 (more on short prefixes; see BENCHMARKS.md). The GGUF's own tokenizer and chat template
 are used. Keys are cached in 16 bits. ``key_cache="q8_0"`` caches them in 8 bits: on 2
 CPU cores that prefilled 7% and decoded 8-13% faster, but WiM answered 13 of the 17

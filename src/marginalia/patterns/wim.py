@@ -179,7 +179,6 @@ class WiM(Pattern):
             segments_total=len(segments), stopped_early=read < len(segments),
         ))
 
-
     def _sequential(self, run: Run, worker: CachingGenerator, segments: list[Segment],
                     suffix: list[int], clock: Clock) -> Iterator[SegmentRead | _Written]:
         """Prefill a segment, write its margin, roll back; then the next segment."""
