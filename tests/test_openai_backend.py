@@ -67,7 +67,8 @@ class FakeServer:
     """An OpenAI-compatible server on 127.0.0.1: it records every request and replies from
     ``script`` first, then streams ``respond(prompt text)`` word by word, with a one-slot
     prefix cache whose hits it reports as ``usage.prompt_tokens_details.cached_tokens``
-    (or as llama.cpp's ``timings`` when ``usage_style == "llamacpp"``; none when "none")."""
+    (or as llama.cpp's ``timings`` when ``usage_style == "llamacpp"``; token counts without
+    cache details when "plain", as llama-cpp-python's server does; none when "none")."""
 
     def __init__(self) -> None:
         self.tok: WordTokenizer | None = None
@@ -187,10 +188,11 @@ class FakeServer:
         if self.usage_style == "llamacpp":
             end["timings"] = {"prompt_n": len(units) - cached, "cache_n": cached}
         events.append(json.dumps(end))
-        if self.usage_style == "openai" and body.get("stream_options", {}).get("include_usage"):
-            events.append(json.dumps({"choices": [], "usage": {
-                "prompt_tokens": len(units), "completion_tokens": len(pieces),
-                "prompt_tokens_details": {"cached_tokens": cached}}}))
+        if self.usage_style in ("openai", "plain") and body.get("stream_options", {}).get("include_usage"):
+            usage: dict[str, Any] = {"prompt_tokens": len(units), "completion_tokens": len(pieces)}
+            if self.usage_style == "openai":  # "plain": no cache details (llama-cpp-python's server)
+                usage["prompt_tokens_details"] = {"cached_tokens": cached}
+            events.append(json.dumps({"choices": [], "usage": usage}))
         return [*events, "[DONE]"]
 
 
@@ -345,12 +347,12 @@ def test_usage_counts_what_the_server_reports(server: FakeServer, make_gen: Call
     assert cached[0] == 0 and all(c > 0 for c in cached[1:])
     u = gen.usage
     assert u.requests == 3 and u.prompt_tokens_sent == sum(sent)
-    assert u.prompt_tokens_cached == sum(cached)
+    assert u.prompt_tokens_cached == sum(cached) and u.cache_unreported == 0
     assert u.prefilled_tokens == sum(sent) - sum(cached)
     assert u.generated_tokens == 3 * len(tok.encode("Hello there, world."))
 
 
-@pytest.mark.parametrize("style", ["llamacpp", "none"])
+@pytest.mark.parametrize("style", ["llamacpp", "plain", "none"])
 def test_usage_from_llamacpp_timings_or_from_what_was_sent(
         server: FakeServer, make_gen: Callable[..., Any], style: str) -> None:
     server.usage_style = style
@@ -362,6 +364,7 @@ def test_usage_from_llamacpp_timings_or_from_what_was_sent(
     cached = sum(c for _, c in server.reported) if style == "llamacpp" else 0
     assert gen.usage.prompt_tokens_sent == sent and gen.usage.prompt_tokens_cached == cached
     assert gen.usage.prefilled_tokens == sent - cached
+    assert gen.usage.cache_unreported == (0 if style == "llamacpp" else 2)
 
 
 def test_context_window_from_the_server(server: FakeServer, make_gen: Callable[..., Any]) -> None:

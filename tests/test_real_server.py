@@ -99,6 +99,7 @@ def test_patterns_run_against_the_server(remote: Any, pattern: str,
     assert used.requests >= (answer.segments_total + 1 if pattern == "wim" else 1)
     assert used.prompt_tokens_sent > 0
     assert answer.stats.prompt_tokens_sent == used.prompt_tokens_sent
+    assert answer.stats.prompt_cache_unreported == used.cache_unreported
 
 
 def test_pipelined_margins_match_sequential_ones(server: str, remote: Any,

@@ -137,6 +137,8 @@ class Stats:
     #: over HTTP: prompt tokens sent, and those the server reported taking from its cache
     prompt_tokens_sent: int = 0
     prompt_tokens_cached: int = 0
+    #: requests whose server did not say what its prompt cache saved (counted as evaluated in full)
+    prompt_cache_unreported: int = 0
 
 
 @dataclass(frozen=True)

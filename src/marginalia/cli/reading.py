@@ -191,6 +191,9 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
                 f"{s.generated_margin_tokens + s.generated_answer_tokens + s.generated_other_tokens}"
                 f" generated, {s.total_seconds:.1f}s{extra}"
             )
+            if s.prompt_cache_unreported:
+                reporter.log(f"  ({s.prompt_cache_unreported} of the server's replies did not say what its prompt "
+                             "cache saved: their prompts are counted as prefilled in full)")
     return answer
 
 

@@ -56,6 +56,9 @@ class Usage:
     #: took from its prefix cache (cumulative; 0 for in-process backends).
     prompt_tokens_sent: int = 0
     prompt_tokens_cached: int = 0
+    #: HTTP requests whose server said nothing of its prompt cache (neither cached nor
+    #: evaluated prompt tokens): their prompts count as evaluated in full
+    cache_unreported: int = 0
 
     def snapshot(self) -> Usage:
         return Usage(**vars(self))

@@ -342,6 +342,7 @@ class OpenAIGenerator(CachingGenerator):
             u.requests += 1
             u.prompt_tokens_sent += sent
             u.prompt_tokens_cached += cached or 0
+            u.cache_unreported += cached is None and _int(timings.get("prompt_n")) is None
             u.prefilled_tokens += evaluated if evaluated is not None else sent
             u.generated_tokens += generated
             u.prefill_seconds += (first or end) - t0

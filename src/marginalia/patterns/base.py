@@ -138,6 +138,7 @@ def make_stats(
         prefill_seconds=round(used.prefill_seconds, 4),
         prompt_tokens_sent=used.prompt_tokens_sent,
         prompt_tokens_cached=used.prompt_tokens_cached,
+        prompt_cache_unreported=used.cache_unreported,
         total_seconds=round(clock(), 4),
         **{k: (round(v, 4) if v is not None else None) for k, v in timings.items()},  # type: ignore[arg-type]
     )
