@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 from ..records import Chunk, Document, Section
+from .sections import closes_fence, fence_opening
 
 CountTokens = Callable[[str], int]
 
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 # a sentence ends at . ! ? (or their CJK forms), maybe followed by closing quotes or brackets, then whitespace
 _SENTENCE_END = re.compile(r"[.!?\u2026\u3002\uff01\uff1f][\"'\u2019\u201d)\]]*\s+")
 _SPACE_RUN = re.compile(r"\s+")
@@ -44,22 +44,19 @@ def paragraph_spans(text: str, start: int, end: int) -> list[tuple[int, int, boo
         nl = text.find("\n", pos, end)
         line_end = end if nl < 0 else nl + 1
         line = text[pos:line_end]
-        opening = _FENCE.match(line)
-        if opening and opening.group(1)[0] == "`" and "`" in line[opening.end():]:
-            opening = None  # CommonMark: a backtick fence's info string has no backticks (this is inline code)
         if fence is not None:
-            if opening and opening.group(1)[0] == fence[0] and len(opening.group(1)) >= len(fence) \
-                    and not line[opening.end():].strip():
+            if closes_fence(line, fence):
                 fence = None
                 in_paragraph = False  # what follows a code block is a new paragraph, blank line or not
         elif not line.strip():
             in_paragraph = False
         else:
+            opening = fence_opening(line)
             if not in_paragraph or opening:  # a code block starts its own paragraph, even without a blank line
                 starts.append((pos, bool(opening) or line.lstrip().startswith("|")))
                 in_paragraph = True
             if opening:
-                fence = opening.group(1)
+                fence = opening
         pos = line_end
     if not starts:
         return []

@@ -43,6 +43,23 @@ def clean_heading(raw: str) -> str:
     return " ".join(text.split())
 
 
+def fence_opening(line: str) -> str | None:
+    """The fence (run of backticks or tildes) that ``line`` opens, or None.
+
+    CommonMark: a backtick fence's info string holds no backticks (such a line is inline code).
+    """
+    m = _FENCE.match(line)
+    if m is None or (m.group(1)[0] == "`" and "`" in m.group(2)):
+        return None
+    return m.group(1)
+
+
+def closes_fence(line: str, fence: str) -> bool:
+    """Whether ``line`` closes a code block opened by ``fence``: the same character, at least as many, nothing after."""
+    m = _FENCE.match(line)
+    return m is not None and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not m.group(2).strip()
+
+
 def _lines(text: str) -> Iterator[tuple[int, int, str]]:
     """(start, end including the newline, line without the newline) for each line."""
     pos = 0
@@ -67,16 +84,14 @@ def iter_headings(text: str, setext: bool = True) -> Iterator[Heading]:
     after_break = True  # the previous line was blank, a heading, a fence or the start
     for start, end, line in _lines(text):
         if fence is not None:
-            closing = _FENCE.match(line)
-            if closing and closing.group(1)[0] == fence[0] and len(closing.group(1)) >= len(fence) \
-                    and not closing.group(2).strip():
+            if closes_fence(line, fence):
                 fence = None
                 after_break = True
             prev = None
             continue
-        opening = _FENCE.match(line)
-        if opening and not (opening.group(1)[0] == "`" and "`" in opening.group(2)):
-            fence = opening.group(1)
+        opening = fence_opening(line)
+        if opening:
+            fence = opening
             prev = None
             continue
         atx = _ATX.match(line)

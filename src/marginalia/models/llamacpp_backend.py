@@ -90,7 +90,6 @@ class _Shared:
     """What forks share: the model path, the main context, the lazily made scratch one."""
 
     path: Path
-    n_ctx: int
     options: dict[str, Any]  # llama_cpp.Llama's settings, for the scratch context too
     llm: Any
     tokenizer: LlamaCppTokenizer
@@ -122,7 +121,7 @@ class LlamaCppGenerator(CachingGenerator):
                                 f"{', '.join(KEY_CACHE_TYPES)}")
             _shared = self._load(Path(path), n_ctx, n_threads, KEY_CACHE_TYPES[key_cache])
         self._shared = _shared
-        self.context_window = _shared.n_ctx
+        self.context_window = _shared.options["n_ctx"]
         self.eos_ids = _shared.eos_ids
         self._ids: list[int] = []
         self._logits: np.ndarray | None = None
@@ -143,8 +142,7 @@ class LlamaCppGenerator(CachingGenerator):
             llm = llama_cpp.Llama(str(path), **options)
         except (ValueError, RuntimeError) as exc:
             raise BackendError(f"llama.cpp could not load {path}: {exc}") from exc
-        window = int(llm.n_ctx())
-        options["n_ctx"] = window
+        options["n_ctx"] = int(llm.n_ctx())  # the window as allocated, for the scratch context too
         source = llm.metadata.get("tokenizer.chat_template")
         template = None
         if source:
@@ -155,7 +153,7 @@ class LlamaCppGenerator(CachingGenerator):
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         eos = frozenset(i for i in range(llm.n_vocab())
                         if llama_cpp.llama_vocab_is_eog(vocab, i)) | {llm.token_eos()}
-        return _Shared(path, window, options, llm, LlamaCppTokenizer(llm), template, eos)
+        return _Shared(path, options, llm, LlamaCppTokenizer(llm), template, eos)
 
     # -- Generator ---------------------------------------------------------
 
@@ -179,7 +177,7 @@ class LlamaCppGenerator(CachingGenerator):
             llama_cpp = import_llama_cpp()
             shared.scratch = llama_cpp.Llama(str(shared.path), **shared.options)
         scratch = LlamaCppGenerator(shared.path, self.name, _shared=_Shared(
-            shared.path, shared.n_ctx, shared.options, shared.scratch, shared.tokenizer,
+            shared.path, shared.options, shared.scratch, shared.tokenizer,
             shared.template, shared.eos_ids))
         scratch.usage = self.usage
         yield from scratch.generate_from_cache(prompt_ids, params, commit=False)
