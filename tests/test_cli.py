@@ -187,3 +187,13 @@ def test_api_key_option_reaches_the_backend(monkeypatch):
     code, _, _ = run_cli("ask", "-", "q", "--model", "keyed", "--api-key", "sk-test", "-q",
                          "--pattern", "lc", stdin=b"text", monkeypatch=monkeypatch)
     assert code == 0 and seen["key"] == "sk-test"
+
+
+@pytest.mark.parametrize("command", [["questions", "generate", "--collection", "c"],
+                                     ["bench", "qa-generate", "x.md", "--out", "o.jsonl"]])
+def test_negative_retries_are_refused_before_a_model_loads(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args([*command, "--retries", "-1"])
+    assert exc.value.code == 2
+    assert "--retries: must be 0 or more, got -1" in capsys.readouterr().err
+    assert build_parser().parse_args([*command, "--retries", "0"]).retries == 0

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from ..errors import MissingDependency, UserError
 from ..home import ENV_HOME
-from .common import positive_int
+from .common import non_negative_int, positive_int
 
 
 def _names(text: str) -> list[str]:
@@ -99,7 +99,8 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     generate.add_argument("--density", choices=("sparse", "dense"), default="sparse",
                           help="sparse: about one pair per paragraph of each top-level section; dense: one per chunk")
     generate.add_argument("--long-answers", action="store_true", help="also ask for one-to-two-sentence answers")
-    generate.add_argument("--retries", type=int, default=2, metavar="N", help="tries after a malformed reply")
+    generate.add_argument("--retries", type=non_negative_int, default=2, metavar="N",
+                          help="tries after a malformed reply")
 
     review = sub.add_parser(
         "qa-review", parents=shared, formatter_class=formatter_class,
@@ -196,8 +197,6 @@ def _cmd_qa_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..bench.own import generate_pairs
     from .common import Reporter, load_model, progress_bar
 
-    if args.retries < 0:
-        raise UserError(f"--retries must be 0 or more, got {args.retries}")
     generator = load_model(args, Reporter(False, err))
     bars: dict[str, Any] = {}
 

@@ -10,13 +10,24 @@ from ..home import ENV_HOME
 DEFAULT_SEGMENT_TOKENS = 512
 
 
-def positive_int(text: str) -> int:
+def _whole_number(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _whole_number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _whole_number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 

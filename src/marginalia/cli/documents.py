@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import UserError
-from .common import Formatter, Reporter, load_model, model_options, positive_int, progress_bar, snippet
+from .common import (
+    Formatter,
+    Reporter,
+    load_model,
+    model_options,
+    non_negative_int,
+    positive_int,
+    progress_bar,
+    snippet,
+)
 
 
 def collection_option(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -82,7 +91,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     generate.add_argument("--long-answers", action="store_true", help="also ask for a one-to-two-sentence answer")
     generate.add_argument("--doc", metavar="SOURCE", action="append",
                           help="only this document (its path or id; repeatable)")
-    generate.add_argument("--retries", type=int, default=2, metavar="N", help="tries after a malformed reply")
+    generate.add_argument("--retries", type=non_negative_int, default=2, metavar="N",
+                          help="tries after a malformed reply")
     generate.set_defaults(handler=cmd_questions_generate)
     export = qsub.add_parser(
         "export", parents=[common], formatter_class=Formatter,
@@ -219,8 +229,6 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_questions_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..index.question_bank import BankReport, QuestionWriter
 
-    if args.retries < 0:
-        raise UserError(f"--retries must be 0 or more, got {args.retries}")
     collection = _open(args, args.collection)
     docs = collection.documents()
     if args.doc:
