@@ -181,7 +181,7 @@ def interleaved(doc: str, question: str, seg: int, rounds: int) -> dict[str, dic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--segment-tokens", type=int, nargs="+", default=[512, 1024])
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of (a) and (b)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of (a) and (b)")
     ap.add_argument("--contexts", type=int, nargs="+", default=[64, 512, 1500, 3000, 4500, 6400],
                     help="prefix lengths for the decode-step table")
     ap.add_argument("--skip-d", action="store_true", help="skip the slow no-reuse server run")

@@ -24,6 +24,7 @@ from marginalia.errors import BackendError, UserError
 from marginalia.index.embedders import CachedEmbedder, HashingEmbedder
 from marginalia.models.base import Tokenizer
 from marginalia.models.fake import Request, ScriptedGenerator
+from marginalia.patterns.prompts import render
 from marginalia.patterns.rag import RAG, paragraph_spans
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,9 +73,14 @@ def score(item: Item, prediction: str) -> dict[str, float]:
             "contains": float(any(a in text for a in item.answers))}
 
 
+def is_margin(req: Request) -> bool:
+    """A WiM margin request: made on a cache that holds WiM's intro, and not the answer prompt."""
+    return render("wim_intro").strip() in req.prefix and "Answer the question" not in req.suffix
+
+
 def answering(req: Request) -> str:
     """Answers a question when its fact is in the prompt; margins copy a fact just read."""
-    if "Copy the sentence" in req.suffix:
+    if is_margin(req):
         for _, _, fact in EXAMPLES.values():
             if fact in req.prefix:
                 return fact
@@ -337,7 +343,7 @@ def test_overflow_and_errors_are_recorded_and_the_run_goes_on(tmp_path: Path) ->
     assert short[0].context_tokens + 150 < window < long[0].context_tokens
 
     def failing(req: Request) -> str:
-        if "lighthouse" in req.suffix and "Copy the sentence" not in req.suffix:
+        if "lighthouse" in req.suffix and not is_margin(req):
             raise BackendError("the server went away")
         return answering(req)
 
@@ -462,7 +468,7 @@ def test_judge_verdicts_and_disagreements(tmp_path: Path) -> None:
     def judged(req: Request) -> str:
         if "You grade answers" in req.prompt:
             return 'Sure! ```json\n{"correct": true, "reason": "looks right"}\n```'
-        if "Copy the sentence" in req.suffix:
+        if is_margin(req):
             return "NONE"
         return "The harbour office." if "ferry" in req.suffix else "It is green."
 

@@ -36,6 +36,7 @@ QUESTION = "Which pier does the night ferry to Brackwater leave from?"
 ANSWER = "The ferry leaves from pier 47."
 MARGIN_SPLIT = "\n\nQuestion:"
 NOTES_MARK = "Notes taken while reading the document:"
+WIM_INTRO = render("wim_intro").strip()
 SEGMENT_TOKENS = 100
 _PIECE = re.compile(r"\s*\S+\s*|\s+")
 
@@ -571,7 +572,7 @@ def reader() -> Callable[[str], str]:
     def respond(prompt: str) -> str:
         if NOTES_MARK in prompt:
             return ANSWER if "pier 47" in prompt.split(NOTES_MARK)[1] else "I do not know."
-        if "Copy the sentence" in prompt:
+        if WIM_INTRO in prompt:
             read = prompt.rsplit(MARGIN_SPLIT, 1)[0]
             latest, seen[0] = read[seen[0]:], len(read)
             return FACT if FACT in latest else "NONE"
@@ -592,7 +593,7 @@ def test_wim_requests_extend_one_shared_prefix(server: FakeServer, make_gen: Cal
     answer = pattern.answer(doc, QUESTION)
     assert answer.text == ANSWER and [m.text for m in answer.margins if m.relevant] == [FACT]
 
-    framing = Framing.build(gen)
+    framing = pattern.framing()
     suffix = framing.suffix(gen, "margin", question=QUESTION)
     prompts = [s.body["prompt"] for s in server.posts()]
     margins, final = prompts[:-1], prompts[-1]

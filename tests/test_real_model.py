@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from marginalia.models.base import CachingGenerator, GenerationParams
-from marginalia.patterns.base import Framing
 from marginalia.patterns.wim import WiM
 from marginalia.records import MarginJudged, SegmentRead
 
@@ -122,7 +121,7 @@ def test_wim_finds_the_planted_fact(inproc: Any, make_haystack: Callable[..., st
     # each context token prefilled exactly once; the rest is instructions
     stats = answer.stats
     assert stats.prefilled_context_tokens == stats.context_tokens == sum(s.n_tokens for s in segments)
-    framing = Framing.build(smol)
+    framing = pattern.framing()
     margin_suffix = framing.suffix(smol, "margin", question=question)
     notes = "\n".join(f"- {m.text}" for m in answer.margins if m.relevant)
     answer_suffix = framing.suffix(smol, "answer_margins", question=question, margins=notes)

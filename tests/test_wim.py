@@ -12,7 +12,7 @@ from marginalia.errors import UserError
 from marginalia.models.base import GenerationParams, Generator
 from marginalia.models.fake import Request, ScriptedGenerator, WordTokenizer
 from marginalia.patterns import make_pattern
-from marginalia.patterns.base import Framing
+from marginalia.patterns.prompts import render
 from marginalia.patterns.wim import WiM
 from marginalia.records import (
     AnswerDelta,
@@ -26,11 +26,17 @@ from marginalia.records import (
 FACT = "The night ferry to Brackwater leaves from pier 47."
 HALLUCINATION = "The night ferry to Brackwater leaves from pier 99."
 QUESTION = "Which pier does the night ferry to Brackwater leave from?"
-MARGIN_MARK = "Copy the sentence above"
-FUSED_MARK = "Does the text above answer the question?"
+# what the intro tells the model to do after each part: a margin request is one made on a cache
+# that holds this intro, and whose suffix is not the answer prompt
+MARGIN_INTRO = render("wim_intro").strip()
+FUSED_INTRO = render("wim_intro_fused").strip()
 CLASSIFY_MARK = "Does the note answer the question?"
 ANSWER_MARK = "Notes taken while reading the document:"
 SEGMENT_TOKENS = 100
+
+
+def is_margin(req: Request) -> bool:
+    return (MARGIN_INTRO in req.prefix or FUSED_INTRO in req.prefix) and ANSWER_MARK not in req.suffix
 
 
 class Reader:
@@ -52,10 +58,10 @@ class Reader:
         self.fused_no = fused_no
 
     def __call__(self, req: Request) -> str:
-        if MARGIN_MARK in req.suffix or FUSED_MARK in req.suffix:
+        if is_margin(req):
             latest = req.prefix[self.seen:]
             self.seen = len(req.prefix)
-            fused = FUSED_MARK in req.suffix
+            fused = FUSED_INTRO in req.prefix
             if FACT in latest:
                 return f"YES {FACT}" if fused else FACT
             if self.decoy is not None and not fused and latest.endswith(self.decoy):
@@ -84,7 +90,7 @@ def run_events(gen: ScriptedGenerator, context: str, question: str = QUESTION, *
 
 
 def margin_requests(gen: ScriptedGenerator) -> list[Request]:
-    return [r for r in gen.requests if MARGIN_MARK in r.suffix or FUSED_MARK in r.suffix]
+    return [r for r in gen.requests if is_margin(r)]
 
 
 def answer_request(gen: ScriptedGenerator) -> Request:
@@ -151,7 +157,7 @@ def test_every_request_extends_the_cached_prefix(doc: str) -> None:
     pattern = WiM(gen, segment_tokens=SEGMENT_TOKENS)
     answer = pattern.answer(doc, QUESTION)
     segs = pattern.segments(doc)
-    framing = Framing.build(gen)
+    framing = pattern.framing()
     margin_suffix = framing.suffix(gen, "margin", question=QUESTION)
     reqs = margin_requests(gen)
     assert len(reqs) == len(segs)
@@ -248,7 +254,7 @@ def test_fused_no_stops_the_margin_and_yes_keeps_the_sentence(doc: str) -> None:
 
 
 def test_fused_reply_without_a_verdict_is_not_relevant(doc: str) -> None:
-    gen = ScriptedGenerator(lambda r: FACT if FUSED_MARK in r.suffix else "?")
+    gen = ScriptedGenerator(lambda r: FACT if is_margin(r) and FUSED_INTRO in r.prefix else "?")
     answer = WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="fused").answer(doc, QUESTION)
     assert not any(m.relevant for m in answer.margins)
 
@@ -275,7 +281,7 @@ def test_separate_judge_asks_once_per_nonempty_margin(doc: str) -> None:
 
 def test_grounded_rejects_an_unread_number_and_keeps_a_quote(doc: str) -> None:
     def respond(req: Request) -> str:
-        if MARGIN_MARK in req.suffix:
+        if is_margin(req):
             if FACT not in req.prefix:
                 return "NONE"
             return "Pier 99." if "pier 99" not in req.prefix else "NONE"
@@ -295,7 +301,7 @@ def test_grounded_rejects_an_unread_number_and_keeps_a_quote(doc: str) -> None:
 
 def test_repeated_note_is_kept_once(doc: str) -> None:
     def respond(req: Request) -> str:
-        if MARGIN_MARK in req.suffix:
+        if is_margin(req):
             return FACT if FACT in req.prefix else "NONE"
         return "x"
 

@@ -118,6 +118,9 @@ class MarginJudge(ABC):
     """Reads a margin's stream and judges it."""
 
     mode: ClassVar[str]
+    #: the document's intro, which says what to write after each part (said once, not
+    #: per margin: each margin prompt is then only the question, a third fewer tokens)
+    intro_template: ClassVar[str] = "wim_intro"
     margin_template: ClassVar[str] = "margin"
 
     def read(self, stream: Iterator[str]) -> str:
@@ -187,6 +190,7 @@ class FusedJudge(MarginJudge):
     """
 
     mode = "fused"
+    intro_template = "wim_intro_fused"
     margin_template = "margin_fused"
     choices = ("YES", "NO")
 

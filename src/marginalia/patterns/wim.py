@@ -1,7 +1,8 @@
 """Writing in the Margins: read segment by segment through one KV cache, take notes.
 
-Instructions are prefilled once. For each segment: prefill it, write a margin for the
-question from the partially filled cache (the margin's own tokens are never
+Instructions are prefilled once, including what to write after each part. For
+each segment: prefill it, write a margin for the question from the partially filled
+cache (the margin's prompt is the question alone; its own tokens are never
 committed: the cache is rolled back to exactly the segment's end), judge the margin.
 The answer is generated on the full cache with the relevant margins and the
 question appended. Every context token is prefilled once.
@@ -101,6 +102,10 @@ class WiM(Pattern):
             first_choices=getattr(self.judge, "choices", ()),
         )
 
+    def framing(self) -> Framing:
+        """The prompt around the document: its intro says what to write after each part."""
+        return Framing.build(self.generator, intro=self.judge.intro_template)
+
     def segments(self, context: str) -> list[Segment]:
         ids, offsets = self.generator.tokenizer.encode_with_offsets(context)
         return segments_from_tokens(context, ids, offsets, self.segment_tokens)
@@ -110,7 +115,7 @@ class WiM(Pattern):
         gen = self.cache_gen
         # The question sits in each margin prompt, not before the document: the document's prefix is
         # then the same for every question, and small models wrote better margins this way (measured).
-        framing = Framing.build(gen)
+        framing = self.framing()
         segments = self.segments(context)
         n_context = sum(s.n_tokens for s in segments)
         margin_suffix = framing.suffix(gen, self.judge.margin_template, question=question)
