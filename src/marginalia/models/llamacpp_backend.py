@@ -3,9 +3,10 @@
 On CPU it decodes the same weights 3.5 to 6.5 times faster than transformers
 (more on short prefixes; see BENCHMARKS.md). The GGUF's own tokenizer and chat template
 are used. Keys are cached in 16 bits. ``key_cache="q8_0"`` caches them in 8 bits: on 2
-CPU cores that prefilled 7% and decoded 8-13% faster, but WiM answered 13 of the 17
-judge-benchmark questions right instead of 14, so it is not the default (8-bit values
-would need flash attention, which was slower here). Rollback is `n_tokens = L`: the
+CPU cores that prefilled 7% and decoded 8-13% faster, but over two runs of the judge
+benchmark (17 questions, WiM and long context each, two prompt versions) it changed
+two greedy answers, both from right to wrong, and none the other way; so it is not
+the default (8-bit values would need flash attention, which was slower here). Rollback is `n_tokens = L`: the
 KV entries past L are dropped before the next evaluation, and a continuation that
 repeats the same evaluation calls gives the same logits as never having generated.
 
