@@ -257,9 +257,7 @@ class CachingGenerator(Generator):
             if tail:
                 yield tail
         finally:
-            close = getattr(tokens, "close", None)
-            if close is not None:
-                close()
+            close_stream(tokens)
             self.usage.decode_seconds += time.perf_counter() - t0
             self.usage.requests += 1
 
@@ -298,6 +296,14 @@ class CachingGenerator(Generator):
         """Stateless generation on a fork, so the main cache is never touched."""
         worker = self.fork(keep_cache=False)
         yield from worker.generate_from_cache(prompt_ids, params, commit=False)
+
+
+def close_stream(stream: Iterator[object]) -> None:
+    """End a stream early: a generator runs its cleanup (e.g. rolls a cache back); other
+    iterators are left alone."""
+    close = getattr(stream, "close", None)
+    if close is not None:
+        close()
 
 
 class StopScanner:
@@ -354,6 +360,7 @@ __all__ = [
     "CachingGenerator",
     "ChatFrame",
     "Clock",
+    "close_stream",
     "GenerationParams",
     "Generator",
     "Message",

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import BackendError, ContextOverflow, MarginaliaError, MissingDependency, UserError
 from .base import CachingGenerator, GenerationParams, Generator, Message, StopScanner, Tokenizer
+from .registry import OPENAI_SPEC_FORM as SPEC_FORM
 
 HTTP_INSTALL = "pip install 'marginalia[http]'"
 try:
@@ -479,13 +480,10 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
     Raises:
         UserError: a malformed spec or an unknown option.
     """
-    usage = ("openai:<base-url>#<model>[;mode=completions|chat][;prompt=tokens|text]"
-             "[;tokenizer=<spec>][;window=<tokens>][;timeout=<seconds>][;concurrency=<n>]"
-             "[;x-<body field>=<value>]")
     url, sep, rest = arg.partition("#")
     model, *pairs = rest.split(";")
     if not sep or not url or not model.strip():
-        raise UserError(f"the spec 'openai:{arg}' needs a model id after '#': {usage}")
+        raise UserError(f"the spec 'openai:{arg}' needs a model id after '#': {SPEC_FORM}")
     opts: dict[str, str] = {}
     extra: dict[str, Any] = {}
     for pair in pairs:
@@ -497,20 +495,22 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
                 extra[key.strip()[2:]] = value.strip()
             continue
         if not eq or key.strip() not in OPTIONS or not value.strip():
-            raise UserError(f"bad option {pair!r} in 'openai:{arg}'; the form is {usage}")
+            raise UserError(f"bad option {pair!r} in 'openai:{arg}'; the form is {SPEC_FORM}")
         opts[key.strip()] = value.strip()
     if opts.get("prompt", "tokens") not in ("tokens", "text"):
         raise UserError(f"prompt={opts['prompt']} in 'openai:{arg}' must be 'tokens' or 'text' "
                         "(text for servers that take no token-id prompts, e.g. llama-cpp-python's)")
     if "prompt" in opts:
         options.setdefault("token_prompts", opts["prompt"] == "tokens")
-    window = opts.get("window")
-    if window is not None and (not window.isdigit() or int(window) <= 0):
-        raise UserError(f"window={window} in 'openai:{arg}' must be a positive number of tokens")
-    concurrency = opts.get("concurrency", "1")
-    if not concurrency.isdigit() or int(concurrency) <= 0:
-        raise UserError(f"concurrency={concurrency} in 'openai:{arg}' must be a positive number of requests")
-    options.setdefault("concurrency", int(concurrency))
+
+    def positive(key: str, unit: str) -> int | None:
+        text = opts.get(key)
+        if text is not None and (not text.isdigit() or int(text) <= 0):
+            raise UserError(f"{key}={text} in 'openai:{arg}' must be a positive number of {unit}")
+        return int(text) if text is not None else None
+
+    window = positive("window", "tokens")
+    options.setdefault("concurrency", positive("concurrency", "requests") or 1)
     if "timeout" in opts:
         try:
             timeout = float(opts["timeout"])
@@ -529,11 +529,11 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
         else:
             borrowed = load(spec)
     except UserError as exc:
-        hint = "" if "tokenizer" in opts else f"; name a local model with the same tokenizer: {usage}"
+        hint = "" if "tokenizer" in opts else f"; name a local model with the same tokenizer: {SPEC_FORM}"
         raise UserError(f"cannot load the tokenizer {spec!r} for 'openai:{arg}': {exc}{hint}") from exc
     return OpenAIGenerator(
         url.strip(), model.strip(), borrowed, render_chat=render, mode=opts.get("mode", "completions"),
-        context_window=int(window) if window else None, name=f"openai:{arg}",
+        context_window=window, name=f"openai:{arg}",
         extra_body=extra or None, **options,
     )
 

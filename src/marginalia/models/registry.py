@@ -168,6 +168,12 @@ register_backend("gguf", _gguf, "a local GGUF file (llama.cpp, or transformers v
 register_backend("scripted", _scripted, "a fake that answers with the given text (for tests)")
 
 
+#: the openai spec's form, for --help's model list and the backend's errors
+OPENAI_SPEC_FORM = ("openai:<base-url>#<model>[;mode=completions|chat][;prompt=tokens|text]"
+                    "[;tokenizer=<spec>][;window=<tokens>][;timeout=<seconds>][;concurrency=<n>]"
+                    "[;x-<body field>=<value>]")
+
+
 def _openai(arg: str, ctx: LoadContext) -> Generator:
     from .openai_backend import from_spec
 
@@ -176,6 +182,4 @@ def _openai(arg: str, ctx: LoadContext) -> Generator:
                      **options)
 
 
-register_backend("openai", _openai, "an OpenAI-compatible server: openai:<base-url>#<model>"
-                 "[;mode=completions|chat][;prompt=tokens|text][;tokenizer=<spec>][;window=<tokens>]"
-                 "[;timeout=<seconds>][;concurrency=<n>][;x-<field>=<value>]")
+register_backend("openai", _openai, f"an OpenAI-compatible server: {OPENAI_SPEC_FORM}")

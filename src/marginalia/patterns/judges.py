@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import UserError
-from ..models.base import GenerationParams, Generator
+from ..models.base import GenerationParams, Generator, close_stream
 from ..records import Segment
 from .prompts import render
 
@@ -55,12 +55,6 @@ class Evidence:
     end: int
     support: float        # rarity-weighted share of the margin's new words found
     on_topic: bool        # the sentence shares a content word with the question
-
-
-def _close(stream: Iterator[str]) -> None:
-    close = getattr(stream, "close", None)
-    if close is not None:
-        close()
 
 
 def stem(word: str) -> str:
@@ -128,7 +122,7 @@ class MarginJudge(ABC):
         try:
             return "".join(stream).strip()
         finally:
-            _close(stream)
+            close_stream(stream)
 
     @abstractmethod
     def judge(self, question: str, margin: str, segment: Segment, read: str) -> Verdict:
@@ -202,7 +196,7 @@ class FusedJudge(MarginJudge):
                 if text.strip().lower().startswith("no"):
                     break  # a NO costs one token: stop here
         finally:
-            _close(stream)  # rolls the backend's cache back at once
+            close_stream(stream)  # rolls the backend's cache back at once
         return text.strip()
 
     def judge(self, question: str, margin: str, segment: Segment, read: str) -> Verdict:

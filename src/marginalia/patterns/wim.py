@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 from ..ingest.segment import segments_from_tokens
-from ..models.base import CachingGenerator, Clock, GenerationParams, Generator, Usage
+from ..models.base import CachingGenerator, Clock, GenerationParams, Generator, Usage, close_stream
 from ..records import (
     Answer,
     Done,
@@ -243,9 +243,7 @@ class WiM(Pattern):
                     yield delta
             finally:
                 taken_in.set()
-                close = getattr(stream, "close", None)
-                if close is not None:
-                    close()  # rolls the fork back
+                close_stream(stream)  # rolls the fork back
 
         return self.judge.read(marked()), time.perf_counter() - t0
 
