@@ -24,8 +24,8 @@ from marginalia.errors import BackendError, UserError
 from marginalia.index.embedders import CachedEmbedder, HashingEmbedder
 from marginalia.models.base import Tokenizer
 from marginalia.models.fake import Request, ScriptedGenerator
-from marginalia.patterns.prompts import render
 from marginalia.patterns.rag import RAG, paragraph_spans
+from wim_requests import is_margin
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,11 +71,6 @@ def score(item: Item, prediction: str) -> dict[str, float]:
     return {"em": float(any(text == a for a in item.answers)),
             "f1": max(token_f1(prediction, a) for a in item.answers),
             "contains": float(any(a in text for a in item.answers))}
-
-
-def is_margin(req: Request) -> bool:
-    """A WiM margin request: made on a cache that holds WiM's intro, and not the answer prompt."""
-    return render("wim_intro").strip() in req.prefix and "Answer the question" not in req.suffix
 
 
 def answering(req: Request) -> str:

@@ -30,13 +30,13 @@ from marginalia.patterns.long_context import LongContext
 from marginalia.patterns.prompts import render
 from marginalia.patterns.wim import WiM
 from marginalia.records import MarginJudged
+from wim_requests import MARGIN_INTRO
 
 FACT = "The night ferry to Brackwater leaves from pier 47."
 QUESTION = "Which pier does the night ferry to Brackwater leave from?"
 ANSWER = "The ferry leaves from pier 47."
 MARGIN_SPLIT = "\n\nQuestion:"
 NOTES_MARK = "Notes taken while reading the document:"
-WIM_INTRO = render("wim_intro").strip()
 SEGMENT_TOKENS = 100
 _PIECE = re.compile(r"\s*\S+\s*|\s+")
 
@@ -572,7 +572,7 @@ def reader() -> Callable[[str], str]:
     def respond(prompt: str) -> str:
         if NOTES_MARK in prompt:
             return ANSWER if "pier 47" in prompt.split(NOTES_MARK)[1] else "I do not know."
-        if WIM_INTRO in prompt:
+        if MARGIN_INTRO in prompt:
             read = prompt.rsplit(MARGIN_SPLIT, 1)[0]
             latest, seen[0] = read[seen[0]:], len(read)
             return FACT if FACT in latest else "NONE"

@@ -13,20 +13,17 @@ from marginalia.index.embedders import HashingEmbedder, load_embedder
 from marginalia.models.fake import Request, ScriptedGenerator
 from marginalia.patterns import make_pattern
 from marginalia.patterns.long_context import LongContext
-from marginalia.patterns.prompts import render
 from marginalia.patterns.rag import RAG
 from marginalia.records import AnswerDelta, Done, SegmentRead, Started, event_to_dict
+from wim_requests import is_margin
 
 FACT = "The night ferry to Brackwater leaves from pier 47."
 QUESTION = "Which pier does the night ferry to Brackwater leave from?"
 ODD_QUESTION = 'What is {x} and $y "z"\n\u2014 \u00fc?'
 
-WIM_INTRO = render("wim_intro").strip()  # a margin request's cache holds it
-
-
 def answering(req: Request) -> str:
     """Answers from whatever prompt it sees; margins copy the fact when it was just read."""
-    if WIM_INTRO in req.prefix and "Answer the question" not in req.suffix:
+    if is_margin(req):
         return FACT if FACT in req.prefix[-400:] else "NONE"
     return "Pier 47." if FACT in req.prompt else "I do not know."
 

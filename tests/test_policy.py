@@ -12,10 +12,8 @@ from marginalia.index.policy import Piece, RetrievalPolicy, retrieve
 from marginalia.models.fake import ScriptedGenerator
 from marginalia.patterns import make_pattern
 from marginalia.patterns.collection import NO_REFERENCES, CollectionReader, assemble, map_reference
-from marginalia.patterns.prompts import render
 from marginalia.records import Document, Reference, Section
-
-WIM_INTRO = render("wim_intro").strip()  # a WiM margin request's cache holds it
+from wim_requests import is_margin
 
 TEXT = (
     "# Harbour\n\nThe harbour keeps 214 moorings.\n\n"
@@ -190,7 +188,7 @@ def test_patterns_read_the_gathered_references_and_cite_documents(pattern: str):
     scope = "chunks" if pattern == "rag" else "sections"
 
     def respond(request) -> str:
-        if WIM_INTRO in request.prefix and "Answer the question" not in request.suffix:
+        if is_margin(request):
             return "The dredger Orla Maye cleared the basin." if "Orla" in request.prefix[-200:] else "NONE"
         return "The Orla Maye."
 

@@ -12,7 +12,6 @@ from marginalia.errors import UserError
 from marginalia.models.base import GenerationParams, Generator
 from marginalia.models.fake import Request, ScriptedGenerator, WordTokenizer
 from marginalia.patterns import make_pattern
-from marginalia.patterns.prompts import render
 from marginalia.patterns.wim import WiM
 from marginalia.records import (
     AnswerDelta,
@@ -22,21 +21,14 @@ from marginalia.records import (
     SegmentRead,
     Started,
 )
+from wim_requests import FUSED_INTRO, is_fused_margin, is_margin
 
 FACT = "The night ferry to Brackwater leaves from pier 47."
 HALLUCINATION = "The night ferry to Brackwater leaves from pier 99."
 QUESTION = "Which pier does the night ferry to Brackwater leave from?"
-# what the intro tells the model to do after each part: a margin request is one made on a cache
-# that holds this intro, and whose suffix is not the answer prompt
-MARGIN_INTRO = render("wim_intro").strip()
-FUSED_INTRO = render("wim_intro_fused").strip()
 CLASSIFY_MARK = "Does the note answer the question?"
 ANSWER_MARK = "Notes taken while reading the document:"
 SEGMENT_TOKENS = 100
-
-
-def is_margin(req: Request) -> bool:
-    return (MARGIN_INTRO in req.prefix or FUSED_INTRO in req.prefix) and ANSWER_MARK not in req.suffix
 
 
 class Reader:
@@ -254,7 +246,7 @@ def test_fused_no_stops_the_margin_and_yes_keeps_the_sentence(doc: str) -> None:
 
 
 def test_fused_reply_without_a_verdict_is_not_relevant(doc: str) -> None:
-    gen = ScriptedGenerator(lambda r: FACT if is_margin(r) and FUSED_INTRO in r.prefix else "?")
+    gen = ScriptedGenerator(lambda r: FACT if is_fused_margin(r) else "?")
     answer = WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="fused").answer(doc, QUESTION)
     assert not any(m.relevant for m in answer.margins)
 

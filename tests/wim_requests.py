@@ -1,0 +1,23 @@
+"""How the tests tell a WiM margin request from the others (scripted generators see them all).
+
+WiM's intro, prefilled before the document, says what to write after each part; a margin
+request is one made on a cache that holds the intro, and whose suffix is not an answer prompt
+(both answer prompts ask to "Answer the question").
+"""
+
+from __future__ import annotations
+
+from marginalia.models.fake import Request
+from marginalia.patterns.prompts import render
+
+MARGIN_INTRO = render("wim_intro").strip()
+FUSED_INTRO = render("wim_intro_fused").strip()
+ANSWER_ASK = "Answer the question"
+
+
+def is_margin(req: Request) -> bool:
+    return (MARGIN_INTRO in req.prefix or FUSED_INTRO in req.prefix) and ANSWER_ASK not in req.suffix
+
+
+def is_fused_margin(req: Request) -> bool:
+    return is_margin(req) and FUSED_INTRO in req.prefix
