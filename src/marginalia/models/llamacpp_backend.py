@@ -6,7 +6,8 @@ are used. Keys are cached in 16 bits. ``key_cache="q8_0"`` caches them in 8 bits
 CPU cores that prefilled 7% and decoded 8-13% faster, but over two runs of the judge
 benchmark (17 questions, WiM and long context each, two prompt versions) it changed
 two greedy answers, both from right to wrong, and none the other way; so it is not
-the default (8-bit values would need flash attention, which was slower here).
+the default (8-bit values would need flash attention, which was slower here; the
+settings are timed by benchmarks/llamacpp_settings.py).
 
 Rollback is `n_tokens = L`: the KV entries past L are dropped before the next
 evaluation, and a continuation that repeats the same evaluation calls gives the same
