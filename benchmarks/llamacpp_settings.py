@@ -99,7 +99,7 @@ def main() -> None:
     for c in sorted(args.contexts, reverse=True):  # one prefill: each prefix is a rollback away
         for _ in range(args.rounds):
             for name, (llm, _) in llms.items():
-                llm.n_tokens = c
+                llm.n_tokens = c  # roll back to the prefix (llama_decode alone needs the cells dropped)
                 mem_rm(llama_cpp.llama_get_memory(llm._ctx.ctx), -1, c, -1)
                 step = steppers[name]
                 t0 = time.perf_counter()
@@ -109,8 +109,6 @@ def main() -> None:
                     else:
                         step(c + i, t)
                 rates[name][c].append(STEPS / (time.perf_counter() - t0))
-                llm.n_tokens = c
-                mem_rm(llama_cpp.llama_get_memory(llm._ctx.ctx), -1, c, -1)
             print(f"prefix {c}: round done", file=sys.stderr, flush=True)
     med = {n: {c: statistics.median(v) for c, v in by.items()} for n, by in rates.items()}
     base = med[next(iter(med))]

@@ -21,6 +21,7 @@ FACT = "The night ferry to Brackwater leaves from pier 47."
 QUESTION = "Which pier does the night ferry to Brackwater leave from?"
 ODD_QUESTION = 'What is {x} and $y "z"\n\u2014 \u00fc?'
 
+
 def answering(req: Request) -> str:
     """Answers from whatever prompt it sees; margins copy the fact when it was just read."""
     if is_margin(req):

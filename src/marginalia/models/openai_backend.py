@@ -334,6 +334,7 @@ class OpenAIGenerator(CachingGenerator):
         if cached is None:
             cached = _int((usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
         evaluated = _int(timings.get("prompt_n"))
+        unreported = cached is None and evaluated is None  # neither count: the prompt is booked in full
         if evaluated is None and _int(usage.get("prompt_tokens")) is not None:
             evaluated = int(usage["prompt_tokens"]) - (cached or 0)
         end = time.perf_counter()
@@ -343,7 +344,7 @@ class OpenAIGenerator(CachingGenerator):
             u.requests += 1
             u.prompt_tokens_sent += sent
             u.prompt_tokens_cached += cached or 0
-            u.cache_unreported += cached is None and _int(timings.get("prompt_n")) is None
+            u.cache_unreported += unreported
             u.prefilled_tokens += evaluated if evaluated is not None else sent
             u.generated_tokens += generated
             u.prefill_seconds += (first or end) - t0
