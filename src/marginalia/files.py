@@ -1,0 +1,86 @@
+"""Durable file writes and progress bars: the one place marginalia writes files safely and shows progress.
+
+An atomic write goes to a temporary file in the target's folder, is flushed and fsynced, then renamed
+over the target, so a crash leaves the old file or the new one, never half of one. Appended records
+are fsynced line by line, so what was written before a kill is on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any, TextIO
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (temporary file, fsync, rename, fsync of the folder)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Replace ``path`` with UTF-8 ``text`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike[str], data: Any, indent: int | None = 2) -> None:
+    """Replace ``path`` with ``data`` as JSON (UTF-8, non-ASCII kept) atomically."""
+    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=indent) + "\n")
+
+
+def atomic_write_lines(path: str | os.PathLike[str], records: Iterable[Any]) -> None:
+    """Replace ``path`` with one JSON object per line (JSONL) atomically."""
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
+def append_line(f: IO[str], record: Any) -> None:
+    """Append one JSON record as a line to an open file and fsync it."""
+    f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def append_lines(path: str | os.PathLike[str], records: Iterable[Any]) -> None:
+    """Append JSON records as lines to ``path`` (created if missing) and fsync once."""
+    with Path(path).open("a", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (a no-op where folders cannot be opened, e.g. Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def progress_bar(stream: TextIO, total: int | None = None, unit: str = "it", desc: str = "",
+                 disable: bool = False, **options: Any) -> Any:
+    """A tqdm bar on ``stream``, drawn only when it is a terminal (logs and tests stay clean)."""
+    from tqdm import tqdm
+
+    tty = getattr(stream, "isatty", lambda: False)()
+    return tqdm(total=total, unit=unit, desc=desc, file=stream, dynamic_ncols=True, leave=False,
+                disable=disable or not tty, **options)
