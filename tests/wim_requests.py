@@ -8,7 +8,7 @@ request is one made on a cache that holds the intro, and whose suffix is not an 
 from __future__ import annotations
 
 from marginalia.models.fake import Request
-from marginalia.patterns.prompts import render
+from marginalia.prompts import render
 
 MARGIN_INTRO = render("wim_intro").strip()
 FUSED_INTRO = render("wim_intro_fused").strip()

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import MarginaliaError
 from ..models.base import GenerationParams, Generator, Message
+from ..prompts import template
 from .metrics import normalize_answer
 from .metrics import token_f1 as metric_f1
 
@@ -55,11 +53,6 @@ class Verdict:
         return data
 
 
-@cache
-def _template(name: str) -> string.Template:
-    return string.Template(resources.files(__package__).joinpath("prompts", f"{name}.txt").read_text("utf-8"))
-
-
 def judge_messages(question: str, answers: Sequence[str], prediction: str) -> list[Message]:
     """The judge's chat: our system line and the question, references and prediction."""
     values = {"question": question.strip(), "prediction": prediction.strip() or "(empty)"}
@@ -68,8 +61,8 @@ def judge_messages(question: str, answers: Sequence[str], prediction: str) -> li
         values["answers"] = " | ".join(json.dumps(a, ensure_ascii=False) for a in answers)
     else:
         name = "judge_unanswerable"
-    return [{"role": "system", "content": _template("judge_system").template.strip()},
-            {"role": "user", "content": _template(name).substitute(values).strip()}]
+    return [{"role": "system", "content": template("judge_system").template.strip()},
+            {"role": "user", "content": template(name).substitute(values).strip()}]
 
 
 _FENCE = re.compile(r"```(?:json)?", re.IGNORECASE)

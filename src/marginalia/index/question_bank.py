@@ -28,7 +28,7 @@ from ..errors import UserError
 from ..ingest.chunking import paragraph_spans
 from ..ingest.sections import section_at
 from ..models.base import GenerationParams, Generator, Message
-from ..patterns.prompts import render
+from ..prompts import render
 from ..records import Chunk, Document, Section
 from .schema import QuestionEntry
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..errors import UserError
 from ..models.base import Clock, GenerationParams, Generator, Usage
 from ..records import Answer, AnswerDelta, Done, Event, Stats
-from .prompts import render
+from ..prompts import render
 
 
 class Run:

@@ -23,7 +23,7 @@ from typing import ClassVar
 from ..errors import UserError
 from ..models.base import GenerationParams, Generator, close_stream
 from ..records import Segment
-from .prompts import render
+from ..prompts import render
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _NONE = re.compile(r"^\W*(none|no|nothing|n/a)\b\W*$", re.IGNORECASE)

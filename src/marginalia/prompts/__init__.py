@@ -1,4 +1,4 @@
-"""Our prompt templates: text files in ``prompts/``, filled with `string.Template`.
+"""Our prompt templates: the text files in this folder, filled with `string.Template`.
 
 Values are inserted verbatim (never re-parsed), so a question may hold braces,
 dollar signs, quotes, newlines or any script.
@@ -13,10 +13,10 @@ from string import Template
 
 @cache
 def template(name: str) -> Template:
-    text = resources.files(__package__).joinpath("prompts", f"{name}.txt").read_text("utf-8")
+    text = resources.files(__package__).joinpath(f"{name}.txt").read_text("utf-8")
     return Template(text)
 
 
 def render(name: str, **values: str) -> str:
-    """Fill the template ``prompts/<name>.txt``; a missing value is a programming error."""
+    """Fill the template ``<name>.txt``; a missing value is a programming error."""
     return template(name).substitute(**values)

@@ -1,0 +1,142 @@
+"""The options records: one frozen, validated record per way of reading, and one for reading a collection.
+
+Each option's default, allowed values, bounds and one-line description are written here and nowhere
+else. `make_pattern` takes a pattern record; the CLI's flags, the benchmark config's ``[[patterns]]``
+tables and the HTTP request bodies are built from these records (a test checks that every default
+agrees). Validation errors become one `UserError` naming each bad field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import UserError
+
+PatternName = Literal["wim", "lc", "rag"]
+JudgeMode = Literal["grounded", "fused", "separate"]
+RagSplit = Literal["tokens", "paragraphs"]
+Scope = Literal["sections", "chunks", "documents"]
+SearchMode = Literal["hybrid", "dense", "bm25"]
+
+PATTERNS: tuple[str, ...] = get_args(PatternName)
+JUDGE_MODES: tuple[str, ...] = get_args(JudgeMode)
+RAG_SPLITS: tuple[str, ...] = get_args(RagSplit)
+SCOPES: tuple[str, ...] = get_args(Scope)
+SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
+
+
+class Options(BaseModel):
+    """Base of the options records: frozen, unknown fields refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def build(cls, **values: Any) -> Any:
+        """A validated record; a bad value is a `UserError` that names the field and what it must be."""
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise UserError(describe(exc, cls)) from None
+
+
+class PatternOptions(Options):
+    """What every way of reading takes."""
+
+    pattern: ClassVar[str]
+    max_new_tokens: int = Field(default=96, gt=0, description="the most tokens of the answer")
+
+
+class LcOptions(PatternOptions):
+    """Long context: the whole document, then the question, in one prompt."""
+
+    pattern: ClassVar[str] = "lc"
+
+
+class RagOptions(PatternOptions):
+    """Retrieval over one document: the ``top_k`` closest chunks, then the question."""
+
+    pattern: ClassVar[str] = "rag"
+    chunk_tokens: int = Field(default=128, gt=0, description="rag: model tokens per retrieved chunk")
+    top_k: int = Field(default=4, gt=0, description="rag: how many chunks the answer sees")
+    split: RagSplit = Field(
+        default="tokens",
+        description="rag: cut the whole text into chunks (tokens), or each paragraph on its own (paragraphs)")
+    embedder: str = Field(default="minilm", min_length=1,
+                          description="rag: 'minilm' (embedded), 'hashing', or 'st:<local folder>'")
+
+
+class WimOptions(PatternOptions):
+    """Writing in the Margins: segment by segment through one KV cache, a margin after each."""
+
+    pattern: ClassVar[str] = "wim"
+    segment_tokens: int = Field(default=512, gt=0, description="wim: model tokens per segment")
+    judge: JudgeMode = Field(default="grounded", description="wim: how margins are classified relevant")
+    margin_tokens: int = Field(default=48, gt=0, description="wim: the most tokens per margin")
+    grounding_threshold: float = Field(
+        default=0.5, ge=0.0, le=1.0,
+        description="wim, grounded judge: share of a margin's new words one sentence read must hold")
+
+
+PATTERN_OPTIONS: dict[str, type[PatternOptions]] = {"wim": WimOptions, "lc": LcOptions, "rag": RagOptions}
+
+
+class CollectionOptions(Options):
+    """Reading a collection: the retrieval policy, and how much of what it finds is read."""
+
+    certain: float = Field(default=0.9, ge=-1.0, le=1.0,
+                           description="a question-bank entry at least this similar (cosine) answers directly")
+    uncertain: float = Field(default=0.3, ge=-1.0, le=1.0,
+                             description="below this similarity for every hit: 'no relevant references found'")
+    scope: Scope | None = Field(
+        default=None, description="what lc and wim read around each hit (default: sections; rag reads chunks)")
+    search: SearchMode = Field(default="hybrid", description="how the collection is searched")
+    use_questions: bool = Field(default=True, description="answer from the question bank when a stored "
+                                                          "question matches closely")
+    max_context_tokens: int | None = Field(
+        default=None, gt=0, description="the most tokens of references wim reads (lc and rag: what fits the window)")
+    hits: int = Field(default=5, gt=0, description="how many search hits lc and wim gather (rag: its top-k)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CollectionOptions:
+        if self.uncertain > self.certain:
+            raise ValueError(f"uncertain ({self.uncertain}) must not be above certain ({self.certain})")
+        return self
+
+    def scope_for(self, pattern: str) -> str:
+        """The scope a pattern reads: as given, else chunks for rag and sections for lc and wim."""
+        return self.scope or ("chunks" if pattern == "rag" else "sections")
+
+
+def pattern_options(pattern: str, **values: Any) -> PatternOptions:
+    """The record for ``pattern`` (``wim``, ``lc`` or ``rag``) built from ``values``.
+
+    Raises:
+        UserError: an unknown pattern, an option the pattern does not take, or a bad value.
+    """
+    try:
+        cls = PATTERN_OPTIONS[pattern]
+    except KeyError:
+        raise UserError(f"unknown pattern {pattern!r}; choose one of {', '.join(PATTERNS)}") from None
+    result: PatternOptions = cls.build(**values)
+    return result
+
+
+def describe(exc: ValidationError, cls: type[BaseModel]) -> str:
+    """A validation error as one line per field, in the record's own terms."""
+    what = cls.__name__.removesuffix("Options").lower() or "reading"
+    problems = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"])
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            known = ", ".join(cls.model_fields)
+            problems.append(f"{what} has no option {field!r} (its options: {known})")
+        elif err["type"] == "literal_error":
+            problems.append(f"{field}: {message}, got {err['input']!r}")
+        elif field:
+            problems.append(f"{field}: {message}, got {err['input']!r}")
+        else:
+            problems.append(message)
+    return f"bad {what} options: " + "; ".join(problems)
