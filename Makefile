@@ -36,9 +36,11 @@ bench: setup
 	$(BIN)/marginalia bench run configs/bench/example.toml --limit 2
 	$(BIN)/python benchmarks/bench_example.py
 
+# lint, types and the import-linter layer contracts (the tests check the contracts too)
 check: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache

@@ -189,7 +189,7 @@ def main() -> None:
                     "written when all four ran)")
     args = ap.parse_args()
 
-    from marginalia.cli import demo_files
+    from marginalia.app import demo as demo_files
     from marginalia.models import load_generator
 
     doc, items = demo_files()

@@ -64,7 +64,7 @@ def main() -> None:
     ap.add_argument("--modes", default="grounded,fused,separate,lc")
     args = ap.parse_args()
 
-    from marginalia.cli import demo_files
+    from marginalia.app import demo as demo_files
     from marginalia.models import load_generator
     from marginalia.patterns import make_pattern
 

@@ -73,7 +73,7 @@ def main() -> None:
 
     import llama_cpp
 
-    from marginalia.cli import demo_files
+    from marginalia.app import demo as demo_files
     from marginalia.models.loaders import embedded_gguf
 
     threads = os.cpu_count() or 1

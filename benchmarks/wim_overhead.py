@@ -25,7 +25,7 @@ from _common import command_line, git_commit, machine, write_section  # noqa: E4
 def child(pattern: str, model: str, segment_tokens: int, question_no: int) -> None:
     import psutil
 
-    from marginalia.cli import demo_files
+    from marginalia.app import demo as demo_files
     from marginalia.models import load_generator
     from marginalia.patterns import make_pattern
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from marginalia.errors import BadInput
-from marginalia.ingest.text import read_document
+from marginalia.ingest.loaders import read_document
 
 BAD_FILES = {
     "empty": b"",

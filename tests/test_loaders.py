@@ -14,10 +14,9 @@ import pytest
 
 from marginalia.errors import BadInput, MissingDependency
 from marginalia.ingest.html import html_to_markdown
-from marginalia.ingest.loaders import LoadReport, Skipped, content_id, load_document, load_paths
+from marginalia.ingest.loaders import LoadReport, Skipped, content_id, load_document, load_paths, read_document
 from marginalia.ingest.pdf import RawHeading, _Box, _two_column_order, heading_levels, numbering_depth
 from marginalia.ingest.sections import parse_sections
-from marginalia.ingest.text import read_document
 from marginalia.records import Document
 
 # -- markdown, text, html -----------------------------------------------------------

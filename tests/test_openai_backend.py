@@ -27,8 +27,8 @@ from marginalia.models.openai_backend import OpenAIGenerator, from_spec
 from marginalia.patterns import make_pattern
 from marginalia.patterns.base import Framing
 from marginalia.patterns.long_context import LongContext
-from marginalia.prompts import render
 from marginalia.patterns.wim import WiM
+from marginalia.prompts import render
 from marginalia.records import MarginJudged
 from wim_requests import MARGIN_INTRO
 

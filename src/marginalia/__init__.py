@@ -1,5 +1,19 @@
 """marginalia: answer questions over long documents, and measure how each way of reading works.
 
+The front door is a handful of use-cases and the options records they take::
+
+    from marginalia import WimOptions, ask_file, load_model
+
+    run = ask_file("report.md", "Who signed the lease?", WimOptions(segment_tokens=512),
+                   generator=load_model("smollm2"))
+    for event in run:          # Started, SegmentRead, MarginWritten, MarginJudged, AnswerDelta..., Done
+        ...
+    answer = run.answer()
+
+Use-cases: `load_model`, `load_embedder`, `read_file`, `ask_text`, `ask_file`, `ask_collection`,
+`collection_reader`, `index_paths`, `generate_questions`, `demo`. Options: `WimOptions`, `LcOptions`,
+`RagOptions`, `CollectionOptions`, `ChunkingOptions`. Lower layers: `make_pattern`, `segment_text`.
+
 Importing the package is cheap (no torch); backends load when a model is asked for.
 """
 
@@ -9,12 +23,17 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+_APP = ("load_model", "load_embedder", "read_file", "ask_text", "ask_file", "ask_collection", "collection_reader",
+        "index_paths", "generate_questions", "demo")
+_OPTIONS = ("WimOptions", "LcOptions", "RagOptions", "CollectionOptions", "ChunkingOptions")
 _LAZY = {
-    "load_generator": ("marginalia.models", "load_generator"),
+    **{name: ("marginalia.app", name) for name in _APP},
+    **{name: ("marginalia.options", name) for name in _OPTIONS},
     "make_pattern": ("marginalia.patterns", "make_pattern"),
-    "read_document": ("marginalia.ingest.text", "read_document"),
     "segment_text": ("marginalia.ingest.segment", "segment_text"),
-    "load_embedder": ("marginalia.index.embedders", "load_embedder"),
+    # earlier names, kept working
+    "load_generator": ("marginalia.models", "load_generator"),
+    "read_document": ("marginalia.ingest.loaders", "read_document"),
 }
 
 
@@ -27,4 +46,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'marginalia' has no attribute {name!r}")
 
 
-__all__ = ["__version__", *_LAZY]
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+__all__ = ["__version__", *_APP, *_OPTIONS, "make_pattern", "segment_text"]

@@ -1,4 +1,5 @@
-"""The one error tree: every message says what was wrong and what to do."""
+"""The one error tree. Messages state what was wrong; a front end (the CLI, the server) adds what to do
+where that depends on it (a flag to pass, a field to send)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,16 @@ class ContextOverflow(UserError):
     def __init__(self, needed: int, window: int, what: str = "the prompt") -> None:
         self.needed = needed
         self.window = window
-        super().__init__(
-            f"{what} needs {needed} tokens but the model's window holds {window}; "
-            "use --pattern rag (it reads only the most relevant chunks), a shorter document, "
-            "or a model with a longer window"
-        )
+        super().__init__(f"{what} needs {needed} tokens but the model's window holds {window}")
+
+
+class NotFound(UserError):
+    """Something the caller named does not exist (a document, a collection, a session)."""
+
+    def __init__(self, message: str, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(message)
 
 
 class MissingDependency(UserError):

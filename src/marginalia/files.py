@@ -78,9 +78,11 @@ def _fsync_dir(folder: Path) -> None:
 
 def progress_bar(stream: TextIO, total: int | None = None, unit: str = "it", desc: str = "",
                  disable: bool = False, **options: Any) -> Any:
-    """A tqdm bar on ``stream``, drawn only when it is a terminal (logs and tests stay clean)."""
+    """A tqdm bar on ``stream``, drawn only when it is a terminal (logs and tests stay clean); it is erased
+    when done unless ``leave=True``."""
     from tqdm import tqdm
 
     tty = getattr(stream, "isatty", lambda: False)()
-    return tqdm(total=total, unit=unit, desc=desc, file=stream, dynamic_ncols=True, leave=False,
-                disable=disable or not tty, **options)
+    options.setdefault("leave", False)
+    return tqdm(total=total, unit=unit, desc=desc, file=stream, dynamic_ncols=True, disable=disable or not tty,
+                **options)

@@ -61,10 +61,9 @@ class RagOptions(PatternOptions):
     chunk_tokens: int = Field(default=128, gt=0, description="rag: model tokens per retrieved chunk")
     top_k: int = Field(default=4, gt=0, description="rag: how many chunks the answer sees")
     split: RagSplit = Field(
-        default="tokens",
-        description="rag: cut the whole text into chunks (tokens), or each paragraph on its own (paragraphs)")
-    embedder: str = Field(default="minilm", min_length=1,
-                          description="rag: 'minilm' (embedded), 'hashing', or 'st:<local folder>'")
+        default="paragraphs",
+        description="rag: chunk each paragraph on its own (a passage gives the same chunks wherever it "
+                    "sits), or cut the whole text by tokens")
 
 
 class WimOptions(PatternOptions):
@@ -80,6 +79,23 @@ class WimOptions(PatternOptions):
 
 
 PATTERN_OPTIONS: dict[str, type[PatternOptions]] = {"wim": WimOptions, "lc": LcOptions, "rag": RagOptions}
+
+
+class ChunkingOptions(Options):
+    """Cutting a document's sections into chunks for a collection (sizes in the model's tokens)."""
+
+    min_tokens: int = Field(default=130, gt=0, description="smallest chunk, in model tokens (about 100 words)")
+    max_tokens: int = Field(default=260, gt=0, description="largest chunk, in model tokens (about 200 words)")
+    overlap_tokens: int = Field(default=0, ge=0,
+                                description="tokens each chunk repeats from the one before (same section only)")
+
+    @model_validator(mode="after")
+    def _sizes(self) -> ChunkingOptions:
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(f"the smallest chunk ({self.min_tokens}) is larger than the largest ({self.max_tokens})")
+        if self.overlap_tokens >= self.max_tokens:
+            raise ValueError(f"the overlap ({self.overlap_tokens}) must be below the largest chunk ({self.max_tokens})")
+        return self
 
 
 class CollectionOptions(Options):
@@ -134,7 +150,7 @@ def describe(exc: ValidationError, cls: type[BaseModel]) -> str:
             known = ", ".join(cls.model_fields)
             problems.append(f"{what} has no option {field!r} (its options: {known})")
         elif err["type"] == "literal_error":
-            problems.append(f"{field}: {message}, got {err['input']!r}")
+            problems.append(f"unknown {field} {err['input']!r}; choose {err.get('ctx', {}).get('expected', message)}")
         elif field:
             problems.append(f"{field}: {message}, got {err['input']!r}")
         else:

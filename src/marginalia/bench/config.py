@@ -15,8 +15,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..app import DEFAULT_EMBEDDER
 from ..errors import UserError
+from ..models.registry import BACKENDS, DEVICES
+from ..options import LcOptions, PatternOptions, RagOptions, WimOptions, pattern_options
 from .items import TaskSpec
+
+Backend = Literal[BACKENDS]  # type: ignore[valid-type]
+Device = Literal[DEVICES]  # type: ignore[valid-type]
 
 SCHEMA = 1
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -30,8 +36,8 @@ class JudgeConfig(_Strict):
     """``[judge]``: a model that says whether a prediction answers the question."""
 
     model: str = Field(min_length=1)
-    backend: Literal["auto", "llamacpp", "transformers"] = "auto"
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    backend: Backend = "auto"
+    device: Device = "auto"
     retries: int = Field(default=2, ge=0, le=10)
     max_new_tokens: int = Field(default=96, gt=0)
 
@@ -76,36 +82,37 @@ class TaskConfig(_Strict):
         )
 
 
-class _PatternBase(_Strict):
-    name: str | None = None  # default: the kind
-    max_new_tokens: int | None = Field(default=None, gt=0)  # default: the run's
+# A ``[[patterns]]`` table is its pattern's options record plus its kind and its name: the fields, their
+# defaults and their bounds are the record's own.
 
 
-class LcPatternConfig(_PatternBase):
+class LcPatternConfig(LcOptions):
     """``[[patterns]]`` with ``kind = "lc"``: the whole context in one prompt."""
 
     kind: Literal["lc"]
+    name: str | None = None  # default: the kind
 
 
-class RagPatternConfig(_PatternBase):
+class RagPatternConfig(RagOptions):
     """``[[patterns]]`` with ``kind = "rag"``: the ``top_k`` closest chunks."""
 
     kind: Literal["rag"]
-    top_k: int = Field(default=4, gt=0)
-    chunk_tokens: int = Field(default=128, gt=0)
-    split: Literal["paragraphs", "tokens"] = "paragraphs"
+    name: str | None = None
 
 
-class WimPatternConfig(_PatternBase):
+class WimPatternConfig(WimOptions):
     """``[[patterns]]`` with ``kind = "wim"``: Writing in the Margins."""
 
     kind: Literal["wim"]
-    segment_tokens: int = Field(default=512, gt=0)
-    judge: Literal["grounded", "fused", "separate"] = "grounded"
-    margin_tokens: int = Field(default=48, gt=0)
+    name: str | None = None
 
 
 PatternConfig = Annotated[LcPatternConfig | RagPatternConfig | WimPatternConfig, Field(discriminator="kind")]
+
+
+def pattern_record(table: LcPatternConfig | RagPatternConfig | WimPatternConfig) -> PatternOptions:
+    """The options record of a ``[[patterns]]`` table (the table without its kind and name)."""
+    return pattern_options(table.kind, **table.model_dump(exclude={"kind", "name"}))
 
 
 class RunConfig(_Strict):
@@ -114,10 +121,10 @@ class RunConfig(_Strict):
     name: str | None = None  # default: the config file's stem
     seed: int = 0
     model: str = Field(default="smollm2", min_length=1)
-    backend: Literal["auto", "llamacpp", "transformers"] = "auto"
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    embedder: str = Field(default="minilm", min_length=1)
-    max_new_tokens: int = Field(default=48, gt=0)
+    backend: Backend = "auto"
+    device: Device = "auto"
+    embedder: str = Field(default=DEFAULT_EMBEDDER, min_length=1)
+    max_new_tokens: int | None = Field(default=None, gt=0)  # for patterns that set none (default: their own)
     judge: JudgeConfig | None = None
     voting: VotingConfig | None = None
     tasks: tuple[TaskConfig, ...] = Field(min_length=1)
@@ -200,9 +207,11 @@ def parse_config(raw: dict[str, Any], path: Path) -> RunConfig:
             **paths, "name": task.name or task.dataset,
             "seed": task.seed if task.seed is not None else config.seed,
         }))
-    patterns = [p.model_copy(update={"name": p.name or p.kind,
-                                      "max_new_tokens": p.max_new_tokens or config.max_new_tokens})
-                for p in config.patterns]
+    patterns = [p.model_copy(update={
+        "name": p.name or p.kind,
+        **({"max_new_tokens": config.max_new_tokens}
+           if config.max_new_tokens and "max_new_tokens" not in p.model_fields_set else {}),
+    }) for p in config.patterns]
     return config.model_copy(update={"name": config.name or _stem_name(path), "tasks": tuple(tasks),
                                      "patterns": tuple(patterns)})
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import UserError
+from ..files import append_lines, atomic_write_lines
 from ..models.base import Generator
 from .items import Example, Passage
 
@@ -53,15 +53,8 @@ def read_pairs(path: str | Path) -> list[dict[str, Any]]:
 
 
 def write_pairs(path: str | Path, pairs: Iterable[dict[str, Any]]) -> None:
-    """Replace the QA file atomically (write a temporary file, then rename)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for pair in pairs:
-            f.write(json.dumps(pair, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(p)
+    """Replace the QA file atomically."""
+    atomic_write_lines(path, pairs)
 
 
 @dataclass
@@ -88,10 +81,9 @@ def generate_pairs(
     Each document's pairs are appended as soon as they are written, so an interrupted run resumes
     with the next document.
     """
+    from ..app import chunk_document
     from ..index.question_bank import BankReport, QuestionWriter
-    from ..ingest.chunking import chunk_sections
     from ..ingest.loaders import load_paths
-    from ..ingest.sections import parse_sections
 
     existing = read_pairs(out_path)
     done_docs = {p["doc_id"] for p in existing}
@@ -107,8 +99,7 @@ def generate_pairs(
         if doc.doc_id in done_docs:
             summary.skipped_documents += 1
             continue
-        sections = parse_sections(doc)
-        chunks = chunk_sections(doc, sections, generator.tokenizer.count)
+        sections, chunks = chunk_document(doc, generator.tokenizer.count)
         step: Callable[[int, int], None] | None = None
         if progress is not None:
             def step(done: int, total: int, source: str = doc.source) -> None:
@@ -129,11 +120,7 @@ def generate_pairs(
                 "section_path": list(entry.section_path), "start": entry.start, "end": entry.end,
                 "evidence": doc.text[entry.start:entry.end], "generated_by": generator.name,
             })
-        with Path(out_path).open("a", encoding="utf-8") as f:
-            for line in lines:
-                f.write(json.dumps(line, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_lines(out_path, lines)
         summary.new_pairs += len(lines)
     return summary
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MissingDependency, UserError
+from ..files import atomic_write_text
 from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, result_key, runs_dir
 
 REPORT = "report.md"
@@ -470,7 +470,5 @@ def write_report(run: str | Path, out: str | Path | None = None, home: str | Pat
         drawn["cost"] = plot_cost(data.records, patterns, target)
     text = render_markdown(data, drawn)
     path = target / REPORT
-    tmp = target / f".{REPORT}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
     return ReportFiles(path, tuple(target / n for names in drawn.values() for n in names))

@@ -20,15 +20,18 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import Any, TextIO
+
+from filelock import FileLock, Timeout
 
 from ..errors import ContextOverflow, MarginaliaError, UserError
+from ..files import append_line, atomic_write_json, atomic_write_lines, progress_bar
 from ..home import resolve_home
 from ..index.embedders import CachedEmbedder, Embedder
 from ..models.base import Generator, Tokenizer
 from ..patterns.base import Pattern
 from ..records import Answer, Stats
-from .config import PatternConfig, RunConfig, VotingConfig
+from .config import PatternConfig, RunConfig, VotingConfig, pattern_record
 from .items import Item, TaskSpec
 from .judge import ModelJudge, disagreement, medoid
 
@@ -51,7 +54,8 @@ def run_folder(config: RunConfig, home: str | Path | None = None, out: str | Pat
     """The run's folder: ``out`` when given, else ``<home>/bench/runs/<config name>``."""
     if out is not None:
         return Path(out).expanduser().resolve()
-    assert config.name is not None  # load_config fills it
+    if config.name is None:
+        raise UserError("the run config has no name; load it with load_config, which names it after its file")
     return runs_dir(home) / config.name
 
 
@@ -96,36 +100,19 @@ def result_key(record: Mapping[str, Any]) -> Key:
     return (str(record["task"]), str(record["item_id"]), str(record["pattern"]))
 
 
-def _append(f: IO[str], record: Mapping[str, Any]) -> None:
-    f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    f.flush()
-    os.fsync(f.fileno())
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 @contextmanager
 def _locked(folder: Path) -> Iterator[None]:
     """Hold the run folder's lock, so two processes never append to one results file."""
+    lock = FileLock(folder / ".lock", timeout=0, thread_local=False, is_singleton=False)
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on POSIX: no lock
+        lock.acquire()
+    except Timeout:
+        raise UserError(f"another benchmark run is writing to {folder}; wait for it to finish "
+                        "or give --out DIR for a separate folder") from None
+    try:
         yield
-        return
-    with (folder / ".lock").open("a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise UserError(f"another benchmark run is writing to {folder}; wait for it to finish "
-                            "or give --out DIR for a separate folder") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    finally:
+        lock.release()
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -259,14 +246,9 @@ class RunSummary:
 
 def build_pattern(cfg: PatternConfig, generator: Generator, embedder: Callable[[], Embedder]) -> Pattern:
     """A pattern from its config table (the embedder is fetched only for rag)."""
-    from ..patterns import make_pattern
+    from .. import app
 
-    options: dict[str, Any] = {"max_new_tokens": cfg.max_new_tokens}
-    if cfg.kind == "rag":
-        options.update(embedder=embedder(), top_k=cfg.top_k, chunk_tokens=cfg.chunk_tokens, split=cfg.split)
-    elif cfg.kind == "wim":
-        options.update(segment_tokens=cfg.segment_tokens, judge=cfg.judge, margin_tokens=cfg.margin_tokens)
-    return make_pattern(cfg.kind, generator, **options)
+    return app.pattern(pattern_record(cfg), generator, embedder() if cfg.kind == "rag" else None)
 
 
 def _sum_stats(stats: Sequence[Stats]) -> Stats:
@@ -324,8 +306,7 @@ class _Progress:
         self.t0 = time.perf_counter()
         self.bar: Any = None
         if enabled and getattr(err, "isatty", lambda: False)():
-            self.bar = tqdm(total=total, initial=initial, file=err, unit="answer", dynamic_ncols=True,
-                            smoothing=0.05)
+            self.bar = progress_bar(err, total, "answer", initial=initial, smoothing=0.05, leave=True)
 
     def log(self, message: str) -> None:
         if not self.enabled:
@@ -417,7 +398,7 @@ def _record_invocation(folder: Path, info: dict[str, Any] | None, config: RunCon
         if commit and old and commit.get("commit") != old:
             say(f"note: this run was started at commit {old[:12]}; resuming at {commit['commit'][:12]}")
         info.setdefault("invocations", []).append(invocation)
-    _write_json_atomic(folder / RUN_INFO, info)
+    atomic_write_json(folder / RUN_INFO, info)
 
 
 def run_benchmark(
@@ -482,9 +463,7 @@ def run_benchmark(
         if retry_errors and any(r.get("status") == "error" for r in records):
             kept = [r for r in records if r.get("status") != "error"]
             say(f"retrying {len(records) - len(kept)} errored results")
-            tmp = results_path.with_name(f".{RESULTS}.tmp")
-            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8")
-            os.replace(tmp, results_path)
+            atomic_write_lines(results_path, kept)
             records = kept
         done = {result_key(r) for r in records}
 
@@ -532,7 +511,7 @@ def run_benchmark(
                     if key in done:
                         continue
                     record = _run_one(task, item, p, pattern, config, score, judge)
-                    _append(results, record)
+                    append_line(results, record)
                     done.add(key)
                     written += 1
                     statuses[record["status"]] = statuses.get(record["status"], 0) + 1
@@ -540,7 +519,7 @@ def run_benchmark(
                     why = disagreement(_VERDICTS.get(verdict), record.get("scores") or {})
                     if why is not None:
                         n_disagree += 1
-                        _append(disagreements, {
+                        append_line(disagreements, {
                             "kind": why, "task": task, "item_id": item.id, "pattern": label,
                             "question": item.question, "answers": list(item.answers),
                             "prediction": record["prediction"], "scores": record["scores"],

@@ -26,8 +26,8 @@ from typing import Any
 from ..errors import MissingDependency, UserError
 from ..models.base import Tokenizer
 from .datasets import load_pool
+from .fitting import TokenCache, cut_text, example_rng, label, window
 from .items import Item, TaskSpec
-from .tasks import TokenCache, cut_text, example_rng, label, window
 
 # -- needle in a haystack ---------------------------------------------------------------------------------------
 

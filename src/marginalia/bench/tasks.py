@@ -41,86 +41,17 @@ from typing import Any
 from ..errors import MarginaliaError, UserError
 from ..models.base import Tokenizer
 from .datasets import FORMATS, LOADERS, load_pool, select
+from .fitting import TokenCache, cut_text, example_rng, label, window
 from .items import Example, Item, Passage, TaskSpec
 from .metrics import normalize_answer
+from .synthetic import BUILDERS
 
 SEP = "\n\n"
-TOLERANCE = 0.02  # a context holds between (1 - TOLERANCE) * target and target tokens
 
 
-def window(target: int) -> tuple[int, int]:
-    """(high, low): the most and fewest tokens a context built for ``target`` may hold (at least 16 apart,
-    so that very short targets stay reachable by cutting at words)."""
-    return target, max(0, min(int(target * (1 - TOLERANCE)), target - 16))
 TITLED = frozenset({"hotpotqa", "nq", "multihop"})
-SYNTHETIC = ("niah", "cwe")
 _MIN_PARTIAL = 4  # tokens: a shorter cut distractor is dropped instead
-_SENTENCE_END = re.compile(r"[.!?][\"')\]\u201d\u2019]*(?=\s)")
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
-
-
-class TokenCache:
-    """Token counts and offsets of texts under one tokenizer; each distinct text is encoded once."""
-
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self._counts: dict[str, int] = {}
-        self._offsets: dict[str, list[tuple[int, int]]] = {}
-        #: tokens a passage boundary adds beyond the separator's own count (learned from measured contexts)
-        self.boundary_extra = 0.0
-        self._learned = 0
-
-    def learn_boundary(self, extra: float) -> None:
-        """Fold one measured context's per-boundary miss into `boundary_extra` (a running mean)."""
-        self._learned = min(self._learned + 1, 20)
-        self.boundary_extra += (extra - self.boundary_extra) / self._learned
-
-    def count(self, text: str) -> int:
-        n = self._counts.get(text)
-        if n is None:
-            n = self._counts[text] = len(self.offsets(text)) if text in self._offsets \
-                else len(self.tokenizer.encode(text))
-        return n
-
-    def offsets(self, text: str) -> list[tuple[int, int]]:
-        """Character spans of the tokens of ``text`` (cached)."""
-        spans = self._offsets.get(text)
-        if spans is None:
-            spans = self._offsets[text] = self.measure(text)
-            self._counts[text] = len(spans)
-        return spans
-
-    def measure(self, text: str) -> list[tuple[int, int]]:
-        """Character spans of the tokens of ``text``, not cached (a final context is measured once)."""
-        return list(self.tokenizer.encode_with_offsets(text)[1])
-
-
-def cut_text(text: str, spans: Sequence[tuple[int, int]], keep: int, slack: int) -> tuple[str, int]:
-    """The start of ``text`` that holds at most ``keep`` of its tokens, and how many it holds.
-
-    It ends at a sentence end when that loses at most ``slack`` tokens, else at a word boundary (a single
-    word longer than ``keep`` tokens is cut at a token boundary).
-    """
-    if keep >= len(spans):
-        return text, len(spans)
-    if keep <= 0:
-        return "", 0
-    ends = [e for _, e in spans]
-    limit = spans[keep - 1][1]
-    best = None
-    for m in _SENTENCE_END.finditer(text, 0, limit + 1):
-        if m.end() <= limit:
-            best = m.end()
-    if best is not None and keep - bisect.bisect_right(ends, best) <= slack:
-        cut = best
-    else:
-        cut = limit
-        if cut < len(text) and not text[cut].isspace():
-            space = max(text.rfind(" ", 0, cut), text.rfind("\n", 0, cut))
-            if space > 0:
-                cut = space
-    piece = text[:cut].rstrip()
-    return piece, bisect.bisect_right(ends, len(piece))
 
 
 def chunk_passage(passage: Passage, words: int = 120) -> list[Passage]:
@@ -149,11 +80,6 @@ def chunk_passage(passage: Passage, words: int = 120) -> list[Passage]:
 def render(passage: Passage, titles: bool) -> str:
     """A passage as it appears in a context: its text, under a ``Title:`` line when ``titles`` and it has one."""
     return f"Title: {passage.title}\n{passage.text}" if titles and passage.title else passage.text
-
-
-def label(value: float) -> str:
-    """A depth or fraction as a percentage for ids: 0.5 -> ``50``, 1/3 -> ``33.3``."""
-    return f"{round(value * 100, 1):g}"
 
 
 # -- candidates -----------------------------------------------------------------------------------------------
@@ -395,13 +321,8 @@ def _finish(context: str, spans: list[tuple[int, int]], texts: list[str], at: in
 # -- building items -----------------------------------------------------------------------------------------------
 
 
-def example_rng(seed: int, example_id: str, salt: str = "") -> random.Random:
-    """A random generator determined by the seed and the example (string seeds hash stably)."""
-    return random.Random(f"{seed}/{example_id}/{salt}")
-
-
 def _check_spec(spec: TaskSpec) -> None:
-    known = sorted({*LOADERS, *SYNTHETIC})
+    known = sorted({*LOADERS, *BUILDERS})
     if spec.dataset not in known:
         close = difflib.get_close_matches(spec.dataset, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
@@ -436,9 +357,7 @@ def build_items(spec: TaskSpec, tokenizer: Tokenizer) -> list[Item]:
     _check_spec(spec)
     spec = replace(spec, lengths=tuple(dict.fromkeys(spec.lengths)), depths=tuple(dict.fromkeys(spec.depths)),
                    distractor_fractions=tuple(dict.fromkeys(spec.distractor_fractions)))
-    if spec.dataset in SYNTHETIC:
-        from .synthetic import BUILDERS  # imports this module: loaded on first use
-
+    if spec.dataset in BUILDERS:
         return BUILDERS[spec.dataset](spec, tokenizer)
     if spec.path is None:
         what = FORMATS.get(spec.dataset, "the dataset file")
@@ -517,9 +436,9 @@ def _ready_item(task: str, ex: Example, cache: TokenCache) -> Item:
         meta={"dataset": ex.dataset, "measured_depth": None, "example": dict(ex.meta)},
     )
 
+
 __all__ = [
     "SEP",
-    "TOLERANCE",
     "Built",
     "Candidate",
     "Candidates",

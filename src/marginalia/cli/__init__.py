@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from .. import __version__
-from ..errors import MarginaliaError
+from ..errors import ContextOverflow, MarginaliaError
 from . import documents, reading
 from .bench import add_bench_parser, cmd_bench
 from .common import Formatter, common_options
@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     try:
         return int(args.handler(args, out, err))
     except MarginaliaError as exc:
-        print(f"marginalia: error: {exc}", file=err)
+        print(f"marginalia: error: {exc}{advice(exc)}", file=err)
         return exc.exit_code
     except KeyboardInterrupt:
         print("marginalia: interrupted", file=err)
@@ -64,3 +64,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         return 1
 
 
+def advice(exc: MarginaliaError) -> str:
+    """What to do about an error, in the CLI's terms (appended to the message)."""
+    if isinstance(exc, ContextOverflow):
+        return ("; use --pattern rag (it reads only the most relevant chunks), a shorter document, "
+                "or a model with a longer window")
+    return ""

@@ -195,7 +195,8 @@ def _cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _cmd_qa_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..bench.own import generate_pairs
-    from .common import Reporter, load_model, progress_bar
+    from ..files import progress_bar
+    from .common import Reporter, load_model
 
     generator = load_model(args, Reporter(False, err))
     bars: dict[str, Any] = {}

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, TextIO
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TextIO, Union, get_args, get_origin
 
+import annotated_types
+
+from ..files import progress_bar
 from ..home import ENV_HOME
-
-DEFAULT_SEGMENT_TOKENS = 512
+from ..models.registry import BACKENDS, DEVICES
+from ..options import Options
 
 
 def _whole_number(text: str) -> int:
@@ -31,6 +36,70 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def _field_type(annotation: Any) -> tuple[type, tuple[Any, ...] | None]:
+    """The scalar type and the choices (a Literal's values) of an options field, None stripped."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    if get_origin(annotation) is Literal:
+        choices = get_args(annotation)
+        return type(choices[0]), choices
+    return annotation, None
+
+
+def _checked(kind: type, metadata: Sequence[Any]) -> Any:
+    """An argparse type that converts to ``kind`` and checks the field's bounds (from its metadata)."""
+    name = {int: "a whole number", float: "a number"}.get(kind, "a value")
+
+    def convert(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {name}, got {text!r}") from None
+        for bound in metadata:
+            for attr, ok, words in (("gt", lambda v, b: v > b, "above"), ("ge", lambda v, b: v >= b, "at least"),
+                                    ("lt", lambda v, b: v < b, "below"), ("le", lambda v, b: v <= b, "at most")):
+                limit = getattr(bound, attr, None)
+                if isinstance(bound, annotated_types.BaseMetadata) and limit is not None and not ok(value, limit):
+                    raise argparse.ArgumentTypeError(f"must be {words} {limit}, got {value}")
+        return value
+
+    convert.__name__ = kind.__name__  # argparse names the type in its messages
+    return convert
+
+
+def add_record_options(parser: Any, records: Sequence[type[Options]], *, flags: Mapping[str, str] | None = None,
+                       metavars: Mapping[str, str] | None = None, skip: Sequence[str] = ()) -> None:
+    """Add one flag per field of the options ``records`` (a field shared by several is added once).
+
+    The flag is ``--field-name`` unless ``flags`` renames it; its default, choices, bounds and help come
+    from the record. A boolean field that defaults to true becomes a ``--no-...`` flag (name it in ``flags``).
+    """
+    flags = flags or {}
+    metavars = metavars or {}
+    seen: set[str] = set(skip)
+    for record in records:
+        for name, info in record.model_fields.items():
+            if name in seen:
+                continue
+            seen.add(name)
+            flag = flags.get(name, "--" + name.replace("_", "-"))
+            kind, choices = _field_type(info.annotation)
+            if kind is bool:
+                parser.add_argument(flag, dest=name, action="store_false" if info.default else "store_true",
+                                    help=info.description)
+            elif choices is not None:
+                parser.add_argument(flag, dest=name, choices=choices, default=info.default, help=info.description)
+            else:
+                parser.add_argument(flag, dest=name, type=_checked(kind, info.metadata), default=info.default,
+                                    metavar=metavars.get(name, {int: "N", float: "X"}.get(kind, "VALUE")),
+                                    help=info.description)
+
+
+def record_from_args(record: type[Options], args: argparse.Namespace) -> Any:
+    """The record built from the parsed flags of its fields (a `UserError` for a bad combination)."""
+    return record.build(**{name: getattr(args, name) for name in record.model_fields if hasattr(args, name)})
+
+
 class Formatter(argparse.RawDescriptionHelpFormatter):
     """Shows each option's default, except where there is none to show."""
 
@@ -50,7 +119,7 @@ def _model_help() -> str:
     rows = "\n".join(f"  {form:<16} {text}" for form, text in known_specs())
     engine = ("llama.cpp (llama-cpp-python is installed)"
               if importlib.util.find_spec("llama_cpp") else
-              "transformers (install llama-cpp-python for 3.5-6.5x faster decoding)")
+              "transformers (install llama-cpp-python for much faster decoding on CPU)")
     return f"model specs:\n{rows}\n\nWith --backend auto, GGUF models run on {engine} here."
 
 
@@ -70,11 +139,11 @@ def model_options() -> argparse.ArgumentParser:
     opts = argparse.ArgumentParser(add_help=False)
     opts.add_argument("--model", default="smollm2", metavar="SPEC",
                       help="the language model (see 'marginalia models')")
-    opts.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+    opts.add_argument("--device", choices=DEVICES, default="auto",
                       help="where the in-process model runs (auto: CUDA + bf16 if present)")
-    opts.add_argument("--backend", choices=("auto", "llamacpp", "transformers"), default="auto",
+    opts.add_argument("--backend", choices=BACKENDS, default="auto",
                       help="engine for GGUF models (smollm2, gguf:): auto picks llama.cpp when "
-                           "installed (3.5-6.5x faster decoding on CPU), else transformers")
+                           "installed (it decodes faster on CPU), else transformers")
     opts.add_argument("--api-key", default=None, metavar="KEY",
                       help="API key for openai: models (default: $MARGINALIA_API_KEY, "
                            "else $OPENAI_API_KEY)")
@@ -85,10 +154,10 @@ def load_model(args: argparse.Namespace, reporter: Reporter) -> Any:
     """Load the generator the options name, logging what was loaded with -v."""
     import time
 
-    from ..models import load_generator
+    from .. import app
 
     t0 = time.perf_counter()
-    generator = load_generator(args.model, home=args.home, device=args.device,
+    generator = app.load_model(args.model, home=args.home, device=args.device,
                                log=reporter.log if not getattr(args, "quiet", False) else None,
                                backend=args.backend, api_key=args.api_key)
     if args.verbose:
@@ -99,14 +168,6 @@ def load_model(args: argparse.Namespace, reporter: Reporter) -> Any:
                      f"window {generator.context_window} tokens{more}, loaded in "
                      f"{time.perf_counter() - t0:.1f}s")
     return generator
-
-
-def progress_bar(err: TextIO, total: int, unit: str, desc: str = "", quiet: bool = False) -> Any:
-    """A tqdm bar on stderr (drawn only on a terminal, so logs and tests stay clean)."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit=unit, desc=desc, file=err, dynamic_ncols=True, leave=False,
-                disable=quiet or not getattr(err, "isatty", lambda: False)())
 
 
 class Reporter:
@@ -138,11 +199,7 @@ class Reporter:
             self.log(f"reading {event.context_tokens} tokens with {event.pattern} "
                      f"({event.segments_total} {'segments' if event.pattern == 'wim' else 'chunks'})")
             if event.pattern == "wim":
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=event.segments_total, unit="seg", file=self.err,
-                                dynamic_ncols=True, leave=False,
-                                disable=not getattr(self.err, "isatty", lambda: False)())
+                self.bar = progress_bar(self.err, event.segments_total, "seg")
         elif kind == "segment_read" and self.bar is None:
             seg = event.segment
             self.log(f"  retrieved chunk {seg.index + 1}/{event.total}: {snippet(seg.text)}")

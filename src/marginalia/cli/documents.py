@@ -9,15 +9,19 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import UserError
+from .. import app
+from ..errors import NotFound, UserError
+from ..files import atomic_write_text, progress_bar
+from ..options import SEARCH_MODES, ChunkingOptions
 from .common import (
     Formatter,
     Reporter,
+    add_record_options,
     load_model,
     model_options,
     non_negative_int,
     positive_int,
-    progress_bar,
+    record_from_args,
     snippet,
 )
 
@@ -27,14 +31,13 @@ def collection_option(parser: argparse.ArgumentParser, required: bool = True) ->
                         help="the collection (letters, digits, '.', '_', '-'); kept under the home directory")
 
 
+#: the CLI's names for the chunking options
+CHUNK_FLAGS = {"min_tokens": "--chunk-min", "max_tokens": "--chunk-max", "overlap_tokens": "--overlap"}
+
+
 def chunking_options() -> argparse.ArgumentParser:
     opts = argparse.ArgumentParser(add_help=False)
-    opts.add_argument("--chunk-min", type=positive_int, default=130, metavar="N",
-                      help="smallest chunk, in model tokens (about 100 words)")
-    opts.add_argument("--chunk-max", type=positive_int, default=260, metavar="N",
-                      help="largest chunk, in model tokens (about 200 words)")
-    opts.add_argument("--overlap", type=int, default=0, metavar="N",
-                      help="tokens each chunk repeats from the one before (same section only)")
+    add_record_options(opts, [ChunkingOptions], flags=CHUNK_FLAGS)
     return opts
 
 
@@ -52,7 +55,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     index.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
     collection_option(index)
-    index.add_argument("--embedder", default="minilm", metavar="SPEC",
+    index.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",
                        help="for a new collection: 'minilm' (embedded), 'hashing', or 'st:<local folder>'")
     index.add_argument("--no-recursive", action="store_true", help="do not walk into subfolders")
     index.add_argument("--tree", action="store_true", help="print each document's section tree")
@@ -66,7 +69,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     search.add_argument("query", metavar="QUERY", help="what to look for")
     collection_option(search)
     search.add_argument("-k", type=positive_int, default=5, help="how many hits")
-    search.add_argument("--mode", choices=("hybrid", "dense", "bm25"), default="hybrid",
+    search.add_argument("--mode", choices=SEARCH_MODES, default="hybrid",
                         help="ranking: reciprocal-rank fusion of BM25 and dense, or one of them")
     search.add_argument("--questions", action="store_true", help="also search the question bank")
     search.add_argument("--json", action="store_true", help="print the hits as JSON")
@@ -135,64 +138,46 @@ def _open(args: argparse.Namespace, name: str, create: bool = False, embedder: A
 
 
 def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..index.embedders import load_embedder
-    from ..index.store import Collection
-    from ..ingest.chunking import chunk_sections
-    from ..ingest.loaders import load_paths
-    from ..ingest.sections import format_tree, parse_sections
+    from ..ingest.sections import format_tree
 
-    if args.chunk_min > args.chunk_max:
-        raise UserError(f"--chunk-min ({args.chunk_min}) is larger than --chunk-max ({args.chunk_max})")
-    if args.overlap < 0 or args.overlap >= args.chunk_max:
-        raise UserError(f"--overlap must be between 0 and --chunk-max - 1, got {args.overlap}")
-    for given in args.paths:
-        if not Path(given).expanduser().exists():
-            raise UserError(f"no file or folder at {given}")
-    reporter = Reporter(False, err)
-    from ..index.store import collections_dir
-
-    exists = (collections_dir(args.home) / args.collection).exists()
-    embedder = None if exists else load_embedder(args.embedder)
-    collection = Collection.open(args.collection, home=args.home, create=True, embedder=embedder)
-    tokenizer = load_model(args, reporter).tokenizer
-
+    chunking = record_from_args(ChunkingOptions, args)
+    app.check_paths(args.paths)
+    tokenizer = load_model(args, Reporter(False, err)).tokenizer
     bar = progress_bar(err, 0, "file", "loading")
 
     def loaded(done: int, total: int, path: str) -> None:
         bar.total = total
         bar.update(1)
 
-    report = load_paths(args.paths, recursive=not args.no_recursive, progress=loaded)
-    bar.close()
-    counts: dict[str, int] = {}
-    for doc in report.documents:
-        sections = parse_sections(doc)
-        chunks = chunk_sections(doc, sections, tokenizer.count, min_tokens=args.chunk_min,
-                                max_tokens=args.chunk_max, overlap_tokens=args.overlap)
-        cbar = progress_bar(err, len(chunks), "chunk", Path(doc.source).name[:30])
+    bars: list[Any] = []
 
-        def advance(done: int, total: int, cbar: Any = cbar) -> None:
-            cbar.update(done - cbar.n)
+    def chunks_bar(doc: Any, n_chunks: int) -> Any:
+        bar.close()
+        cbar = progress_bar(err, n_chunks, "chunk", Path(doc.source).name[:30])
+        bars.append(cbar)
+        return lambda done, total: cbar.update(done - cbar.n)
 
-        result = collection.add_document(doc, sections, chunks, progress=advance)
-        cbar.close()
-        counts[result.status] = counts.get(result.status, 0) + 1
-        detail = f"{result.n_chunks} chunks in {len(sections) - 1} sections"
+    def indexed(item: app.Indexed) -> None:
+        bars.pop().close()
+        result, doc = item.result, item.document
+        detail = f"{result.n_chunks} chunks in {len(item.sections) - 1} sections"
         if result.status == "duplicate":
             detail = f"same text as {result.source}, already indexed"
         out.write(f"{result.status:<9} {doc.source}  ({detail})\n")
         if args.tree:
-            out.write(format_tree(sections, doc) + "\n")
-    if counts.get("added") or counts.get("replaced"):
-        collection.optimize()  # fold the new rows into the BM25 (and vector) indices
+            out.write(format_tree(list(item.sections), doc) + "\n")
+
+    report = app.index_paths(args.paths, args.collection, count_tokens=tokenizer.count, home=args.home,
+                             embedder=args.embedder, chunking=chunking, recursive=not args.no_recursive,
+                             on_file=loaded, on_document=chunks_bar, on_indexed=indexed)
+    bar.close()
     for skip in report.skipped:
-        counts["skipped"] = counts.get("skipped", 0) + 1
         out.write(f"skipped   {skip.path}  ({skip.reason})\n")
     for note in report.notes:
         err.write(f"note: {note.path}: {note.message}\n")
-    summary = ", ".join(f"{n} {status}" for status, n in counts.items()) or "nothing to index"
+    summary = ", ".join(f"{n} {status}" for status, n in report.counts().items()) or "nothing to index"
     err.write(f"collection {args.collection!r}: {summary}\n")
-    return 1 if report.skipped and not report.documents else 0
+    return 1 if report.skipped and not report.indexed else 0
 
 
 def _hit_dict(hit: Any) -> dict[str, Any]:
@@ -227,41 +212,37 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_questions_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..index.question_bank import BankReport, QuestionWriter
-
     collection = _open(args, args.collection)
-    docs = collection.documents()
-    if args.doc:
-        wanted = set(args.doc)
-        docs = [d for d in docs if d.source in wanted or d.doc_id in wanted]
-        missing = wanted - {d.source for d in docs} - {d.doc_id for d in docs}
-        if missing:
-            raise UserError(f"collection {args.collection!r} has no document {sorted(missing)[0]!r}; "
-                            f"see 'marginalia collections show {args.collection}'")
-    if not docs:
-        raise UserError(f"collection {args.collection!r} holds no documents; index some first")
-    reporter = Reporter(False, err)
-    writer = QuestionWriter(load_model(args, reporter), retries=args.retries, long_answers=args.long_answers)
-    total_new = 0
-    for info in docs:
-        doc = collection.document(info.doc_id)
-        sections = collection.sections(info.doc_id)
-        chunks = collection.chunks(info.doc_id)  # as indexed, so "dense" means one per indexed chunk
-        bar = progress_bar(err, 0, "request", Path(info.source).name[:30])
-
-        def advance(done: int, total: int, bar: Any = bar) -> None:
-            bar.total = total
-            bar.update(done - bar.n)
-
-        report = writer.write(doc, sections, chunks, density=args.density, progress=advance, report=BankReport())
-        bar.close()
-        new = collection.add_questions(report.pairs)
-        total_new += new
-        skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.items()) or "none"
-        out.write(f"{info.source}: {len(report.pairs)} pairs ({new} new) from {report.requests} requests; "
-                  f"skipped: {skipped}\n")
-    err.write(f"collection {args.collection!r}: {total_new} new question entries\n")
+    bars: list[Any] = []
+    try:
+        written = app.generate_questions(
+            collection, load_model(args, Reporter(False, err)), documents=args.doc, density=args.density,
+            long_answers=args.long_answers, retries=args.retries,
+            on_document=lambda source: _request_bar(err, source, bars),
+            on_written=lambda done: _written(out, done, bars))
+    except NotFound as exc:
+        raise NotFound(f"{exc}; see 'marginalia collections show {args.collection}'", exc.kind, exc.name) from None
+    err.write(f"collection {args.collection!r}: {sum(w.new for w in written)} new question entries\n")
     return 0
+
+
+def _request_bar(err: TextIO, source: str, bars: list[Any]) -> Any:
+    bar = progress_bar(err, 0, "request", Path(source).name[:30])
+    bars.append(bar)
+
+    def advance(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    return advance
+
+
+def _written(out: TextIO, written: app.DocumentQuestions, bars: list[Any]) -> None:
+    bars.pop().close()
+    report = written.report
+    skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.items()) or "none"
+    out.write(f"{written.source}: {len(report.pairs)} pairs ({written.new} new) from {report.requests} requests; "
+              f"skipped: {skipped}\n")
 
 
 def cmd_questions_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -275,9 +256,7 @@ def cmd_questions_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> 
     lines = list(to_chat_jsonl(entries, system=args.system, long=args.long))
     if args.output:
         target = Path(args.output)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        tmp.replace(target)
+        atomic_write_text(target, "".join(line + "\n" for line in lines))
         err.write(f"wrote {len(lines)} conversations to {target}\n")
     else:
         for line in lines:

@@ -6,48 +6,48 @@ import argparse
 import json
 import signal
 import sys
-from importlib import resources
 from types import FrameType
 from typing import Any, TextIO
 
+from .. import app
 from ..errors import MarginaliaError, UserError
+from ..options import PATTERN_OPTIONS, PATTERNS, CollectionOptions, LcOptions, PatternOptions, RagOptions, WimOptions
 from .common import (
-    DEFAULT_SEGMENT_TOKENS,
     Formatter,
     Reporter,
     _model_help,
+    add_record_options,
     load_model,
     model_options,
     positive_int,
+    record_from_args,
     snippet,
 )
 
+#: the CLI's names for options whose flag is not ``--field-name``
+FLAGS = {"max_new_tokens": "--max-tokens", "use_questions": "--no-question-bank"}
+METAVARS = {"top_k": "K", "certain": "SIM", "uncertain": "SIM"}
+
 
 def reading_options() -> argparse.ArgumentParser:
-    """Options of the reading patterns (wim, lc, rag)."""
+    """Options of the reading patterns (wim, lc, rag), from their options records."""
     reading = argparse.ArgumentParser(add_help=False)
-    reading.add_argument("--pattern", choices=("wim", "lc", "rag"), default="wim",
+    reading.add_argument("--pattern", choices=PATTERNS, default="wim",
                          help="how to read: Writing in the Margins, long context, or retrieval")
-    reading.add_argument("--segment-tokens", type=positive_int, default=DEFAULT_SEGMENT_TOKENS,
-                         metavar="N", help="wim: model tokens per segment")
-    reading.add_argument("--judge", choices=("grounded", "fused", "separate"), default="grounded",
-                         help="wim: how margins are classified relevant (see README)")
-    reading.add_argument("--margin-tokens", type=positive_int, default=48, metavar="N",
-                         help="wim: the most tokens per margin")
-    reading.add_argument("--max-tokens", type=positive_int, default=96, metavar="N",
-                         help="the most tokens of the answer")
-    reading.add_argument("--chunk-tokens", type=positive_int, default=128, metavar="N",
-                         help="rag: model tokens per retrieved chunk")
-    reading.add_argument("--top-k", type=positive_int, default=4, metavar="K",
-                         help="rag: how many chunks the answer sees")
-    reading.add_argument("--embedder", default="minilm", metavar="SPEC",
+    add_record_options(reading, [WimOptions, LcOptions, RagOptions], flags=FLAGS, metavars=METAVARS)
+    reading.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",
                          help="rag: 'minilm' (embedded), 'hashing', or 'st:<local folder>'")
     reading.add_argument("--json", action="store_true",
                          help="print the answer, margins, references and stats as one JSON object")
     reading.add_argument("-q", "--quiet", action="store_true",
                          help="no margins or progress on stderr")
-
     return reading
+
+
+def pattern_from_args(args: argparse.Namespace) -> PatternOptions:
+    """The chosen pattern's options record, from the flags."""
+    result: PatternOptions = record_from_args(PATTERN_OPTIONS[args.pattern], args)
+    return result
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -70,17 +70,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     ask.add_argument("question", metavar="QUESTION", help="the question to answer")
     coll = ask.add_argument_group("reading a collection")
     coll.add_argument("--collection", "-c", metavar="NAME", help="answer from this indexed collection")
-    coll.add_argument("--certain", type=float, default=0.9, metavar="SIM",
-                      help="a question-bank entry at least this similar (cosine) answers directly")
-    coll.add_argument("--uncertain", type=float, default=0.3, metavar="SIM",
-                      help="below this similarity for every hit: 'no relevant references found'")
-    coll.add_argument("--scope", choices=("sections", "chunks", "documents"), default=None,
-                      help="what lc and wim read around each hit (default: sections; rag reads chunks)")
-    coll.add_argument("--search", choices=("hybrid", "dense", "bm25"), default="hybrid",
-                      help="how the collection is searched")
-    coll.add_argument("--no-question-bank", action="store_true", help="never answer from stored questions")
-    coll.add_argument("--max-context-tokens", type=positive_int, default=None, metavar="N",
-                      help="the most tokens of references wim reads (lc: what fits the window)")
+    add_record_options(coll, [CollectionOptions], flags=FLAGS, metavars=METAVARS)
 
     demo = sub.add_parser(
         "demo", parents=[common, models, reading], formatter_class=Formatter,
@@ -119,25 +109,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
                 out: TextIO, err: TextIO) -> Any:
-    """Load the model, read ``text`` with the chosen pattern, stream the answer."""
-    from ..patterns import make_pattern
-
+    """Load the model, read ``text`` (or the collection) with the chosen pattern, stream the answer."""
+    options = pattern_from_args(args)
+    reading = record_from_args(CollectionOptions, args) if getattr(args, "collection", None) else None
     reporter = Reporter(args.quiet, err)
     generator = load_model(args, reporter)
-    options: dict[str, Any] = {"max_new_tokens": args.max_tokens}
-    if args.pattern == "wim":
-        options.update(segment_tokens=args.segment_tokens, judge=args.judge,
-                       margin_tokens=args.margin_tokens)
-    elif args.pattern == "rag" and not getattr(args, "collection", None):
-        from ..index.embedders import load_embedder
-
-        options.update(embedder=load_embedder(args.embedder), chunk_tokens=args.chunk_tokens,
-                       top_k=args.top_k)
-    if getattr(args, "collection", None):
-        run = _collection_run(args, generator, question)
+    if reading is not None:
+        run = app.ask_collection(args.collection, question, options, reading, generator=generator, home=args.home)
     else:
-        pattern = make_pattern(args.pattern, generator, **options)
-        run = pattern.run(text, question, source=source)
+        embedder = app.load_embedder(args.embedder) if args.pattern == "rag" else None
+        run = app.ask_text(text, question, options, generator=generator, source=source, embedder=embedder)
 
     def on_sigint(signum: int, frame: FrameType | None) -> None:
         if run.stop_requested:
@@ -146,7 +127,6 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
         reporter.log("stopping: answering from what was read so far (Ctrl-C again to abort)")
 
     previous = signal.signal(signal.SIGINT, on_sigint)
-    answer = None
     margins: list[Any] = []
     try:
         for event in run:
@@ -156,8 +136,6 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
                 out.flush()
             elif event.kind == "margin_judged":
                 margins.append(event.margin)
-            elif event.kind == "done":
-                answer = event.answer
     except MarginaliaError as exc:
         if args.json:  # what was read before the failure is not lost
             from dataclasses import asdict
@@ -169,7 +147,7 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
         raise
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert answer is not None
+    answer = run.answer()
     if args.json:
         json.dump(answer.to_dict(), out, ensure_ascii=False, indent=2)
         out.write("\n")
@@ -197,61 +175,29 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
     return answer
 
 
-def _collection_run(args: argparse.Namespace, generator: Any, question: str) -> Any:
-    """A run that retrieves from the collection by the policy, then reads with the chosen pattern."""
-    from ..index.policy import RetrievalPolicy, retrieve
-    from ..index.store import Collection
-    from ..patterns import make_pattern
-    from ..patterns.collection import CollectionReader
-
-    collection = Collection.open(args.collection, home=args.home)
-    scope = args.scope or ("chunks" if args.pattern == "rag" else "sections")
-    budget = args.max_context_tokens
-    if args.pattern in ("lc", "rag"):  # one prompt: the references must fit the window with the answer
-        room = generator.context_window - args.max_tokens - 160
-        budget = min(budget, room) if budget else room
-    policy = RetrievalPolicy(certain=args.certain, uncertain=args.uncertain,
-                             k=args.top_k if args.pattern == "rag" else max(args.top_k, 5),
-                             scope=scope, max_context_tokens=budget, mode=args.search,
-                             use_questions=not args.no_question_bank)
-    if args.pattern == "rag":
-        inner = make_pattern("lc", generator, max_new_tokens=args.max_tokens, intro="passages_intro")
-    elif args.pattern == "wim":
-        inner = make_pattern("wim", generator, max_new_tokens=args.max_tokens, segment_tokens=args.segment_tokens,
-                             judge=args.judge, margin_tokens=args.margin_tokens)
-    else:
-        inner = make_pattern("lc", generator, max_new_tokens=args.max_tokens)
-    count = generator.tokenizer.count
-    reader = CollectionReader(inner, lambda q: retrieve(collection, q, policy, count), name=args.pattern)
-    return reader.ask(question, source=args.collection)
-
-
 def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..ingest.text import read_document
     from ..patterns.base import check_question
 
     check_question(args.question)
+    pattern_from_args(args)  # a bad combination of options fails before anything loads
     if args.collection:
         if args.file is not None:
             raise UserError("give either FILE or --collection, not both")
-        from ..index.store import Collection
-
-        Collection.open(args.collection, home=args.home)  # fail fast, before loading the model
+        record_from_args(CollectionOptions, args)
+        app.open_collection(args.collection, home=args.home)  # fail fast, before loading the model
         run_pattern(args, "", args.question, args.collection, out, err)
         return 0
     if args.file is None:
         raise UserError("give the document to read (FILE, or - for stdin) before the question, "
                         "or --collection NAME to ask an indexed collection")
-    doc = read_document(args.file)
+    doc = app.read_file(args.file)
     run_pattern(args, doc.text, args.question, doc.source, out, err)
     return 0
 
 
 def demo_files() -> tuple[str, list[dict[str, Any]]]:
-    base = resources.files("marginalia").joinpath("data", "demo")
-    text = base.joinpath("harbour_report.md").read_text("utf-8")
-    questions = json.loads(base.joinpath("harbour_report.questions.json").read_text("utf-8"))
-    return text, questions
+    """The bundled report and its questions (see `marginalia.app.demo`)."""
+    return app.demo()
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

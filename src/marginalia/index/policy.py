@@ -94,8 +94,13 @@ class Retrieval:
 
 
 def retrieve(collection: Searchable, question: str, policy: RetrievalPolicy,
-             count_tokens: Callable[[str], int] | None = None) -> Retrieval:
-    """Apply the policy to ``question`` over ``collection``."""
+             count_tokens: Callable[[str], int] | None = None,
+             piece_overhead: Callable[[Piece], int] | None = None) -> Retrieval:
+    """Apply the policy to ``question`` over ``collection``.
+
+    ``count_tokens`` measures the pieces for ``policy.max_context_tokens``; ``piece_overhead`` adds the
+    tokens each piece costs beyond its text where it is read (e.g. its `piece_header`).
+    """
     kinds = ("chunk", "question") if policy.use_questions else ("chunk",)
     hits = list(collection.search(question, k=policy.k, mode=policy.mode, kinds=kinds))
     best = max((h.similarity for h in hits), default=-1.0)
@@ -111,7 +116,7 @@ def retrieve(collection: Searchable, question: str, policy: RetrievalPolicy,
     relevant = [h for h in hits if h.similarity >= policy.uncertain]
     pieces = _expand(collection, relevant, policy.scope)
     if policy.max_context_tokens is not None and count_tokens is not None:
-        pieces = _within(pieces, policy.max_context_tokens, count_tokens)
+        pieces = _within(pieces, policy.max_context_tokens, count_tokens, piece_overhead or (lambda p: 0))
     return Retrieval("references", question, best, pieces=tuple(_in_document_order(pieces)), hits=tuple(hits))
 
 
@@ -152,18 +157,27 @@ def _inside(inner: tuple[str, int, int], outer: tuple[str, int, int]) -> bool:
     return inner[0] == outer[0] and outer[1] <= inner[1] and inner[2] <= outer[2]
 
 
-def _within(pieces: list[Piece], budget: int, count_tokens: Callable[[str], int]) -> list[Piece]:
+def piece_header(piece: Piece, first: bool = False) -> str:
+    """The line that names a piece's document and section above its text in an assembled context."""
+    label = " > ".join((piece.source, *piece.section_path))
+    return ("" if first else "\n\n") + f"[{label}]\n"
+
+
+def _within(pieces: list[Piece], budget: int, count_tokens: Callable[[str], int],
+            overhead: Callable[[Piece], int]) -> list[Piece]:
+    """The best pieces that fit ``budget`` tokens, each with its overhead."""
     kept: list[Piece] = []
     used = 0
     for piece in pieces:  # best first
-        size = count_tokens(piece.text)
+        size = overhead(piece) + count_tokens(piece.text)
         if used + size <= budget:
             kept.append(piece)
             used += size
     if not kept and pieces:  # the best piece alone is too long: keep its start
         piece = pieces[0]
         words = piece.text.split(" ")
-        while words and count_tokens(" ".join(words)) > budget:
+        room = budget - overhead(piece)
+        while words and count_tokens(" ".join(words)) > room:
             words = words[: max(1, len(words) * 3 // 4)] if len(words) > 1 else []
         text = " ".join(words)
         kept = [Piece(piece.doc_id, piece.source, piece.section_path, piece.start, piece.start + len(text), text,

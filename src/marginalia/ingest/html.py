@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from .loaders import Converted, Loader
+from .base import Converted, Loader
 from .sections import first_heading
 from .text import decode_text
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadInput, IngestError, MissingDependency
-from .loaders import Converted, Loader
+from .base import Converted, Loader
 from .sections import clean_heading
 
 log = logging.getLogger(__name__)

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import BinaryIO
-
 from ..errors import BadInput
-from ..records import Document
-from .loaders import Converted, Loader, content_id, load_document
+from .base import Converted, Loader
 from .sections import first_heading
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".text", ".rst", ""}
@@ -53,17 +48,3 @@ class MarkdownLoader(Loader):
     def convert(self, data: bytes, source: str) -> Converted:
         text = decode_text(data, source)
         return Converted(text, title=first_heading(text))
-
-
-def read_document(path: str | Path, stdin: BinaryIO | None = None) -> Document:
-    """Read a document: any format ``load_document`` reads, or ``-`` for standard input (plain text).
-
-    Raises:
-        BadInput: missing, a directory, empty, binary, not UTF-8, or an unusable PDF.
-        MissingDependency: a PDF, without the ``pdf`` extra installed.
-    """
-    if str(path) == "-":
-        stream = stdin if stdin is not None else sys.stdin.buffer
-        text = decode_text(stream.read(), "standard input")
-        return Document("<stdin>", text, content_id(text), format="text")
-    return load_document(path)

@@ -32,6 +32,7 @@ class LoadContext:
 
 
 BACKENDS = ("auto", "llamacpp", "transformers")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 def gguf_backend(requested: str = "auto", device: str = "auto") -> str:

@@ -2,31 +2,45 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import UserError
 from ..models.base import Generator
+from ..options import JUDGE_MODES, PATTERN_OPTIONS, PATTERNS, PatternOptions, pattern_options
 from .base import Pattern, Run
-from .judges import JUDGE_MODES
 
-PATTERNS = ("wim", "lc", "rag")
+if TYPE_CHECKING:
+    from ..index.embedders import Embedder
 
 
-def make_pattern(name: str, generator: Generator, **options: Any) -> Pattern:
-    """Build a pattern by name; options are the pattern class's keyword arguments."""
-    if name == "wim":
+def make_pattern(options: PatternOptions | str, generator: Generator, *, embedder: Embedder | None = None,
+                 **values: Any) -> Pattern:
+    """Build the pattern an options record describes (or a pattern by name, from its option values).
+
+    Args:
+        options: a `WimOptions`, `LcOptions` or `RagOptions`, or the pattern's name.
+        generator: the model.
+        embedder: rag's embedder, already loaded (default: load the one its options name).
+        values: option values laid over the record (with a name: the record's fields, and the
+            pattern's own keyword arguments such as lc's ``intro``).
+
+    Raises:
+        UserError: an unknown pattern, an unknown option, or a bad value (the message names it).
+    """
+    if isinstance(options, str):
+        fields = PATTERN_OPTIONS[options].model_fields if options in PATTERN_OPTIONS else {}
+        options = pattern_options(options, **{k: v for k, v in values.items() if k in fields})
+        values = {k: v for k, v in values.items() if k not in fields}  # the constructor's own (lc's intro)
+    if options.pattern == "wim":
         from .wim import WiM
 
-        return WiM(generator, **options)
-    if name == "lc":
+        return WiM(generator, options, **values)  # type: ignore[arg-type]
+    if options.pattern == "lc":
         from .long_context import LongContext
 
-        return LongContext(generator, **options)
-    if name == "rag":
-        from .rag import RAG
+        return LongContext(generator, options, **values)  # type: ignore[arg-type]
+    from .rag import RAG
 
-        return RAG(generator, **options)
-    raise UserError(f"unknown pattern {name!r}; choose one of {', '.join(PATTERNS)}")
+    return RAG(generator, options, embedder=embedder, **values)  # type: ignore[arg-type]
 
 
 __all__ = ["JUDGE_MODES", "PATTERNS", "Pattern", "Run", "make_pattern"]

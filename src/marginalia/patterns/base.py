@@ -11,11 +11,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Generator as PyGenerator
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ..errors import UserError
 from ..models.base import Clock, GenerationParams, Generator, Usage
-from ..records import Answer, AnswerDelta, Done, Event, Stats
+from ..options import PatternOptions
 from ..prompts import render
+from ..records import Answer, AnswerDelta, Done, Event, Stats
 
 
 class Run:
@@ -69,17 +71,27 @@ class Framing:
         return generator.tokenizer.encode(render(template, **values)) + self.tail
 
 
+OptionsT = TypeVar("OptionsT", bound=PatternOptions)
+
+
+def resolve_options(cls: type[OptionsT], options: OptionsT | None, values: dict[str, Any]) -> OptionsT:
+    """``options`` with ``values`` laid over it, validated (a record of ``cls`` built from ``values`` alone
+    when ``options`` is None)."""
+    base = options.model_dump() if options is not None else {}
+    built: OptionsT = cls.build(**{**base, **values})
+    return built
+
+
 class Pattern(ABC):
-    """A way of reading a context to answer a question."""
+    """A way of reading a context to answer a question; ``options`` is its validated options record."""
 
     name: str = "pattern"  # subclasses set their own; a collection reader takes its inner pattern's
 
-    def __init__(self, generator: Generator, max_new_tokens: int = 96) -> None:
-        if max_new_tokens <= 0:
-            raise UserError(f"max new tokens must be positive, got {max_new_tokens}")
+    def __init__(self, generator: Generator, options: PatternOptions) -> None:
         self.generator = generator
+        self.options = options
         # "=====" opens our prompts' question block: a model that writes one is inventing the next turn
-        self.answer_params = GenerationParams(max_new_tokens=max_new_tokens, stop=("=====",))
+        self.answer_params = GenerationParams(max_new_tokens=options.max_new_tokens, stop=("=====",))
 
     def run(self, context: str, question: str, source: str = "context") -> Run:
         """Start reading; iterate the returned `Run` for events."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from ..index.policy import Piece, Retrieval
+from ..index.policy import Piece, Retrieval, piece_header
 from ..models.base import Clock
 from ..records import Answer, AnswerDelta, Done, Event, Reference, Retrieved, Started, Stats
 from .base import Pattern, Run, check_question
@@ -33,8 +33,7 @@ def assemble(pieces: Sequence[Piece]) -> Assembled:
     spans: list[tuple[int, int]] = []
     at = 0
     for i, piece in enumerate(pieces):
-        label = " > ".join((piece.source, *piece.section_path))
-        header = ("\n\n" if i else "") + f"[{label}]\n"
+        header = piece_header(piece, first=not i)
         at += len(header)
         parts.append(header + piece.text)
         spans.append((at, at + len(piece.text)))
@@ -77,7 +76,7 @@ class CollectionReader(Pattern):
     """
 
     def __init__(self, inner: Pattern, retrieve: Callable[[str], Retrieval], name: str | None = None) -> None:
-        super().__init__(inner.generator, inner.answer_params.max_new_tokens)
+        super().__init__(inner.generator, inner.options)
         self.inner = inner
         self.retrieve = retrieve
         self.name = name or inner.name

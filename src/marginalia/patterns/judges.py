@@ -22,8 +22,9 @@ from typing import ClassVar
 
 from ..errors import UserError
 from ..models.base import GenerationParams, Generator, close_stream
-from ..records import Segment
+from ..options import JUDGE_MODES
 from ..prompts import render
+from ..records import Segment
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _NONE = re.compile(r"^\W*(none|no|nothing|n/a)\b\W*$", re.IGNORECASE)
@@ -233,9 +234,6 @@ class SeparateJudge(MarginJudge):
         relevant = word == "yes"
         return Verdict(relevant, margin, 1.0 if relevant else 0.0, f"the model said {reply.strip()!r}",
                        self.locate(question, margin, read) if relevant else None)
-
-
-JUDGE_MODES = ("grounded", "fused", "separate")
 
 
 def make_judge(mode: str, generator: Generator, threshold: float = 0.5) -> MarginJudge:

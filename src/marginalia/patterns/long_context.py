@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from ..models.base import Clock, Generator
+from ..options import LcOptions
 from ..records import Answer, Done, Event, Reference, Started
-from .base import Framing, Pattern, Run, make_stats, relay_answer
+from .base import Framing, Pattern, Run, make_stats, relay_answer, resolve_options
 
 
 class LongContext(Pattern):
@@ -18,9 +20,17 @@ class LongContext(Pattern):
 
     name = "lc"
 
-    def __init__(self, generator: Generator, max_new_tokens: int = 96, intro: str = "document_intro") -> None:
-        super().__init__(generator, max_new_tokens)
+    def __init__(self, generator: Generator, options: LcOptions | None = None, *, intro: str = "document_intro",
+                 **values: Any) -> None:
+        super().__init__(generator, resolve_options(LcOptions, options, values))
         self.intro = intro  # the prompt that introduces the context (a document, or retrieved passages)
+
+    def prompt_overhead(self, question: str) -> int:
+        """Tokens of the prompt around a context for ``question``, and of the answer it may write."""
+        gen = self.generator
+        framing = Framing.build(gen, intro=self.intro)
+        return (len(framing.head) + len(framing.suffix(gen, "answer", question=question))
+                + self.answer_params.max_new_tokens)
 
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
         clock = Clock()

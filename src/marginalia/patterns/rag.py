@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
-from ..errors import UserError
 from ..index.embedders import Embedder, load_embedder
 from ..ingest.segment import segments_from_tokens
 from ..models.base import Clock, Generator
+from ..options import RagOptions
 from ..records import Answer, Done, Event, Reference, Segment, SegmentRead, Started
-from .base import Framing, Pattern, Run, make_stats, relay_answer
+from .base import Framing, Pattern, Run, make_stats, relay_answer, resolve_options
 
-SPLITS = ("tokens", "paragraphs")
 _BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
 
 
@@ -35,45 +35,32 @@ def paragraph_spans(text: str) -> list[tuple[int, int]]:
 
 
 class RAG(Pattern):
-    """Cut the context into chunks, embed them, answer from the ``top_k`` closest.
+    """Cut the context into chunks, embed them, answer from the ``top_k`` closest (see `RagOptions`).
 
     Args:
         generator: any Generator.
-        embedder: an Embedder; the embedded MiniLM is loaded when none is given.
-        chunk_tokens: the most model tokens per chunk.
-        top_k: how many chunks the answer sees (kept in document order).
-        split: ``tokens`` cuts the whole context into chunks of ``chunk_tokens``; ``paragraphs`` cuts it at
-            blank lines first and each paragraph further by ``chunk_tokens``, so a passage yields the same
-            chunks wherever it sits (a cached embedder then embeds it once across contexts).
+        options: the options record (or give its fields as keyword arguments).
+        embedder: an Embedder; when none is given, the embedded MiniLM is loaded on first use.
+
+    With ``split="paragraphs"`` a passage yields the same chunks wherever it sits, so a cached embedder
+    embeds it once across contexts.
     """
 
     name = "rag"
 
-    def __init__(
-        self,
-        generator: Generator,
-        embedder: Embedder | None = None,
-        chunk_tokens: int = 128,
-        top_k: int = 4,
-        max_new_tokens: int = 96,
-        split: str = "tokens",
-    ) -> None:
-        super().__init__(generator, max_new_tokens)
-        if chunk_tokens <= 0:
-            raise UserError(f"chunk size must be a positive number of tokens, got {chunk_tokens}")
-        if top_k <= 0:
-            raise UserError(f"top-k must be positive, got {top_k}")
-        if split not in SPLITS:
-            raise UserError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
-        self.split = split
-        self.chunk_tokens = chunk_tokens
-        self.top_k = top_k
+    def __init__(self, generator: Generator, options: RagOptions | None = None, *,
+                 embedder: Embedder | None = None, **values: Any) -> None:
+        opts = resolve_options(RagOptions, options, values)
+        super().__init__(generator, opts)
+        self.split = opts.split
+        self.chunk_tokens = opts.chunk_tokens
+        self.top_k = opts.top_k
         self._embedder = embedder
 
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = load_embedder("minilm")
+            self._embedder = load_embedder()
         return self._embedder
 
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:

@@ -21,10 +21,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import UserError
 from ..ingest.segment import segments_from_tokens
 from ..models.base import CachingGenerator, Clock, GenerationParams, Generator, Usage, close_stream
+from ..options import WimOptions
 from ..records import (
     Answer,
     Done,
@@ -37,10 +39,9 @@ from ..records import (
     SegmentRead,
     Started,
 )
-from .base import Framing, Pattern, Run, make_stats, relay_answer
-from .judges import JUDGE_MODES, make_judge
+from .base import Framing, Pattern, Run, make_stats, relay_answer, resolve_options
+from .judges import make_judge
 
-DEFAULT_JUDGE = "grounded"
 NOTES_RESERVED = 4  # margins' worth of window kept free for the notes in the answer prompt
 
 
@@ -55,50 +56,33 @@ class _Written:
 
 
 class WiM(Pattern):
-    """Writing in the Margins over a `CachingGenerator`.
+    """Writing in the Margins over a `CachingGenerator` (see `WimOptions` for the options).
 
     Args:
         generator: must be a `CachingGenerator` (it owns the KV cache).
-        segment_tokens: the most model tokens per segment.
-        judge: ``grounded`` (default), ``fused`` or ``separate``; see `judges`.
-        margin_tokens: the most tokens a margin may take.
-        max_new_tokens: the most tokens the answer may take.
-        grounding_threshold: share of a margin's new words its segment must contain.
+        options: the options record (or give its fields as keyword arguments).
     """
 
     name = "wim"
 
-    def __init__(
-        self,
-        generator: Generator,
-        segment_tokens: int = 512,
-        judge: str = DEFAULT_JUDGE,
-        margin_tokens: int = 48,
-        max_new_tokens: int = 96,
-        grounding_threshold: float = 0.5,
-    ) -> None:
-        super().__init__(generator, max_new_tokens)
+    def __init__(self, generator: Generator, options: WimOptions | None = None, **values: Any) -> None:
+        opts = resolve_options(WimOptions, options, values)
+        super().__init__(generator, opts)
         if not isinstance(generator, CachingGenerator):
             raise UserError(
                 f"the wim pattern needs a model whose KV cache it can roll back; "
-                f"{generator.name} does not offer one (use --pattern lc or rag with it)"
+                f"{generator.name} does not offer one (read with lc or rag instead)"
             )
-        if segment_tokens <= 0:
-            raise UserError(f"segment size must be a positive number of tokens, got {segment_tokens}")
-        if segment_tokens >= generator.context_window:
+        if opts.segment_tokens >= generator.context_window:
             raise UserError(
-                f"segment size {segment_tokens} does not fit the model's window of "
-                f"{generator.context_window} tokens; use a smaller --segment-tokens"
+                f"segment size {opts.segment_tokens} does not fit the model's window of "
+                f"{generator.context_window} tokens; use smaller segments"
             )
-        if judge not in JUDGE_MODES:
-            raise UserError(f"unknown classification mode {judge!r}; choose one of {', '.join(JUDGE_MODES)}")
-        if margin_tokens <= 0:
-            raise UserError(f"margin tokens must be positive, got {margin_tokens}")
         self.cache_gen: CachingGenerator = generator
-        self.segment_tokens = segment_tokens
-        self.judge = make_judge(judge, generator, grounding_threshold)
+        self.segment_tokens = opts.segment_tokens
+        self.judge = make_judge(opts.judge, generator, opts.grounding_threshold)
         self.margin_params = GenerationParams(
-            max_new_tokens=margin_tokens, stop=() if judge == "fused" else ("\n\n",),
+            max_new_tokens=opts.margin_tokens, stop=() if opts.judge == "fused" else ("\n\n",),
             first_choices=getattr(self.judge, "choices", ()),
         )
 

@@ -1,0 +1,351 @@
+"""The use-cases, written once: load a model, ask a text, a file or a collection, index paths, generate
+questions. The CLI, the benchmark runner and the HTTP service only translate to and from these functions.
+
+Every way of reading takes its options record (`WimOptions`, `LcOptions`, `RagOptions`, and
+`CollectionOptions` for what a collection contributes); long work reports progress through callbacks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import NotFound, UserError
+from .models.base import Generator
+from .options import ChunkingOptions, CollectionOptions, LcOptions, PatternOptions, RagOptions, WimOptions
+from .records import Chunk, Document, Section
+
+if TYPE_CHECKING:
+    from .index.embedders import Embedder
+    from .index.policy import Piece, Retrieval
+    from .index.question_bank import BankReport
+    from .index.schema import AddResult
+    from .index.store import Collection
+    from .ingest.loaders import Note, Skipped
+    from .patterns import Pattern, Run
+    from .patterns.collection import CollectionReader
+
+#: ``(done, total)`` of a long step
+Progress = Callable[[int, int], None]
+#: the embedder a new collection, or rag without one given, uses
+DEFAULT_EMBEDDER = "minilm"
+
+
+# -- models ----------------------------------------------------------------------------------------------
+
+
+def load_model(spec: str = "smollm2", *, home: str | Path | None = None, device: str = "auto",
+               backend: str = "auto", api_key: str | None = None,
+               log: Callable[[str], None] | None = None) -> Generator:
+    """Load the generator a spec names (see `marginalia.models.registry.known_specs`).
+
+    Raises:
+        UserError: an unknown or malformed spec (with a "did you mean"), a missing local file.
+        MissingDependency: the backend's extra is not installed (the message has the pip command).
+    """
+    from .models import load_generator
+
+    return load_generator(spec, home=home, device=device, log=log, backend=backend, api_key=api_key)
+
+
+def load_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
+    """Load an embedder: ``minilm`` (embedded), ``hashing`` or ``st:<local folder>``."""
+    from .index.embedders import load_embedder as load
+
+    return load(spec)
+
+
+def demo() -> tuple[str, list[dict[str, Any]]]:
+    """The bundled sample report (markdown) and its questions (``question``, ``answer``, ``position``)."""
+    base = resources.files("marginalia").joinpath("data", "demo")
+    text = base.joinpath("harbour_report.md").read_text("utf-8")
+    questions = json.loads(base.joinpath("harbour_report.questions.json").read_text("utf-8"))
+    return text, questions
+
+
+# -- asking ----------------------------------------------------------------------------------------------
+
+
+def pattern(options: PatternOptions | None, generator: Generator, embedder: Embedder | None = None) -> Pattern:
+    """The pattern an options record describes (WiM with its defaults when None)."""
+    from .patterns import make_pattern
+
+    return make_pattern(options if options is not None else WimOptions(), generator, embedder=embedder)
+
+
+def ask_text(text: str, question: str, options: PatternOptions | None = None, *, generator: Generator,
+             source: str = "text", embedder: Embedder | None = None) -> Run:
+    """Start reading ``text`` for ``question``; iterate the returned `Run` for events, `Run.stop()` to stop.
+
+    Raises:
+        UserError: an empty question or text, options the model cannot serve (e.g. WiM without a KV cache).
+        ContextOverflow: lc (or wim) and the text do not fit the model's window.
+    """
+    return pattern(options, generator, embedder).run(text, question, source=source)
+
+
+def read_file(path: str | Path) -> Document:
+    """Load a document (pdf, markdown, text, html), or standard input for ``-``."""
+    from .ingest.loaders import read_document
+
+    return read_document(path)
+
+
+def ask_file(path: str | Path, question: str, options: PatternOptions | None = None, *, generator: Generator,
+             embedder: Embedder | None = None) -> Run:
+    """Load the document at ``path`` (``-``: standard input), then `ask_text` it."""
+    from .patterns.base import check_question
+
+    check_question(question)  # before reading a large file
+    doc = read_file(path)
+    return ask_text(doc.text, question, options, generator=generator, source=doc.source, embedder=embedder)
+
+
+def open_collection(name: str, *, home: str | Path | None = None) -> Collection:
+    """An existing collection (a `UserError` naming the known ones when there is none by that name)."""
+    from .index.store import Collection
+
+    return Collection.open(name, home=home)
+
+
+def collection_reader(collection: Collection | str, options: PatternOptions | None = None,
+                      reading: CollectionOptions | None = None, *, generator: Generator,
+                      home: str | Path | None = None) -> CollectionReader:
+    """A reader that answers from a collection: the retrieval policy gathers references, a pattern reads them.
+
+    ``rag`` answers from the retrieved chunks (its ``top_k`` hits), ``lc`` and ``wim`` read the retrieved
+    sections (or what ``reading.scope`` says). For lc and rag, the references are cut to what fits the
+    window beside the prompt and the answer.
+    """
+    from dataclasses import replace
+
+    from .index.policy import RetrievalPolicy, piece_header, retrieve
+    from .patterns import make_pattern
+    from .patterns.collection import CollectionReader
+    from .patterns.long_context import LongContext
+
+    options = options if options is not None else WimOptions()
+    reading = reading if reading is not None else CollectionOptions()
+    store = open_collection(collection, home=home) if isinstance(collection, str) else collection
+    policy = RetrievalPolicy(
+        certain=reading.certain, uncertain=reading.uncertain,
+        k=options.top_k if isinstance(options, RagOptions) else reading.hits,
+        scope=reading.scope_for(options.pattern), max_context_tokens=reading.max_context_tokens,
+        mode=reading.search, use_questions=reading.use_questions,
+    )
+    count = generator.tokenizer.count
+
+    def header(piece: Piece) -> int:  # each piece is read under a line naming it
+        return count(piece_header(piece))
+
+    if options.pattern == "wim":
+        inner = make_pattern(options, generator)
+
+        def gather(question: str) -> Retrieval:
+            return retrieve(store, question, policy, count, header)
+    else:  # one prompt: the references must fit the window beside the prompt and the answer
+        intro = "passages_intro" if options.pattern == "rag" else "document_intro"
+        lc = LongContext(generator, LcOptions(max_new_tokens=options.max_new_tokens), intro=intro)
+        inner = lc
+
+        def gather(question: str) -> Retrieval:
+            room = generator.context_window - lc.prompt_overhead(question)
+            budget = min(policy.max_context_tokens or room, room)
+            return retrieve(store, question, replace(policy, max_context_tokens=budget), count, header)
+
+    return CollectionReader(inner, gather, name=options.pattern)
+
+
+def ask_collection(collection: Collection | str, question: str, options: PatternOptions | None = None,
+                   reading: CollectionOptions | None = None, *, generator: Generator,
+                   home: str | Path | None = None) -> Run:
+    """Start answering ``question`` from a collection (see `collection_reader`)."""
+    from .patterns.base import check_question
+
+    check_question(question)
+    store = open_collection(collection, home=home) if isinstance(collection, str) else collection
+    reader = collection_reader(store, options, reading, generator=generator)
+    return reader.ask(question, source=store.name)
+
+
+# -- indexing --------------------------------------------------------------------------------------------
+
+
+def chunk_document(doc: Document, count_tokens: Callable[[str], int],
+                   chunking: ChunkingOptions | None = None) -> tuple[list[Section], list[Chunk]]:
+    """A document's section tree and its section-bounded chunks (sizes counted by ``count_tokens``)."""
+    from .ingest.chunking import chunk_sections
+    from .ingest.sections import parse_sections
+
+    chunking = chunking or ChunkingOptions()
+    sections = parse_sections(doc)
+    chunks = chunk_sections(doc, sections, count_tokens, min_tokens=chunking.min_tokens,
+                            max_tokens=chunking.max_tokens, overlap_tokens=chunking.overlap_tokens)
+    return sections, chunks
+
+
+@dataclass(frozen=True)
+class Indexed:
+    """One document's outcome in `index_paths`."""
+
+    document: Document
+    sections: tuple[Section, ...]
+    result: AddResult
+
+
+@dataclass
+class IndexReport:
+    """What `index_paths` did: per document, what could not be read, and notes from the loaders."""
+
+    collection: str
+    indexed: list[Indexed] = field(default_factory=list)
+    skipped: tuple[Skipped, ...] = ()
+    notes: tuple[Note, ...] = ()
+
+    def counts(self) -> dict[str, int]:
+        """How many documents ended in each status (added, replaced, unchanged, duplicate, skipped)."""
+        out: dict[str, int] = {}
+        for item in self.indexed:
+            out[item.result.status] = out.get(item.result.status, 0) + 1
+        if self.skipped:
+            out["skipped"] = len(self.skipped)
+        return out
+
+
+def check_paths(paths: Sequence[str | Path]) -> None:
+    """Refuse a path that does not exist (before anything slow is loaded)."""
+    if not paths:
+        raise UserError("give at least one file or folder to index")
+    for given in paths:
+        if not Path(given).expanduser().exists():
+            raise UserError(f"no file or folder at {given}")
+
+
+def index_paths(
+    paths: Sequence[str | Path],
+    collection: str,
+    *,
+    count_tokens: Callable[[str], int],
+    home: str | Path | None = None,
+    embedder: str | Embedder = DEFAULT_EMBEDDER,
+    chunking: ChunkingOptions | None = None,
+    recursive: bool = True,
+    on_file: Callable[[int, int, str], None] | None = None,
+    on_document: Callable[[Document, int], Progress | None] | None = None,
+    on_indexed: Callable[[Indexed], None] | None = None,
+) -> IndexReport:
+    """Load files and folders, cut each document into sections and chunks, add them to a collection.
+
+    The collection is created when missing (with ``embedder``; an existing one keeps its own). Re-indexing
+    unchanged files does nothing; a changed file replaces its old version; each document is committed as
+    it is added, so an interrupted run keeps what was indexed before it.
+
+    Args:
+        paths: files and folders (folders are walked; into subfolders when ``recursive``).
+        collection: the collection's name.
+        count_tokens: the model tokenizer's count, for chunk sizes.
+        home: marginalia's home directory.
+        embedder: a spec or an embedder, for a new collection.
+        chunking: chunk sizes.
+        on_file: ``(done, total, path)`` as files are loaded.
+        on_document: called with each document and its chunk count before it is added; may return a
+            ``(done, total)`` callback for the chunks embedded.
+        on_indexed: called with each document's outcome.
+
+    Raises:
+        UserError: a path that does not exist, a bad collection name, bad chunk sizes.
+    """
+    from .index.store import Collection, collections_dir
+    from .ingest.loaders import load_paths
+
+    check_paths(paths)
+    chunking = chunking or ChunkingOptions()
+    exists = (collections_dir(home) / collection).exists()
+    loaded_embedder = None
+    if not exists:
+        loaded_embedder = load_embedder(embedder) if isinstance(embedder, str) else embedder
+    store = Collection.open(collection, home=home, create=True, embedder=loaded_embedder)
+    loaded = load_paths(paths, recursive=recursive, progress=on_file)
+    report = IndexReport(collection, skipped=loaded.skipped, notes=loaded.notes)
+    for doc in loaded.documents:
+        sections, chunks = chunk_document(doc, count_tokens, chunking)
+        progress = on_document(doc, len(chunks)) if on_document else None
+        result = store.add_document(doc, sections, chunks, progress=progress)
+        item = Indexed(doc, tuple(sections), result)
+        report.indexed.append(item)
+        if on_indexed:
+            on_indexed(item)
+    if any(i.result.status in ("added", "replaced") for i in report.indexed):
+        store.optimize()  # fold the new rows into the BM25 (and vector) indices
+    return report
+
+
+# -- the question bank -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DocumentQuestions:
+    """The question pairs written for one document, and how many of them were new to the collection."""
+
+    source: str
+    report: BankReport
+    new: int
+
+
+def generate_questions(
+    collection: Collection | str,
+    generator: Generator,
+    *,
+    home: str | Path | None = None,
+    density: str = "sparse",
+    long_answers: bool = False,
+    retries: int = 2,
+    documents: Sequence[str] | None = None,
+    on_document: Callable[[str], Progress | None] | None = None,
+    on_written: Callable[[DocumentQuestions], None] | None = None,
+) -> list[DocumentQuestions]:
+    """Write question-answer pairs for a collection's documents and store them in its question bank.
+
+    Args:
+        collection: the collection or its name.
+        generator: the model that writes the pairs.
+        density: ``sparse`` (about one pair per paragraph of each top-level section) or ``dense`` (one per
+            chunk, as indexed).
+        long_answers: also ask for a one-to-two-sentence answer.
+        retries: tries after a malformed reply.
+        documents: only these documents (paths or ids).
+        on_document: called with each document's source; may return a ``(done, total)`` request callback.
+        on_written: called with each document's outcome, once stored.
+
+    Raises:
+        UserError: an unknown document, or an empty collection.
+    """
+    from .index.question_bank import BankReport, QuestionWriter
+
+    store = open_collection(collection, home=home) if isinstance(collection, str) else collection
+    infos = store.documents()
+    if documents:
+        wanted = set(documents)
+        infos = [d for d in infos if d.source in wanted or d.doc_id in wanted]
+        missing = wanted - {d.source for d in infos} - {d.doc_id for d in infos}
+        if missing:
+            name = sorted(missing)[0]
+            raise NotFound(f"collection {store.name!r} has no document {name!r}", "document", name)
+    if not infos:
+        raise UserError(f"collection {store.name!r} holds no documents; index some first")
+    writer = QuestionWriter(generator, retries=retries, long_answers=long_answers)
+    out = []
+    for info in infos:
+        doc = store.document(info.doc_id)
+        progress = on_document(info.source) if on_document else None
+        report = writer.write(doc, store.sections(info.doc_id), store.chunks(info.doc_id), density=density,
+                              progress=progress, report=BankReport())
+        written = DocumentQuestions(info.source, report, store.add_questions(report.pairs))
+        out.append(written)
+        if on_written:
+            on_written(written)
+    return out
