@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..errors import UserError
 from ..models.base import Generator
-from ..options import JUDGE_MODES, PATTERN_OPTIONS, PATTERNS, PatternOptions, pattern_options
+from ..options import (
+    JUDGE_MODES,
+    PATTERN_OPTIONS,
+    PATTERNS,
+    LcOptions,
+    PatternOptions,
+    RagOptions,
+    WimOptions,
+    pattern_options,
+)
 from .base import Pattern, Run
 
 if TYPE_CHECKING:
@@ -30,17 +40,19 @@ def make_pattern(options: PatternOptions | str, generator: Generator, *, embedde
         fields = PATTERN_OPTIONS[options].model_fields if options in PATTERN_OPTIONS else {}
         options = pattern_options(options, **{k: v for k, v in values.items() if k in fields})
         values = {k: v for k, v in values.items() if k not in fields}  # the constructor's own (lc's intro)
-    if options.pattern == "wim":
+    if isinstance(options, WimOptions):
         from .wim import WiM
 
-        return WiM(generator, options, **values)  # type: ignore[arg-type]
-    if options.pattern == "lc":
+        return WiM(generator, options, **values)
+    if isinstance(options, LcOptions):
         from .long_context import LongContext
 
-        return LongContext(generator, options, **values)  # type: ignore[arg-type]
-    from .rag import RAG
+        return LongContext(generator, options, **values)
+    if isinstance(options, RagOptions):
+        from .rag import RAG
 
-    return RAG(generator, options, embedder=embedder, **values)  # type: ignore[arg-type]
+        return RAG(generator, options, embedder=embedder, **values)
+    raise UserError(f"no pattern reads with {type(options).__name__}; give WimOptions, LcOptions or RagOptions")
 
 
 __all__ = ["JUDGE_MODES", "PATTERNS", "Pattern", "Run", "make_pattern"]
