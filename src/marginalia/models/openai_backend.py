@@ -19,7 +19,8 @@ from typing import Any
 
 from ..errors import BackendError, ContextOverflow, MarginaliaError, MissingDependency, UserError
 from .base import CachingGenerator, GenerationParams, Generator, Message, StopScanner, Tokenizer
-from .registry import OPENAI_SPEC_FORM as SPEC_FORM
+from .openai_spec import MODES, OPTIONS
+from .openai_spec import OPENAI_SPEC_FORM as SPEC_FORM
 
 HTTP_INSTALL = "pip install 'marginalia[http]'"
 try:
@@ -27,7 +28,6 @@ try:
 except ImportError as exc:  # pragma: no cover - the tests run with the http extra
     raise MissingDependency("the OpenAI-compatible HTTP backend (httpx)", HTTP_INSTALL) from exc
 
-MODES = ("completions", "chat")
 DEFAULT_WINDOW = 4096
 BACKOFF = (0.5, 1.0, 2.0)  # seconds before retry 1, 2, 3
 MAX_RETRY_AFTER = 60.0  # a server asking to wait longer gets an error, not a hang
@@ -461,9 +461,6 @@ def window_of(models: list[dict[str, Any]], model: str) -> int | None:
             if value and value > 0:
                 return value
     return None
-
-
-OPTIONS = ("mode", "prompt", "tokenizer", "window", "timeout", "concurrency")
 
 
 def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> OpenAIGenerator:

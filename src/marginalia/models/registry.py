@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import UserError
 from ..home import resolve_home
 from .base import Generator
+from .openai_spec import OPENAI_SPEC_FORM
 
 Factory = Callable[[str, "LoadContext"], Generator]
 
@@ -166,12 +167,6 @@ register_backend("smollm2", _smollm2, "SmolLM2-135M-Instruct, the embedded defau
 register_backend("hf", _hf, "a local Hugging Face model folder (transformers, in-process)")
 register_backend("gguf", _gguf, "a local GGUF file (llama.cpp, or transformers via a converted cache)")
 register_backend("scripted", _scripted, "a fake that answers with the given text (for tests)")
-
-
-#: the openai spec's form, for --help's model list and the backend's errors
-OPENAI_SPEC_FORM = ("openai:<base-url>#<model>[;mode=completions|chat][;prompt=tokens|text]"
-                    "[;tokenizer=<spec>][;window=<tokens>][;timeout=<seconds>][;concurrency=<n>]"
-                    "[;x-<body field>=<value>]")
 
 
 def _openai(arg: str, ctx: LoadContext) -> Generator:
