@@ -332,7 +332,7 @@ def test_prefill_sends_nothing_and_generation_sends_prefix_plus_suffix(
     assert server.posts()[-1].body["prompt"] == suffix and gen.length > len(prefix)
     gen.rollback(3)
     assert gen.length == 3
-    with pytest.raises(ValueError):
+    with pytest.raises(BackendError, match="cannot roll back to 4 tokens: the cache holds 3"):
         gen.rollback(4)
 
 

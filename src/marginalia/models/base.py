@@ -210,7 +210,16 @@ class CachingGenerator(Generator):
 
     @abstractmethod
     def rollback(self, length: int) -> None:
-        """Cut the cache back to its first ``length`` tokens, exactly."""
+        """Cut the cache back to its first ``length`` tokens, exactly.
+
+        Raises:
+            BackendError: ``length`` is negative or beyond the cache (`check_rollback`).
+        """
+
+    def check_rollback(self, length: int) -> None:
+        """Raise `BackendError` unless the cache can be cut back to ``length`` tokens."""
+        if not 0 <= length <= self.length:
+            raise BackendError(f"cannot roll back to {length} tokens: the cache holds {self.length}")
 
     #: token ids that end generation (end of turn / sequence)
     eos_ids: frozenset[int] = frozenset()

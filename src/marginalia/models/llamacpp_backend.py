@@ -210,7 +210,8 @@ class LlamaCppGenerator(CachingGenerator):
             self._eval(rest)
             self.usage.prefilled_tokens += len(rest)
 
-    def _eval(self, ids: Sequence[int]) -> None:
+    def _eval(self, ids: Sequence[int]) -> np.ndarray:
+        """Evaluate ``ids`` on top of the context; return (and keep) the last one's logits."""
         llama_cpp = import_llama_cpp()
         llm = self._shared.llm
         try:
@@ -218,8 +219,9 @@ class LlamaCppGenerator(CachingGenerator):
         except Exception as exc:  # llama.cpp reports decode failures as RuntimeError
             raise BackendError(f"llama.cpp failed to evaluate {len(ids)} tokens: {exc}") from exc
         pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
-        self._logits = np.ctypeslib.as_array(pointer, shape=(llm.n_vocab(),)).copy()
-        self._logits_at = llm.n_tokens
+        logits = np.ctypeslib.as_array(pointer, shape=(llm.n_vocab(),)).copy()
+        self._logits, self._logits_at = logits, llm.n_tokens
+        return logits
 
     def prefill(self, ids: Sequence[int]) -> None:
         ids = list(ids)
@@ -234,8 +236,7 @@ class LlamaCppGenerator(CachingGenerator):
         self.usage.prefill_seconds += time.perf_counter() - t0
 
     def rollback(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot roll back to {length}: the cache holds {self.length} tokens")
+        self.check_rollback(length)
         del self._ids[length:]
         if self._shared.owner is self:
             # entries past `length` are removed before the next evaluation
@@ -257,10 +258,9 @@ class LlamaCppGenerator(CachingGenerator):
             raise BackendError("nothing to generate from: the cache is empty and no prompt was given")
         last = self._ids[-1]
         self._shared.llm.n_tokens = len(self._ids) - 1
-        self._eval([last])
+        logits = self._eval([last])
         self.usage.prefilled_tokens += 1
-        assert self._logits is not None
-        return self._logits
+        return logits
 
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         rng = np.random.default_rng(params.seed if params.seed is not None else 0)
@@ -274,10 +274,8 @@ class LlamaCppGenerator(CachingGenerator):
             token = _sample(logits, params, rng)
             yield token
             self._sync()
-            self._eval([token])
+            logits = self._eval([token])
             self._ids.append(token)
-            assert self._logits is not None
-            logits = self._logits
 
 
 def _sample(logits: np.ndarray, params: GenerationParams, rng: np.random.Generator) -> int:

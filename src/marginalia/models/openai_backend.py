@@ -195,8 +195,7 @@ class OpenAIGenerator(CachingGenerator):
         self._ids.extend(int(i) for i in ids)
 
     def rollback(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot roll back to {length}: the cache holds {self.length} tokens")
+        self.check_rollback(length)
         del self._ids[length:]
 
     def fork(self, keep_cache: bool = True) -> OpenAIGenerator:

@@ -157,8 +157,7 @@ class TransformersGenerator(CachingGenerator):
         self.usage.prefill_seconds += time.perf_counter() - t0
 
     def rollback(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot roll back to {length}: the cache holds {self.length} tokens")
+        self.check_rollback(length)
         if length == self.length:
             return
         if length == 0:
