@@ -1,13 +1,11 @@
 """In-process llama.cpp backend (llama-cpp-python): a CachingGenerator over a GGUF file.
 
-On CPU it decodes the same weights 3.5 to 6.5 times faster than transformers
-(more on short prefixes; see BENCHMARKS.md). The GGUF's own tokenizer and chat template
-are used. Keys are cached in 16 bits. ``key_cache="q8_0"`` caches them in 8 bits: on 2
-CPU cores that prefilled 7% and decoded 8-13% faster, but over two runs of the judge
-benchmark (17 questions, WiM and long context each, two prompt versions) it changed
-two greedy answers, both from right to wrong, and none the other way; so it is not
-the default (8-bit values would need flash attention, which was slower here; the
-settings are timed by benchmarks/llamacpp_settings.py).
+On CPU it decodes the same weights several times faster than transformers (see
+BENCHMARKS.md). The GGUF's own tokenizer and chat template are used. Keys are cached
+in 16 bits by default: 8-bit keys (``key_cache="q8_0"``) decode a little faster but
+changed greedy answers for the worse in the judge benchmark (BENCHMARKS.md; the
+settings are timed by benchmarks/llamacpp_settings.py). Values stay 16-bit: 8-bit
+values need flash attention, which is slower on long prefixes.
 
 Rollback is `n_tokens = L`: the KV entries past L are dropped before the next
 evaluation, and a continuation that repeats the same evaluation calls gives the same
@@ -134,8 +132,8 @@ class LlamaCppGenerator(CachingGenerator):
     @staticmethod
     def _load(path: Path, n_ctx: int | None, n_threads: int | None, type_k: int) -> _Shared:
         llama_cpp = import_llama_cpp()
-        # llama-cpp-python decodes on half the cores by default; on 2 idle cores, decoding
-        # after a 6k-token prefix ran at 52 tok/s on both vs 38.5 on one (measured twice)
+        # llama-cpp-python decodes on half the cores by default; all of them decode faster
+        # (BENCHMARKS.md, the llama.cpp settings table)
         n_threads = n_threads or os.cpu_count() or 1
         if not path.is_file():
             raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")

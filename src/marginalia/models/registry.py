@@ -36,8 +36,8 @@ BACKENDS = ("auto", "llamacpp", "transformers")
 
 
 def gguf_backend(requested: str = "auto", device: str = "auto") -> str:
-    """The in-process backend for a GGUF file: llama.cpp when installed (it decodes 3.5-6.5
-    times faster on CPU), else transformers; or what was asked for."""
+    """The in-process backend for a GGUF file: llama.cpp when installed (it decodes several
+    times faster on CPU; see BENCHMARKS.md), else transformers; or what was asked for."""
     if requested not in BACKENDS:
         raise UserError(f"unknown backend {requested!r}; choose one of {', '.join(BACKENDS)}")
     if requested != "auto":
