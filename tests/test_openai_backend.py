@@ -54,6 +54,7 @@ class Reply:
     events: list[str] | None = None
     delay: float = 0.0
     claim_length: int | None = None  # a Content-Length larger than what is sent: a cut connection
+    content_type: str = "text/event-stream"
 
 
 @dataclass
@@ -108,7 +109,7 @@ class FakeServer:
                 events = reply.events if reply.events is not None else fake.stream(self.path, body)
                 payload = "".join(f"data: {e}\n\n" for e in events).encode()
                 self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Type", reply.content_type)
                 if reply.claim_length:
                     self.send_header("Content-Length", str(reply.claim_length))
                 self.end_headers()
@@ -377,6 +378,11 @@ def test_context_window_from_the_server(server: FakeServer, make_gen: Callable[.
     assert make_gen(context_window=None).context_window == 4096
     assert make_gen(context_window=300).context_window == 300
     assert len([s for s in server.seen if s.method == "GET"]) == 3  # asked once per generator, never when given
+    server.models = [{"id": "tiny", "max_model_len": "lots"}]
+    gen = make_gen(context_window=None)
+    with pytest.raises(BackendError, match=r"/models is malformed: field data\.0\.max_model_len"):
+        _ = gen.context_window
+    assert gen.list_models() == []  # where the listing is only a hint, a bad one is none
 
 
 # -- retries -------------------------------------------------------------------------
@@ -405,11 +411,22 @@ def test_retries_give_up_after_three(server: FakeServer, make_gen: Callable[...,
 
 
 def test_a_long_retry_after_is_an_error_not_a_hang(server: FakeServer, make_gen: Callable[..., Any]) -> None:
-    server.script = [Reply(429, error("quota"), {"Retry-After": "3600"})]
+    server.script = [Reply(429, error("quota"), {"Retry-After": "3600"}),
+                     Reply(503, error("loading"), {"Retry-After": "Wed, 21 Oct 2099 07:28:00 GMT"})]
     gen = make_gen()
     with pytest.raises(BackendError, match="busy.*try again later"):
         gen.generate("hi")
-    assert len(server.posts()) == 1 and gen.sleeps == []
+    with pytest.raises(BackendError, match="HTTP 503 after 1 attempt.*loading"):
+        gen.generate("hi")
+    assert len(server.posts()) == 2 and gen.sleeps == []
+
+
+def test_retry_after_as_a_date(server: FakeServer, make_gen: Callable[..., Any]) -> None:
+    server.script = [Reply(503, error("loading"), {"Retry-After": "Mon, 01 Jan 2001 00:00:00 GMT"}),
+                     Reply(503, error("loading"), {"Retry-After": "soon"})]
+    gen = make_gen()
+    assert gen.generate("hi") == "Hello there, world."
+    assert gen.sleeps == [0.0, 1.0]  # a date past is no wait; an unreadable header keeps the schedule
 
 
 @pytest.mark.parametrize("events", [
@@ -442,6 +459,49 @@ def test_a_connection_cut_mid_body_and_an_error_event(server: FakeServer, make_g
     with pytest.raises(BackendError, match="failed after 2 characters: out of memory"):
         gen.generate("hi")
     assert len(server.posts()) == 2
+
+
+def test_replies_are_validated_naming_the_field(server: FakeServer, make_gen: Callable[..., Any]) -> None:
+    bad_text = json.dumps({"choices": [{"index": 0, "text": {"oops": 1}, "finish_reason": None}]})
+    bad_usage = json.dumps({"choices": [], "usage": {"prompt_tokens": "many"}})
+    server.script = [Reply(events=[chunk("Hi"), bad_text]), Reply(events=[chunk("Hi"), bad_usage]),
+                     Reply(events=["[1, 2]"]), Reply(events=[json.dumps({"choices": [{"text": "x"}]})],
+                                                     content_type="application/json")]
+    gen = make_gen()
+    with pytest.raises(BackendError, match=r"malformed after 2 characters: field choices\.0\.text: "
+                                           r"Input should be a valid string, got \{'oops': 1\}"):
+        gen.generate("hi")
+    with pytest.raises(BackendError, match=r"malformed .* field usage\.prompt_tokens: .*got 'many'"):
+        gen.generate("hi")
+    with pytest.raises(BackendError, match=r"malformed after 0 characters: '\[1, 2\]' is not a JSON object"):
+        gen.generate("hi")
+    with pytest.raises(BackendError, match="malformed after 0 characters: .*text/event-stream.*application/json"):
+        gen.generate("hi")
+    assert len(server.posts()) == 4 and gen.sleeps == []
+
+
+def test_replies_may_leave_out_what_servers_leave_out(server: FakeServer, make_gen: Callable[..., Any]) -> None:
+    role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}], "usage": None}
+    words = [{"id": "x", "choices": [{"delta": {"content": w}, "logprobs": None, "finish_reason": None}],
+              "usage": None, "system_fingerprint": "fp"} for w in ("Hi", " there")]
+    end = {"choices": [{"delta": {}, "finish_reason": "stop"}], "timings": {"prompt_n": 3, "predicted_n": 2}}
+    server.script = [Reply(events=[json.dumps(e) for e in (role, *words, end)] + ["[DONE]"])]
+    gen = make_gen(mode="chat")
+    assert gen.generate("hi") == "Hi there"
+    assert (gen.usage.prefilled_tokens, gen.usage.prompt_tokens_cached, gen.usage.cache_unreported) == (3, 0, 0)
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"object": "error", "message": "bad top_k", "type": "BadRequestError", "code": 400}, "bad top_k"),  # vLLM
+    ({"detail": [{"loc": ["body", "top_k"], "msg": "not an int"}]}, "not an int"),  # FastAPI
+    ({"error": "plain words"}, "plain words"),
+    ({"error": {"message": 42}}, '"message": 42'),  # an error body of no known shape: its text
+])
+def test_error_bodies_of_every_shape(server: FakeServer, make_gen: Callable[..., Any], body: Any,
+                                     message: str) -> None:
+    server.script = [Reply(422, body)]
+    with pytest.raises(BackendError, match=f"HTTP 422 after 1 attempt.*{re.escape(message)}"):
+        make_gen().generate("hi")
 
 
 def test_connection_refused() -> None:
