@@ -86,6 +86,10 @@ class ScriptedGenerator(CachingGenerator):
         context_window: the window it claims, to test overflow handling.
     """
 
+    #: first_choices are recorded with each request, not enforced: a script's reply
+    #: stands for what a constrained model chose (or, to test a judge, failed to)
+    supports_first_choices = True
+
     def __init__(
         self,
         respond: Responder | None = None,

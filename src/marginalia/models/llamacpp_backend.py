@@ -112,6 +112,8 @@ class LlamaCppGenerator(CachingGenerator):
         key_cache: ``f16`` (default) or ``q8_0``, the precision of the cached keys.
     """
 
+    supports_first_choices = True  # the first token's logits are masked in `_sample_tokens`
+
     def __init__(self, path: str | Path, name: str = "gguf", n_ctx: int | None = None,
                  n_threads: int | None = None, key_cache: str = DEFAULT_KEY_CACHE,
                  _shared: _Shared | None = None) -> None:

@@ -73,6 +73,8 @@ class TransformersGenerator(CachingGenerator):
         prefill_chunk: tokens per forward pass during prefill.
     """
 
+    supports_first_choices = True  # the first token's logits are masked (`_restrict`)
+
     def __init__(
         self, model: Any, tokenizer: Any, name: str = "hf", prefill_chunk: int = 512,
         _cache: Any = None, _ids: list[int] | None = None,
