@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from marginalia.errors import UserError
+from marginalia.models.base import GenerationParams
 from marginalia.models.fake import ScriptedGenerator
 from marginalia.patterns.judges import (
     FusedJudge,
@@ -153,6 +154,20 @@ def test_make_judge() -> None:
     assert isinstance(make_judge("separate", gen), SeparateJudge)
     with pytest.raises(UserError):
         make_judge("telepathy", gen)
+
+
+def test_fused_judge_needs_a_constrained_first_token() -> None:
+    class Unconstrained(ScriptedGenerator):
+        supports_first_choices = False
+
+    gen = Unconstrained(name="loose")
+    with pytest.raises(UserError, match="fused judge needs the margin's first token restricted to YES or NO, "
+                                        "and loose cannot do that"):
+        make_judge("fused", gen)
+    assert isinstance(make_judge("grounded", gen), GroundedJudge)
+    with pytest.raises(UserError, match="loose cannot restrict the first generated token"):
+        gen.generate("Is it?", GenerationParams(first_choices=FusedJudge.choices))
+    assert gen.requests == []  # refused, not sent without the constraint
 
 
 def test_evidence_span_is_the_sentence_without_surrounding_space() -> None:

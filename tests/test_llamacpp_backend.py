@@ -81,6 +81,20 @@ def test_stateless_requests_do_not_evict_the_document(smollm2_llamacpp: Any) -> 
     assert prompt_tokens < 40  # the chat prompt + " More.", not the document again
 
 
+def test_first_choices_and_a_bad_rollback(smollm2_llamacpp: Any) -> None:
+    from marginalia.errors import BackendError
+
+    gen = smollm2_llamacpp.fork(keep_cache=False)
+    messages = [{"role": "user", "content": "Is the sky green? Answer in a sentence."}]
+    params = GenerationParams(max_new_tokens=3, first_choices=("YES", "NO"))
+    allowed = {gen.tokenizer.encode(choice)[0] for choice in params.first_choices}  # 'Y' of 'YES', 'NO'
+    assert gen.tokenizer.encode(gen.generate(messages, GREEDY))[0] not in allowed  # unconstrained
+    assert gen.tokenizer.encode(gen.generate(messages, params))[0] in allowed
+    gen.prefill(gen.tokenizer.encode(TEXT))
+    with pytest.raises(BackendError, match="cannot roll back"):
+        gen.rollback(gen.length + 1)
+
+
 def test_key_cache_precision_is_a_choice() -> None:
     from marginalia.errors import UserError
     from marginalia.models.llamacpp_backend import LlamaCppGenerator

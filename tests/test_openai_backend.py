@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,12 @@ from marginalia.models.fake import ScriptedGenerator, WordTokenizer
 from marginalia.models.openai_backend import OpenAIGenerator, from_spec
 from marginalia.patterns import make_pattern
 from marginalia.patterns.base import Framing
+from marginalia.patterns.judges import FusedJudge
 from marginalia.patterns.long_context import LongContext
 from marginalia.patterns.wim import WiM
 from marginalia.prompts import render
 from marginalia.records import MarginJudged
-from wim_requests import MARGIN_INTRO
+from wim_requests import FUSED_INTRO, MARGIN_INTRO
 
 FACT = "The night ferry to Brackwater leaves from pier 47."
 QUESTION = "Which pier does the night ferry to Brackwater leave from?"
@@ -39,6 +40,7 @@ MARGIN_SPLIT = "\n\nQuestion:"
 NOTES_MARK = "Notes taken while reading the document:"
 SEGMENT_TOKENS = 100
 _PIECE = re.compile(r"\s*\S+\s*|\s+")
+_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")  # the word tokenizer's first token of a reply
 
 
 # -- the fake server ---------------------------------------------------------------
@@ -54,6 +56,7 @@ class Reply:
     events: list[str] | None = None
     delay: float = 0.0
     claim_length: int | None = None  # a Content-Length larger than what is sent: a cut connection
+    content_type: str = "text/event-stream"
 
 
 @dataclass
@@ -69,7 +72,9 @@ class FakeServer:
     ``script`` first, then streams ``respond(prompt text)`` word by word, with a one-slot
     prefix cache whose hits it reports as ``usage.prompt_tokens_details.cached_tokens``
     (or as llama.cpp's ``timings`` when ``usage_style == "llamacpp"``; token counts without
-    cache details when "plain", as llama-cpp-python's server does; none when "none")."""
+    cache details when "plain", as llama-cpp-python's server does; none when "none").
+    A request with ``logit_bias`` gets one token: the reply's first if it is biased up,
+    else the first biased one (unless ``honour_bias`` is false)."""
 
     def __init__(self) -> None:
         self.tok: WordTokenizer | None = None
@@ -79,6 +84,7 @@ class FakeServer:
         self.models: list[dict[str, Any]] = [{"id": "tiny", "max_model_len": 1_000_000}, {"id": "other"}]
         self.usage_style = "openai"
         self.honour_stop = True
+        self.honour_bias = True
         self.reported: list[tuple[int, int]] = []  # (prompt_tokens, cached) per generated stream
         self.pace = 0.0  # seconds between the streamed events of a reply (0: all at once)
         self.spans: list[tuple[float, float]] = []  # (received, finished) per answered POST
@@ -108,7 +114,7 @@ class FakeServer:
                 events = reply.events if reply.events is not None else fake.stream(self.path, body)
                 payload = "".join(f"data: {e}\n\n" for e in events).encode()
                 self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Type", reply.content_type)
                 if reply.claim_length:
                     self.send_header("Content-Length", str(reply.claim_length))
                 self.end_headers()
@@ -175,6 +181,11 @@ class FakeServer:
             for stop in body.get("stop", []):
                 reply = reply.split(stop)[0]
         pieces = _PIECE.findall(reply)[: body["max_tokens"]]
+        if body.get("logit_bias") and self.honour_bias:
+            assert self.tok is not None
+            allowed = {self.tok.decode([int(i)]): int(i) for i, bias in body["logit_bias"].items() if bias > 0}
+            first = _TOKEN.match(reply)
+            pieces = [first.group() if first and first.group() in allowed else next(iter(allowed))]
         cached = 0
         while cached < min(len(units), len(self._last)) and units[cached] == self._last[cached]:
             cached += 1
@@ -269,12 +280,69 @@ def test_text_prompts_and_client_side_stop(server: FakeServer, make_gen: Callabl
     assert server.posts()[0].body["prompt"] == "Count"
 
 
-def test_first_choices_are_not_enforced_over_http(server: FakeServer, make_gen: Callable[..., Any]) -> None:
+CHOOSE = GenerationParams(max_new_tokens=6, first_choices=("YES", "NO"))
+
+
+def continues(reply: str, after: str = "YES") -> Callable[[str], str]:
+    """A responder: ``reply`` for a prompt, its rest for the prompt extended by ``after``."""
+    return lambda prompt: reply[len(after):] if prompt.endswith(after) else reply
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_constrained_first_token_then_a_continuation(server: FakeServer, make_gen: Callable[..., Any],
+                                                       streamed: bool) -> None:
+    server.respond = continues("YES it is, by the pier.")
     gen = make_gen()
-    assert OpenAIGenerator.supports_first_choices is False
-    gen.generate("Is it?", GenerationParams(first_choices=("YES", "NO")))
-    assert set(server.posts()[0].body) == {"model", "stream", "stream_options", "max_tokens",
-                                           "temperature", "top_p", "prompt"}
+    assert gen.supports_first_choices
+    text = "".join(gen.stream("Is it?", CHOOSE)) if streamed else gen.generate("Is it?", CHOOSE)
+    assert text == "YES it is, by the pier."  # the fake streams words: five after the YES
+    first, rest = (s.body for s in server.posts())
+    tok = gen.tokenizer
+    yes, no = tok.encode("YES")[0], tok.encode("NO")[0]
+    assert first["prompt"] == tok.encode("Is it?") and first["max_tokens"] == 1
+    assert first["logit_bias"] == {str(yes): 100, str(no): 100} and "stop" not in first
+    # the continuation's prompt extends the first one, so a prefix cache serves it
+    assert rest["prompt"] == first["prompt"] + [yes] and rest["max_tokens"] == 5
+    assert "logit_bias" not in rest
+    assert gen.usage.requests == 2 and server.reported[1][1] == len(first["prompt"])
+
+
+def test_a_constrained_no_costs_one_request(server: FakeServer, make_gen: Callable[..., Any]) -> None:
+    server.respond = continues("NO, it is not.", after="NO")
+    gen = make_gen()
+    assert FusedJudge().read(gen.stream("Is it?", CHOOSE)) == "NO"
+    assert len(server.posts()) == 1 and gen.usage.requests == 1
+    server.respond = lambda prompt: "Perhaps."  # a biased server still answers with a choice
+    assert gen.generate("Is it?", replace(CHOOSE, max_new_tokens=1)) == "YES"
+    assert len(server.posts()) == 2  # a one-token budget: no continuation
+
+
+def test_stop_strings_span_the_chosen_token(server: FakeServer, make_gen: Callable[..., Any]) -> None:
+    server.respond = continues("YES it is.")
+    assert make_gen().generate("Is it?", replace(CHOOSE, stop=("S it",))) == "YE"
+    assert server.posts()[1].body["stop"] == ["S it"]
+
+
+def test_a_server_that_ignores_logit_bias(server: FakeServer, make_gen: Callable[..., Any]) -> None:
+    server.honour_bias = False
+    gen = make_gen()
+    with pytest.raises(BackendError, match=r"ignored logit_bias: .*'YES', 'NO', it sent 'Hello '"):
+        gen.generate("Is it?", CHOOSE)
+    assert len(server.posts()) == 1
+
+
+def test_chat_mode_refuses_first_choices(server: FakeServer, make_gen: Callable[..., Any], doc: str) -> None:
+    gen = make_gen(mode="chat")
+    assert not gen.supports_first_choices
+    with pytest.raises(UserError, match="cannot restrict the first generated token"):
+        gen.generate("Is it?", CHOOSE)
+    gen.prefill(gen.tokenizer.encode("A prefix."))
+    with pytest.raises(UserError, match="cannot restrict the first generated token"):
+        list(gen.generate_from_cache([], CHOOSE))
+    with pytest.raises(UserError, match="fused judge needs .* grounded or separate judge"):
+        WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="fused")
+    assert server.posts() == [] and gen.length == len(gen.tokenizer.encode("A prefix."))
+    WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="grounded")  # the other judges are fine
 
 
 def test_chat_mode_sends_the_messages_back(server: FakeServer, make_gen: Callable[..., Any]) -> None:
@@ -332,7 +400,7 @@ def test_prefill_sends_nothing_and_generation_sends_prefix_plus_suffix(
     assert server.posts()[-1].body["prompt"] == suffix and gen.length > len(prefix)
     gen.rollback(3)
     assert gen.length == 3
-    with pytest.raises(ValueError):
+    with pytest.raises(BackendError, match="cannot roll back to 4 tokens: the cache holds 3"):
         gen.rollback(4)
 
 
@@ -377,6 +445,11 @@ def test_context_window_from_the_server(server: FakeServer, make_gen: Callable[.
     assert make_gen(context_window=None).context_window == 4096
     assert make_gen(context_window=300).context_window == 300
     assert len([s for s in server.seen if s.method == "GET"]) == 3  # asked once per generator, never when given
+    server.models = [{"id": "tiny", "max_model_len": "lots"}]
+    gen = make_gen(context_window=None)
+    with pytest.raises(BackendError, match=r"/models is malformed: field data\.0\.max_model_len"):
+        _ = gen.context_window
+    assert gen.list_models() == []  # where the listing is only a hint, a bad one is none
 
 
 # -- retries -------------------------------------------------------------------------
@@ -405,11 +478,22 @@ def test_retries_give_up_after_three(server: FakeServer, make_gen: Callable[...,
 
 
 def test_a_long_retry_after_is_an_error_not_a_hang(server: FakeServer, make_gen: Callable[..., Any]) -> None:
-    server.script = [Reply(429, error("quota"), {"Retry-After": "3600"})]
+    server.script = [Reply(429, error("quota"), {"Retry-After": "3600"}),
+                     Reply(503, error("loading"), {"Retry-After": "Wed, 21 Oct 2099 07:28:00 GMT"})]
     gen = make_gen()
     with pytest.raises(BackendError, match="busy.*try again later"):
         gen.generate("hi")
-    assert len(server.posts()) == 1 and gen.sleeps == []
+    with pytest.raises(BackendError, match="HTTP 503 after 1 attempt.*loading"):
+        gen.generate("hi")
+    assert len(server.posts()) == 2 and gen.sleeps == []
+
+
+def test_retry_after_as_a_date(server: FakeServer, make_gen: Callable[..., Any]) -> None:
+    server.script = [Reply(503, error("loading"), {"Retry-After": "Mon, 01 Jan 2001 00:00:00 GMT"}),
+                     Reply(503, error("loading"), {"Retry-After": "soon"})]
+    gen = make_gen()
+    assert gen.generate("hi") == "Hello there, world."
+    assert gen.sleeps == [0.0, 1.0]  # a date past is no wait; an unreadable header keeps the schedule
 
 
 @pytest.mark.parametrize("events", [
@@ -442,6 +526,49 @@ def test_a_connection_cut_mid_body_and_an_error_event(server: FakeServer, make_g
     with pytest.raises(BackendError, match="failed after 2 characters: out of memory"):
         gen.generate("hi")
     assert len(server.posts()) == 2
+
+
+def test_replies_are_validated_naming_the_field(server: FakeServer, make_gen: Callable[..., Any]) -> None:
+    bad_text = json.dumps({"choices": [{"index": 0, "text": {"oops": 1}, "finish_reason": None}]})
+    bad_usage = json.dumps({"choices": [], "usage": {"prompt_tokens": "many"}})
+    server.script = [Reply(events=[chunk("Hi"), bad_text]), Reply(events=[chunk("Hi"), bad_usage]),
+                     Reply(events=["[1, 2]"]), Reply(events=[json.dumps({"choices": [{"text": "x"}]})],
+                                                     content_type="application/json")]
+    gen = make_gen()
+    with pytest.raises(BackendError, match=r"malformed after 2 characters: field choices\.0\.text: "
+                                           r"Input should be a valid string, got \{'oops': 1\}"):
+        gen.generate("hi")
+    with pytest.raises(BackendError, match=r"malformed .* field usage\.prompt_tokens: .*got 'many'"):
+        gen.generate("hi")
+    with pytest.raises(BackendError, match=r"malformed after 0 characters: '\[1, 2\]' is not a JSON object"):
+        gen.generate("hi")
+    with pytest.raises(BackendError, match="malformed after 0 characters: .*text/event-stream.*application/json"):
+        gen.generate("hi")
+    assert len(server.posts()) == 4 and gen.sleeps == []
+
+
+def test_replies_may_leave_out_what_servers_leave_out(server: FakeServer, make_gen: Callable[..., Any]) -> None:
+    role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}], "usage": None}
+    words = [{"id": "x", "choices": [{"delta": {"content": w}, "logprobs": None, "finish_reason": None}],
+              "usage": None, "system_fingerprint": "fp"} for w in ("Hi", " there")]
+    end = {"choices": [{"delta": {}, "finish_reason": "stop"}], "timings": {"prompt_n": 3, "predicted_n": 2}}
+    server.script = [Reply(events=[json.dumps(e) for e in (role, *words, end)] + ["[DONE]"])]
+    gen = make_gen(mode="chat")
+    assert gen.generate("hi") == "Hi there"
+    assert (gen.usage.prefilled_tokens, gen.usage.prompt_tokens_cached, gen.usage.cache_unreported) == (3, 0, 0)
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"object": "error", "message": "bad top_k", "type": "BadRequestError", "code": 400}, "bad top_k"),  # vLLM
+    ({"detail": [{"loc": ["body", "top_k"], "msg": "not an int"}]}, "not an int"),  # FastAPI
+    ({"error": "plain words"}, "plain words"),
+    ({"error": {"message": 42}}, '"message": 42'),  # an error body of no known shape: its text
+])
+def test_error_bodies_of_every_shape(server: FakeServer, make_gen: Callable[..., Any], body: Any,
+                                     message: str) -> None:
+    server.script = [Reply(422, body)]
+    with pytest.raises(BackendError, match=f"HTTP 422 after 1 attempt.*{re.escape(message)}"):
+        make_gen().generate("hi")
 
 
 def test_connection_refused() -> None:
@@ -581,6 +708,22 @@ def reader() -> Callable[[str], str]:
     return respond
 
 
+def fused_reader() -> Callable[[str], str]:
+    """`reader` for the fused judge: YES and the fact, or NO; the rest of a reply after YES."""
+    seen = [0]
+
+    def respond(prompt: str) -> str:
+        if NOTES_MARK in prompt:
+            return ANSWER if "pier 47" in prompt.split(NOTES_MARK)[1] else "I do not know."
+        if prompt.endswith("YES"):
+            return f" {FACT}"
+        read = prompt.rsplit("Question:", 1)[0]
+        latest, seen[0] = read[seen[0]:], len(read)
+        return f"YES {FACT}" if FACT in latest else "NO, the part does not say."
+
+    return respond
+
+
 @pytest.fixture
 def doc(make_haystack: Callable[..., str]) -> str:
     return make_haystack(40, FACT, 0.6)
@@ -629,6 +772,34 @@ def test_wim_in_chat_mode_extends_the_user_text(server: FakeServer, make_gen: Ca
         assert user.endswith(margin_text) and user.startswith(previous)
         previous = user[:-len(margin_text)]
     assert bodies[-1][1]["content"].startswith(previous)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_wim_fused_judge_over_http(server: FakeServer, make_gen: Callable[..., Any], doc: str,
+                                   concurrency: int) -> None:
+    server.respond = fused_reader()
+    gen = make_gen(concurrency=concurrency)
+    pattern = WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="fused")
+    answer = pattern.answer(doc, QUESTION)
+    assert answer.text == ANSWER and [m.text for m in answer.margins if m.relevant] == [FACT]
+    n = len(pattern.segments(doc))
+    assert [m.reason for m in answer.margins].count("the model said NO") == n - 1
+
+    tok = gen.tokenizer
+    yes, no = tok.encode("YES")[0], tok.encode("NO")[0]
+    bodies = [s.body for s in server.posts()]
+    chosen = [b for b in bodies if "logit_bias" in b]
+    assert len(chosen) == n and len(bodies) == n + 2  # a token per margin, one continuation, the answer
+    assert all(b["logit_bias"] == {str(yes): 100, str(no): 100} and b["max_tokens"] == 1 for b in chosen)
+    assert FUSED_INTRO in tok.decode(chosen[0]["prompt"])
+    # the YES margin went on from its own prompt plus the chosen token
+    (rest,) = [b for b in bodies if "logit_bias" not in b and NOTES_MARK not in tok.decode(b["prompt"])]
+    assert any(rest["prompt"] == b["prompt"] + [yes] for b in chosen)
+    suffix = pattern.framing().suffix(gen, "margin_fused", question=QUESTION)
+    bases = [b["prompt"][:-len(suffix)] for b in chosen]
+    assert all(b["prompt"][-len(suffix):] == suffix for b in chosen)
+    assert all(later[:len(before)] == before and len(later) > len(before)
+               for before, later in zip(bases, bases[1:], strict=False))
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])

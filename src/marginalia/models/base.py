@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
-from ..errors import BackendError, ContextOverflow
+from ..errors import BackendError, ContextOverflow, UserError
 
 
 class Message(TypedDict):
@@ -37,9 +37,9 @@ class GenerationParams:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
-    #: When set, the first generated token must begin one of these strings (a
-    #: constrained choice, e.g. ("YES", "NO")); backends without logit control
-    #: may ask for it in the prompt instead.
+    #: When set, the first generated token must be the first token of one of these
+    #: strings (a constrained choice, e.g. ("YES", "NO")); the rest is free. A backend
+    #: that cannot enforce it refuses it (`Generator.supports_first_choices`).
     first_choices: tuple[str, ...] = ()
 
 
@@ -123,6 +123,9 @@ class Generator(ABC):
     #: How many requests may be in flight at once (forks included). In-process backends
     #: compute one at a time; a server may batch several (see `OpenAIGenerator`).
     concurrency: int = 1
+    #: Whether `GenerationParams.first_choices` is enforced (patterns that need it check
+    #: this when they are made; a backend without it refuses such requests).
+    supports_first_choices: bool = False
 
     def __init__(self) -> None:
         self.usage = Usage()
@@ -150,6 +153,7 @@ class Generator(ABC):
         else:
             ids = self.encode_chat(prompt)
         self.check_fits(len(ids) + params.max_new_tokens, what="the prompt plus the answer")
+        self.check_first_choices(params)
         return self.stream_prompt(ids, params)
 
     def generate(
@@ -191,6 +195,13 @@ class Generator(ABC):
         if needed > self.context_window:
             raise ContextOverflow(needed, self.context_window, what)
 
+    def check_first_choices(self, params: GenerationParams) -> None:
+        """Refuse a constrained first token this backend cannot enforce (never ignore it)."""
+        if params.first_choices and not self.supports_first_choices:
+            raise UserError(f"{self.name} cannot restrict the first generated token to one of "
+                            f"{', '.join(params.first_choices)}; use a backend that can (an in-process "
+                            "model, or an openai: server in mode=completions)")
+
 
 class CachingGenerator(Generator):
     """A generator that owns one KV cache of token ids.
@@ -210,7 +221,16 @@ class CachingGenerator(Generator):
 
     @abstractmethod
     def rollback(self, length: int) -> None:
-        """Cut the cache back to its first ``length`` tokens, exactly."""
+        """Cut the cache back to its first ``length`` tokens, exactly.
+
+        Raises:
+            BackendError: ``length`` is negative or beyond the cache (`check_rollback`).
+        """
+
+    def check_rollback(self, length: int) -> None:
+        """Raise `BackendError` unless the cache can be cut back to ``length`` tokens."""
+        if not 0 <= length <= self.length:
+            raise BackendError(f"cannot roll back to {length} tokens: the cache holds {self.length}")
 
     #: token ids that end generation (end of turn / sequence)
     eos_ids: frozenset[int] = frozenset()
@@ -284,6 +304,7 @@ class CachingGenerator(Generator):
         start = self.length
         self.check_fits(start + len(suffix_ids) + params.max_new_tokens,
                         what="the cached prefix plus this request")
+        self.check_first_choices(params)
         try:
             if suffix_ids:
                 self.prefill(suffix_ids)

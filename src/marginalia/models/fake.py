@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from ..errors import BackendError
 from .base import CachingGenerator, GenerationParams, Message, Tokenizer
 
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>")
@@ -46,7 +47,8 @@ class WordTokenizer(Tokenizer):
                 ids.append(self._id(m.group(), special=True))
             else:
                 m = _TOKEN.match(text, pos)
-                assert m is not None  # the pattern matches any character
+                if m is None:  # the pattern matches any character
+                    raise BackendError(f"the word tokenizer cannot split {text[pos:pos + 20]!r}")
                 ids.append(self._id(m.group()))
             offsets.append((pos, m.end()))
             pos = m.end()
@@ -83,6 +85,10 @@ class ScriptedGenerator(CachingGenerator):
         default: the reply when neither gives one.
         context_window: the window it claims, to test overflow handling.
     """
+
+    #: first_choices are recorded with each request, not enforced: a script's reply
+    #: stands for what a constrained model chose (or, to test a judge, failed to)
+    supports_first_choices = True
 
     def __init__(
         self,
@@ -125,8 +131,7 @@ class ScriptedGenerator(CachingGenerator):
         self.usage.prefilled_tokens += len(ids)
 
     def rollback(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot roll back to {length}: the cache holds {self.length} tokens")
+        self.check_rollback(length)
         del self.ids[length:]
 
     def fork(self, keep_cache: bool = True) -> ScriptedGenerator:

@@ -1,13 +1,11 @@
 """In-process llama.cpp backend (llama-cpp-python): a CachingGenerator over a GGUF file.
 
-On CPU it decodes the same weights 3.5 to 6.5 times faster than transformers
-(more on short prefixes; see BENCHMARKS.md). The GGUF's own tokenizer and chat template
-are used. Keys are cached in 16 bits. ``key_cache="q8_0"`` caches them in 8 bits: on 2
-CPU cores that prefilled 7% and decoded 8-13% faster, but over two runs of the judge
-benchmark (17 questions, WiM and long context each, two prompt versions) it changed
-two greedy answers, both from right to wrong, and none the other way; so it is not
-the default (8-bit values would need flash attention, which was slower here; the
-settings are timed by benchmarks/llamacpp_settings.py).
+On CPU it decodes the same weights several times faster than transformers (see
+BENCHMARKS.md). The GGUF's own tokenizer and chat template are used. Keys are cached
+in 16 bits by default: 8-bit keys (``key_cache="q8_0"``) decode a little faster but
+changed greedy answers for the worse in the judge benchmark (BENCHMARKS.md; the
+settings are timed by benchmarks/llamacpp_settings.py). Values stay 16-bit: 8-bit
+values need flash attention, which is slower on long prefixes.
 
 Rollback is `n_tokens = L`: the KV entries past L are dropped before the next
 evaluation, and a continuation that repeats the same evaluation calls gives the same
@@ -114,6 +112,8 @@ class LlamaCppGenerator(CachingGenerator):
         key_cache: ``f16`` (default) or ``q8_0``, the precision of the cached keys.
     """
 
+    supports_first_choices = True  # the first token's logits are masked in `_sample_tokens`
+
     def __init__(self, path: str | Path, name: str = "gguf", n_ctx: int | None = None,
                  n_threads: int | None = None, key_cache: str = DEFAULT_KEY_CACHE,
                  _shared: _Shared | None = None) -> None:
@@ -134,8 +134,8 @@ class LlamaCppGenerator(CachingGenerator):
     @staticmethod
     def _load(path: Path, n_ctx: int | None, n_threads: int | None, type_k: int) -> _Shared:
         llama_cpp = import_llama_cpp()
-        # llama-cpp-python decodes on half the cores by default; on 2 idle cores, decoding
-        # after a 6k-token prefix ran at 52 tok/s on both vs 38.5 on one (measured twice)
+        # llama-cpp-python decodes on half the cores by default; all of them decode faster
+        # (BENCHMARKS.md, the llama.cpp settings table)
         n_threads = n_threads or os.cpu_count() or 1
         if not path.is_file():
             raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
@@ -210,7 +210,8 @@ class LlamaCppGenerator(CachingGenerator):
             self._eval(rest)
             self.usage.prefilled_tokens += len(rest)
 
-    def _eval(self, ids: Sequence[int]) -> None:
+    def _eval(self, ids: Sequence[int]) -> np.ndarray:
+        """Evaluate ``ids`` on top of the context; return (and keep) the last one's logits."""
         llama_cpp = import_llama_cpp()
         llm = self._shared.llm
         try:
@@ -218,8 +219,9 @@ class LlamaCppGenerator(CachingGenerator):
         except Exception as exc:  # llama.cpp reports decode failures as RuntimeError
             raise BackendError(f"llama.cpp failed to evaluate {len(ids)} tokens: {exc}") from exc
         pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
-        self._logits = np.ctypeslib.as_array(pointer, shape=(llm.n_vocab(),)).copy()
-        self._logits_at = llm.n_tokens
+        logits = np.ctypeslib.as_array(pointer, shape=(llm.n_vocab(),)).copy()
+        self._logits, self._logits_at = logits, llm.n_tokens
+        return logits
 
     def prefill(self, ids: Sequence[int]) -> None:
         ids = list(ids)
@@ -234,8 +236,7 @@ class LlamaCppGenerator(CachingGenerator):
         self.usage.prefill_seconds += time.perf_counter() - t0
 
     def rollback(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot roll back to {length}: the cache holds {self.length} tokens")
+        self.check_rollback(length)
         del self._ids[length:]
         if self._shared.owner is self:
             # entries past `length` are removed before the next evaluation
@@ -257,10 +258,9 @@ class LlamaCppGenerator(CachingGenerator):
             raise BackendError("nothing to generate from: the cache is empty and no prompt was given")
         last = self._ids[-1]
         self._shared.llm.n_tokens = len(self._ids) - 1
-        self._eval([last])
+        logits = self._eval([last])
         self.usage.prefilled_tokens += 1
-        assert self._logits is not None
-        return self._logits
+        return logits
 
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         rng = np.random.default_rng(params.seed if params.seed is not None else 0)
@@ -274,10 +274,8 @@ class LlamaCppGenerator(CachingGenerator):
             token = _sample(logits, params, rng)
             yield token
             self._sync()
-            self._eval([token])
+            logits = self._eval([token])
             self._ids.append(token)
-            assert self._logits is not None
-            logits = self._logits
 
 
 def _sample(logits: np.ndarray, params: GenerationParams, rng: np.random.Generator) -> int:

@@ -1,7 +1,7 @@
 """Locating and loading model weights: the embedded SmolLM2, local HF dirs, GGUF files.
 
-A GGUF file is de-quantized by transformers (about 20 s for SmolLM2-135M) once, then
-saved as a safetensors cache under the home directory, so later loads take a second.
+De-quantizing a GGUF file with transformers is slow, so it is done once and saved as a
+safetensors cache under the home directory, which later loads read quickly.
 """
 
 from __future__ import annotations

@@ -4,38 +4,47 @@
 every request, so each Writing-in-the-Margins request extends the one before and
 the server's prefix cache (llama.cpp server, vLLM, SGLang) does the reuse. Spec:
 ``openai:<base-url>#<model>[;mode=completions|chat][;tokenizer=<spec>][;window=<n>]``.
+Retries are tenacity's, the event stream is read by httpx-sse, and every reply is
+validated by the pydantic models of `openai_replies`.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from dataclasses import replace
+from email.utils import parsedate_to_datetime
+from typing import Any, NoReturn
 
 from ..errors import BackendError, ContextOverflow, MarginaliaError, MissingDependency, UserError
-from .base import CachingGenerator, GenerationParams, Generator, Message, StopScanner, Tokenizer
-from .registry import OPENAI_SPEC_FORM as SPEC_FORM
+from .base import CachingGenerator, GenerationParams, Generator, Message, StopScanner, Tokenizer, close_stream
+from .openai_replies import Chunk, ErrorBody, MalformedReply, ModelEntry, ModelList, Timings, UsageReport, parse
+from .openai_spec import MODES, OPTIONS
+from .openai_spec import OPENAI_SPEC_FORM as SPEC_FORM
 
 HTTP_INSTALL = "pip install 'marginalia[http]'"
 try:
     import httpx
+    import httpx_sse
+    import tenacity
 except ImportError as exc:  # pragma: no cover - the tests run with the http extra
-    raise MissingDependency("the OpenAI-compatible HTTP backend (httpx)", HTTP_INSTALL) from exc
+    raise MissingDependency("the OpenAI-compatible HTTP backend (httpx, httpx-sse, tenacity)",
+                            HTTP_INSTALL) from exc
 
-MODES = ("completions", "chat")
 DEFAULT_WINDOW = 4096
 BACKOFF = (0.5, 1.0, 2.0)  # seconds before retry 1, 2, 3
 MAX_RETRY_AFTER = 60.0  # a server asking to wait longer gets an error, not a hang
+#: the logit bias that makes a constrained first token one of the choices (the API's maximum)
+CHOICE_BIAS = 100
 KEY_VARS = ("MARGINALIA_API_KEY", "OPENAI_API_KEY")
 START_HINT = ("start one with e.g. `llama-server -m model.gguf --port 8080` "
               "(then use openai:http://127.0.0.1:8080/v1#<model>) or `vllm serve <model>`")
-# /models entry keys that carry the context window (vLLM, SGLang, llama.cpp), best first
-WINDOW_KEYS = ("max_model_len", "context_length", "n_ctx", "n_ctx_train")
 _SYS = "\u2063MARGINALIA-SYSTEM\u2063"
 _USR = "\u2063MARGINALIA-USER\u2063"
 _CONTEXT = re.compile(r"context|length|tokens", re.IGNORECASE)
@@ -43,12 +52,27 @@ _WINDOW_NUM = re.compile(r"(?:context length|context size|context window|n_ctx)\
 _NEEDED_NUM = re.compile(r"(?:requested|resulted in|request has|prompt has|you have)\D{0,20}?(\d+)", re.IGNORECASE)
 _MODEL_MISSING = re.compile(r"model.{0,80}(not found|does not exist|unknown|not available|no such)|"
                             r"(unknown|invalid|no such) model", re.IGNORECASE | re.DOTALL)
+#: failures to send a request or to receive its headers: nothing of a reply has arrived
+_CONNECTION_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
+                        httpx.ReadError, httpx.WriteError)
 
 RenderChat = Callable[[Sequence[Message], bool], str]
 
 
 class _StreamFault(Exception):
     """A broken SSE stream: args are (what happened, detail); `_stream` reports it."""
+
+
+class _Retryable(Exception):
+    """A failure before any reply arrived that another attempt may cure: a failed connection
+    (``cause``) or a 429/5xx ``response``; ``wait`` is the server's Retry-After in seconds."""
+
+    def __init__(self, cause: Exception | None = None, response: httpx.Response | None = None,
+                 wait: float | None = None) -> None:
+        super().__init__(cause or response)
+        self.cause = cause
+        self.response = response
+        self.wait = wait
 
 
 def chatml(messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
@@ -69,9 +93,13 @@ class OpenAIGenerator(CachingGenerator):
     its own template, so the prefix it sees is textually but not necessarily
     byte-for-byte (token-for-token) identical to the local one.
 
-    ``first_choices`` (a constrained first token) is not enforced over HTTP: one
-    request cannot bias only its first token, so the fused judge relies on its
-    prompt (see `supports_first_choices`).
+    ``first_choices`` (a constrained first token, as the fused judge asks) costs two
+    requests in ``completions`` mode: one for a single token with ``logit_bias`` on the
+    choices' first token ids (the local tokenizer's, which the token prompts already
+    assume), then one for the rest whose prompt is the first one plus that token, so
+    the server's prefix cache reuses it. A server that ignores ``logit_bias`` is caught
+    (the token must be a choice's). ``chat`` mode cannot continue a started reply, so it
+    refuses ``first_choices`` (`supports_first_choices` is false).
 
     Args:
         base_url: the API root, e.g. ``http://127.0.0.1:8080/v1``.
@@ -100,9 +128,6 @@ class OpenAIGenerator(CachingGenerator):
             server such as llama-cpp-python's, which queues them anyway (or, started
             without ``--interrupt_requests false``, cuts the running stream off).
     """
-
-    #: the server cannot restrict only the first generated token (see class doc)
-    supports_first_choices = False
 
     def __init__(
         self,
@@ -135,6 +160,8 @@ class OpenAIGenerator(CachingGenerator):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.mode = mode
+        # a chat reply cannot be continued from a chosen first token (see the class doc)
+        self.supports_first_choices = mode == "completions"
         self.name = name or f"openai:{self.base_url}#{model}"
         self._tokenizer: Tokenizer
         self._render: RenderChat
@@ -177,7 +204,7 @@ class OpenAIGenerator(CachingGenerator):
 
     def stream_prompt(self, prompt_ids: Sequence[int], params: GenerationParams) -> Iterator[str]:
         """One stateless request with just ``prompt_ids``; the local prefix is untouched."""
-        return self._stream(list(prompt_ids), params)
+        return self._generate(list(prompt_ids), params)
 
     def close(self) -> None:
         """Close the HTTP connections (shared with every fork)."""
@@ -195,8 +222,7 @@ class OpenAIGenerator(CachingGenerator):
         self._ids.extend(int(i) for i in ids)
 
     def rollback(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot roll back to {length}: the cache holds {self.length} tokens")
+        self.check_rollback(length)
         del self._ids[length:]
 
     def fork(self, keep_cache: bool = True) -> OpenAIGenerator:
@@ -209,7 +235,7 @@ class OpenAIGenerator(CachingGenerator):
             raise BackendError("nothing to generate from: the cache is empty and no prompt was given")
         out: list[str] = []
         try:
-            for delta in self._stream(list(self._ids), params):
+            for delta in self._generate(list(self._ids), params):
                 out.append(delta)
                 yield delta
         finally:  # the generated text joins the cache; the base rolls it back unless committed
@@ -218,7 +244,8 @@ class OpenAIGenerator(CachingGenerator):
 
     # -- the wire ----------------------------------------------------------
 
-    def _body(self, ids: list[int], params: GenerationParams) -> dict[str, Any]:
+    def _body(self, ids: list[int], params: GenerationParams,
+              logit_bias: dict[str, int] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model, "stream": True, "stream_options": {"include_usage": True},
             "max_tokens": params.max_new_tokens, "temperature": params.temperature,
@@ -232,6 +259,8 @@ class OpenAIGenerator(CachingGenerator):
             body["stop"] = list(params.stop)
         if params.seed is not None:
             body["seed"] = params.seed
+        if logit_bias:
+            body["logit_bias"] = logit_bias
         return {**body, **self.extra_body}
 
     def messages_of(self, ids: Sequence[int]) -> list[Message]:
@@ -254,14 +283,71 @@ class OpenAIGenerator(CachingGenerator):
             return [{"role": "user", "content": text[len(head):len(text) - len(tail)]}]
         return [{"role": "user", "content": text}]
 
-    def _stream(self, ids: list[int], params: GenerationParams) -> Iterator[str]:
+    def _generate(self, ids: list[int], params: GenerationParams) -> Iterator[str]:
+        """Text deltas for the prompt ``ids``: one request, or two for a constrained first token."""
+        self.check_first_choices(params)
+        if params.first_choices and params.max_new_tokens > 0:
+            return self._constrained(ids, params)
+        return self._stream(ids, params)
+
+    def _constrained(self, ids: list[int], params: GenerationParams) -> Iterator[str]:
+        """The first token chosen among ``params.first_choices``, then the rest (see the class doc).
+
+        Stop strings are applied to the whole text, as the in-process backends do; a
+        consumer that stops after the first token (the fused judge's NO) saves the second
+        request.
+        """
+        choices = self._choice_tokens(params.first_choices)
+        one = replace(params, max_new_tokens=1, stop=(), first_choices=())
+        text = "".join(self._stream(ids, one, logit_bias={str(i): CHOICE_BIAS for i in choices}))
+        token = _chosen(choices, text)
+        if token is None:
+            raise BackendError(
+                f"the model server at {self.base_url} ignored logit_bias: asked for one token among "
+                f"{', '.join(repr(t) for t in choices.values())}, it sent {text!r}; use a server that "
+                "honours logit_bias (llama.cpp server, vLLM, SGLang) or another judge than fused")
+        scanner = StopScanner(params.stop)
+        delta = scanner.feed(text)
+        if delta:
+            yield delta
+        if not scanner.stopped and params.max_new_tokens > 1:
+            rest = self._stream(ids + [token], replace(params, max_new_tokens=params.max_new_tokens - 1,
+                                                        first_choices=()))
+            try:
+                for piece in rest:
+                    delta = scanner.feed(scanner.text + piece)
+                    if delta:
+                        yield delta
+                    if scanner.stopped:
+                        break
+            finally:
+                close_stream(rest)
+        tail = scanner.flush()
+        if tail:
+            yield tail
+
+    def _choice_tokens(self, choices: Sequence[str]) -> dict[int, str]:
+        """The first token id of each choice, with its text."""
+        first: dict[int, str] = {}
+        for choice in choices:
+            ids = self._tokenizer.encode(choice)
+            if ids:
+                first.setdefault(ids[0], self._tokenizer.decode(ids[:1]))
+        if not first:
+            raise UserError(f"the first-token choices {list(choices)!r} are all empty; give at least one word")
+        return first
+
+    def _stream(self, ids: list[int], params: GenerationParams,
+                logit_bias: dict[str, int] | None = None) -> Iterator[str]:
         """One streaming request for ``ids``; yields text deltas and books the usage."""
-        path = "/chat/completions" if self.mode == "chat" else "/completions"
+        chat = self.mode == "chat"
         t0 = time.perf_counter()
         first: float | None = None
-        report: dict[str, Any] = {}
+        usage: UsageReport | None = None
+        timings: Timings | None = None
         scanner = StopScanner(params.stop)
-        response = self._open(path, self._body(ids, params))
+        response = self._open("/chat/completions" if chat else "/completions",
+                              self._body(ids, params, logit_bias))
         received = ""
         try:
             complete = False
@@ -273,22 +359,20 @@ class OpenAIGenerator(CachingGenerator):
                                            "interrupts this one (start it with --interrupt_requests "
                                            "false, as `marginalia serve-model` does)")
                     break
-                if chunk.get("error"):
+                failure = chunk.error_text()
+                if failure is not None:
                     raise BackendError(f"the model server at {self.base_url} failed after "
-                                       f"{len(received)} characters: {_message(chunk)}")
-                report.update({k: chunk[k] for k in ("usage", "timings") if chunk.get(k)})
-                choice = (chunk.get("choices") or [{}])[0]
-                if not isinstance(choice, dict):
-                    choice = {}
-                piece = choice.get("text") if self.mode == "completions" \
-                    else (choice.get("delta") or {}).get("content")
-                if isinstance(piece, str) and piece:
+                                       f"{len(received)} characters: {failure}")
+                usage = chunk.usage or usage
+                timings = chunk.timings or timings
+                piece = chunk.piece(chat)
+                if piece:
                     received += piece
                     delta = scanner.feed(received)
                     if delta:
                         first = first or time.perf_counter()
                         yield delta
-                complete = complete or bool(choice.get("finish_reason"))
+                complete = complete or chunk.finished()
                 if scanner.stopped:  # the server ignored a stop string
                     complete = True
                     break
@@ -303,40 +387,39 @@ class OpenAIGenerator(CachingGenerator):
                                "still running and serving this API?") from fault.__cause__
         finally:
             response.close()
-            self._book(len(ids), report, scanner.text[:scanner.emitted], t0, first)
+            self._book(len(ids), usage, timings, scanner.text[:scanner.emitted], t0, first)
 
     @staticmethod
-    def _chunks(response: httpx.Response) -> Iterator[dict[str, Any] | None]:
-        """Parsed ``data:`` payloads of an SSE stream; None for ``[DONE]``."""
+    def _chunks(response: httpx.Response) -> Iterator[Chunk | None]:
+        """The chunks of the response's event stream, validated; None for ``[DONE]``."""
         try:
-            for line in response.iter_lines():
-                if not line.startswith("data:"):
-                    continue  # blank separators, comments, event names
-                data = line[5:].strip()
+            for event in httpx_sse.EventSource(response).iter_sse():
+                data = event.data.strip()
+                if not data:
+                    continue  # an event with no data (a keep-alive, a bare event name)
                 if data == "[DONE]":
                     yield None
                     return
                 try:
-                    chunk = json.loads(data)
-                except json.JSONDecodeError as exc:
-                    raise _StreamFault("malformed", f"{data[:80]!r} is not JSON") from exc
-                if not isinstance(chunk, dict):
-                    raise _StreamFault("malformed", f"{data[:80]!r} is not a JSON object")
+                    chunk = parse(Chunk, data, "a chunk")
+                except MalformedReply as exc:
+                    raise _StreamFault("malformed", exc.detail) from exc
                 yield chunk
+        except httpx_sse.SSEError as exc:  # not an event stream at all
+            raise _StreamFault("malformed", str(exc)) from exc
         except httpx.HTTPError as exc:
             raise _StreamFault("cut off", f"{type(exc).__name__}: {exc}") from exc
 
-    def _book(self, sent: int, report: dict[str, Any], text: str, t0: float, first: float | None) -> None:
+    def _book(self, sent: int, usage: UsageReport | None, timings: Timings | None, text: str,
+              t0: float, first: float | None) -> None:
         """Add one request to the usage account, trusting the server's counts when it gives them."""
-        usage = report.get("usage") or {}
-        timings = report.get("timings") or {}
-        cached = _int(timings.get("cache_n"))
-        if cached is None:
-            cached = _int((usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
-        evaluated = _int(timings.get("prompt_n"))
+        cached = timings.cache_n if timings else None
+        if cached is None and usage and usage.prompt_tokens_details:
+            cached = usage.prompt_tokens_details.cached_tokens
+        evaluated = timings.prompt_n if timings else None
         unreported = cached is None and evaluated is None  # neither count: the prompt is booked in full
-        if evaluated is None and _int(usage.get("prompt_tokens")) is not None:
-            evaluated = int(usage["prompt_tokens"]) - (cached or 0)
+        if evaluated is None and usage and usage.prompt_tokens is not None:
+            evaluated = usage.prompt_tokens - (cached or 0)
         end = time.perf_counter()
         generated = self._tokenizer.count(text) if text else 0
         with self._lock:
@@ -353,54 +436,78 @@ class OpenAIGenerator(CachingGenerator):
     def _open(self, path: str, body: dict[str, Any]) -> httpx.Response:
         """POST ``body`` and return the streaming response once it says 200.
 
-        Retries (with backoff) on failed connections, 429 and 5xx; never once a
-        response has begun to stream.
+        Retries with tenacity on failed connections, 429 and 5xx, waiting as ``backoff``
+        says or as the server's Retry-After asks; never once a response has begun to
+        stream (that is the caller's to read).
         """
         url = self.base_url + path
-        for attempt in range(self.max_retries + 1):
-            wait: float | None = self.backoff[min(attempt, len(self.backoff) - 1)]
-            try:
-                response = self.client.send(self.client.build_request("POST", url, json=body), stream=True)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
-                    httpx.ReadError, httpx.WriteError) as exc:
-                if attempt == self.max_retries:
-                    raise self._unreachable(exc) from exc
-            except httpx.TimeoutException as exc:
-                raise BackendError(f"the model server at {self.base_url} sent nothing for "
-                                   f"{self.read_timeout:g} s; give it more time with "
-                                   "';timeout=<seconds>' in the model spec, or a smaller prompt") from exc
-            else:
-                if response.status_code < 400:
-                    return response
-                response.read()
-                response.close()
-                retryable = response.status_code == 429 or response.status_code >= 500
-                if retryable:
-                    wait = _retry_after(response, wait)
-                if not retryable or wait is None or attempt == self.max_retries:
-                    raise self._error(response, attempts=attempt + 1)
-            self.sleep(wait or 0.0)
-        raise AssertionError("unreachable")  # pragma: no cover
+        attempts = itertools.count(1)
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(_Retryable),
+            stop=self._stop,
+            wait=self._wait,
+            sleep=lambda seconds: self.sleep(float(seconds)),
+            retry_error_callback=self._give_up,
+        )
+        response: httpx.Response = retrying(lambda: self._send(url, body, next(attempts)))
+        return response
+
+    def _send(self, url: str, body: dict[str, Any], attempt: int) -> httpx.Response:
+        """One attempt of `_open`."""
+        try:
+            response = self.client.send(self.client.build_request("POST", url, json=body), stream=True)
+        except _CONNECTION_FAILURES as exc:
+            raise _Retryable(cause=exc) from exc
+        except httpx.TimeoutException as exc:
+            raise BackendError(f"the model server at {self.base_url} sent nothing for "
+                               f"{self.read_timeout:g} s; give it more time with "
+                               "';timeout=<seconds>' in the model spec, or a smaller prompt") from exc
+        if response.status_code < 400:
+            return response
+        response.read()
+        response.close()
+        if response.status_code == 429 or response.status_code >= 500:
+            raise _Retryable(response=response, wait=_retry_after(response))
+        raise self._error(response, attempts=attempt)
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        """Seconds before the next attempt: the server's Retry-After, else the backoff schedule."""
+        failure = _failure(state)
+        if failure is not None and failure.wait is not None:
+            return failure.wait
+        return self.backoff[min(state.attempt_number - 1, len(self.backoff) - 1)]
+
+    def _stop(self, state: tenacity.RetryCallState) -> bool:
+        """No more attempts: the retries are spent, or the server asks to wait too long."""
+        failure = _failure(state)
+        too_long = failure is not None and failure.wait is not None and failure.wait > MAX_RETRY_AFTER
+        return too_long or state.attempt_number > self.max_retries
+
+    def _give_up(self, state: tenacity.RetryCallState) -> NoReturn:
+        """Raise the error for the last failure once `_stop` says so."""
+        failure = _failure(state)
+        if failure is not None and failure.response is not None:
+            raise self._error(failure.response, attempts=state.attempt_number)
+        cause = failure.cause if failure is not None and failure.cause is not None else RuntimeError(failure)
+        raise self._unreachable(cause) from cause
 
     def _error(self, response: httpx.Response, attempts: int) -> MarginaliaError:
         """The marginalia error for an HTTP error response."""
         status = response.status_code
         try:
-            detail: Any = response.json()
-        except ValueError:
-            detail = {"error": response.text}
-        message = _message(detail)
+            body = ErrorBody.model_validate_json(response.text)
+        except ValueError:  # not JSON, or not an error body we know: its text is the message
+            body = ErrorBody(error=response.text)
+        message = body.text()[:500] or "(no message)"
+        fields = body.fields()
         where = f"the model server at {self.base_url}"
         if status in (401, 403):
             return UserError(f"{where} refused the request (HTTP {status}: {message}); set "
                              f"{KEY_VARS[0]} (or {KEY_VARS[1]}) to an API key it accepts")
-        fields = detail.get("error") if isinstance(detail, dict) else None
-        too_long = isinstance(fields, dict) and "exceed_context" in str(fields.get("type", ""))
+        too_long = "exceed_context" in (fields.type or "")
         if status in (400, 413) and (too_long or _CONTEXT.search(message)):
-            window = _int(fields.get("n_ctx")) if isinstance(fields, dict) else None
-            needed = _int(fields.get("n_prompt_tokens")) if isinstance(fields, dict) else None
-            window = window or _first_int(_WINDOW_NUM, message)
-            needed = needed or _first_int(_NEEDED_NUM, message)
+            window = fields.n_ctx or _first_int(_WINDOW_NUM, message)
+            needed = fields.n_prompt_tokens or _first_int(_NEEDED_NUM, message)
             if window and needed:
                 return ContextOverflow(needed, window, what=f"the request to {self.model}")
             return BackendError(f"{where} says the prompt is too long: {message}; use a shorter "
@@ -408,7 +515,7 @@ class OpenAIGenerator(CachingGenerator):
         mentions_model = _MODEL_MISSING.search(message) or (len(self.model) > 2 and self.model in message)
         if status == 404 or (status < 500 and mentions_model):
             try:
-                ids = [str(m.get("id")) for m in self.list_models()]
+                ids = [m.id for m in self.list_models()]
             except MarginaliaError:
                 ids = []
             known = f"; it serves: {', '.join(ids)}" if ids else ""
@@ -419,23 +526,27 @@ class OpenAIGenerator(CachingGenerator):
                                 "try again later or send fewer requests at once")
         return BackendError(f"{where} answered HTTP {status} after {attempts} attempt(s): {message}")
 
-    def list_models(self, strict: bool = False) -> list[dict[str, Any]]:
+    def list_models(self, strict: bool = False) -> list[ModelEntry]:
         """The entries of the server's ``GET /models`` ([] when it gives none).
 
         Raises:
-            BackendError: only when ``strict`` and the server cannot be reached.
+            BackendError: only when ``strict``: the server cannot be reached, or its
+                listing is malformed.
         """
         try:
             response = self.client.get(self.base_url + "/models")
-            data = response.json() if response.status_code == 200 else {}
         except httpx.TransportError as exc:
             if strict:
                 raise self._unreachable(exc) from exc
             return []
-        except ValueError:
+        if response.status_code != 200:
             return []
-        entries = data.get("data") if isinstance(data, dict) else None
-        return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+        try:
+            return parse(ModelList, response.content, f"the model list at {self.base_url}/models").data
+        except MalformedReply:
+            if strict:
+                raise
+            return []
 
     def _unreachable(self, exc: Exception) -> BackendError:
         return BackendError(f"cannot reach the model server at {self.base_url}: is it running? "
@@ -450,20 +561,12 @@ def check_server(base_url: str, mode: str) -> None:
         raise UserError(f"unknown mode {mode!r} for {base_url}; choose one of {', '.join(MODES)}")
 
 
-def window_of(models: list[dict[str, Any]], model: str) -> int | None:
+def window_of(models: Sequence[ModelEntry], model: str) -> int | None:
     """The context window a ``/models`` listing gives for ``model`` (or its only entry)."""
-    entry = next((m for m in models if m.get("id") == model), models[0] if len(models) == 1 else None)
+    entry = next((m for m in models if m.id == model), models[0] if len(models) == 1 else None)
     if entry is None:
         return None
-    for source in (entry, entry.get("meta") or {}):
-        for key in WINDOW_KEYS:
-            value = _int(source.get(key)) if isinstance(source, dict) else None
-            if value and value > 0:
-                return value
-    return None
-
-
-OPTIONS = ("mode", "prompt", "tokenizer", "window", "timeout", "concurrency")
+    return entry.window() or (entry.meta.window() if entry.meta else None)
 
 
 def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> OpenAIGenerator:
@@ -569,29 +672,42 @@ def hf_tokenizer(path: str) -> tuple[Tokenizer, RenderChat]:
     return HFTokenizer(tok), render
 
 
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
     m = pattern.search(text)
     return int(m.group(1)) if m else None
 
 
-def _message(detail: Any) -> str:
-    """The human part of an error body: ``{"error": {"message": ...}}`` and its variants."""
-    if isinstance(detail, dict):
-        for key in ("error", "message", "detail"):
-            if key in detail:
-                return _message(detail[key])
-    return str(detail).strip()[:500] or "(no message)"
+def _chosen(choices: dict[int, str], text: str) -> int | None:
+    """The choice token whose text the server sent (None: it sent none of them).
+
+    A token's text alone may differ from the server's by a leading space
+    (SentencePiece), so a unique match without surrounding spaces counts too.
+    """
+    exact = [i for i, t in choices.items() if t == text]
+    if exact:
+        return exact[0]
+    loose = [i for i, t in choices.items() if t.strip() and t.strip() == text.strip()]
+    return loose[0] if len(loose) == 1 else None
 
 
-def _retry_after(response: httpx.Response, default: float | None) -> float | None:
-    """Seconds the server asks us to wait (None: longer than we are willing to)."""
-    value = response.headers.get("retry-after", "")
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds the server's Retry-After header asks to wait (seconds or an HTTP date), if any."""
+    value = response.headers.get("retry-after", "").strip()
+    if not value:
+        return None
     try:
-        wait = float(value)
+        seconds = float(value)
+        return seconds if seconds >= 0 else 0.0  # nan too
     except ValueError:
-        return default
-    return None if wait > MAX_RETRY_AFTER else max(wait, 0.0)
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def _failure(state: tenacity.RetryCallState) -> _Retryable | None:
+    """The retryable failure of tenacity's last attempt, if that is how it ended."""
+    failure = state.outcome.exception() if state.outcome is not None else None
+    return failure if isinstance(failure, _Retryable) else None

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import UserError
 from ..home import resolve_home
 from .base import Generator
+from .openai_spec import OPENAI_SPEC_FORM
 
 Factory = Callable[[str, "LoadContext"], Generator]
 
@@ -36,8 +37,8 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 def gguf_backend(requested: str = "auto", device: str = "auto") -> str:
-    """The in-process backend for a GGUF file: llama.cpp when installed (it decodes 3.5-6.5
-    times faster on CPU), else transformers; or what was asked for."""
+    """The in-process backend for a GGUF file: llama.cpp when installed (it decodes several
+    times faster on CPU; see BENCHMARKS.md), else transformers; or what was asked for."""
     if requested not in BACKENDS:
         raise UserError(f"unknown backend {requested!r}; choose one of {', '.join(BACKENDS)}")
     if requested != "auto":
@@ -167,12 +168,6 @@ register_backend("smollm2", _smollm2, "SmolLM2-135M-Instruct, the embedded defau
 register_backend("hf", _hf, "a local Hugging Face model folder (transformers, in-process)")
 register_backend("gguf", _gguf, "a local GGUF file (llama.cpp, or transformers via a converted cache)")
 register_backend("scripted", _scripted, "a fake that answers with the given text (for tests)")
-
-
-#: the openai spec's form, for --help's model list and the backend's errors
-OPENAI_SPEC_FORM = ("openai:<base-url>#<model>[;mode=completions|chat][;prompt=tokens|text]"
-                    "[;tokenizer=<spec>][;window=<tokens>][;timeout=<seconds>][;concurrency=<n>]"
-                    "[;x-<body field>=<value>]")
 
 
 def _openai(arg: str, ctx: LoadContext) -> Generator:

@@ -73,6 +73,8 @@ class TransformersGenerator(CachingGenerator):
         prefill_chunk: tokens per forward pass during prefill.
     """
 
+    supports_first_choices = True  # the first token's logits are masked (`_restrict`)
+
     def __init__(
         self, model: Any, tokenizer: Any, name: str = "hf", prefill_chunk: int = 512,
         _cache: Any = None, _ids: list[int] | None = None,
@@ -157,8 +159,7 @@ class TransformersGenerator(CachingGenerator):
         self.usage.prefill_seconds += time.perf_counter() - t0
 
     def rollback(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot roll back to {length}: the cache holds {self.length} tokens")
+        self.check_rollback(length)
         if length == self.length:
             return
         if length == 0:

@@ -240,6 +240,11 @@ def make_judge(mode: str, generator: Generator, threshold: float = 0.5) -> Margi
     if mode == "grounded":
         return GroundedJudge(threshold)
     if mode == "fused":
+        if not generator.supports_first_choices:  # else the verdict would be left to the prompt
+            raise UserError(f"the fused judge needs the margin's first token restricted to "
+                            f"{' or '.join(FusedJudge.choices)}, and {generator.name} cannot do that; "
+                            "use the grounded or separate judge, or a backend that can (an in-process "
+                            "model, or an openai: server in mode=completions)")
         return FusedJudge()
     if mode == "separate":
         return SeparateJudge(generator)
