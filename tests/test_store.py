@@ -457,7 +457,7 @@ def test_a_waiting_writer_proceeds_when_the_lock_is_released(col: Collection,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     lock = WriterLock(col.path / "write.lock", "docs", timeout=1)
     lock.__enter__()
-    assert (col.path / "write.lock").read_text().strip() == str(os.getpid())
+    assert (col.path / "write.lock.pid").read_text().strip() == str(os.getpid())
     timer = threading.Timer(0.4, lock.__exit__, (None, None, None))
     timer.start()
     try:
