@@ -3,7 +3,8 @@
 Layout of one collection, under ``<home>/collections/<name>/``::
 
     collection.json       schema version, embedder name and dimension, creation time (written last, atomically)
-    write.lock            flock'ed by the one writer; holds its pid
+    write.lock            the writer lock (filelock), held by one writer at a time
+    write.lock.pid        the pid of the writer that holds it, named when another writer has to wait
     db/entries.lance      one row per chunk or question entry: text, offsets, vector; native BM25 index on
                           ``search_text``; an IVF-PQ vector index once the table is large
     db/documents.lance    one row per document: markdown text, section tree, chunking hash
@@ -31,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import MissingDependency, UserError
+from ..files import atomic_write_json
 from ..home import resolve_home
 from ..records import Chunk, Document, Section
 from .embedders import Embedder, load_embedder
@@ -64,7 +66,6 @@ from .schema import (
     sql_list,
     sql_str,
     visible,
-    write_json_atomic,
 )
 
 __all__ = [
@@ -262,7 +263,7 @@ class Collection:
             entries = db.create_table(ENTRIES, schema=entries_schema(dim))
             entries.create_index(FTS_COLUMN, config=FTS(with_position=False))
             db.create_table(DOCUMENTS, schema=documents_schema())
-            write_json_atomic(path / META_FILE, {
+            atomic_write_json(path / META_FILE, {
                 "schema_version": SCHEMA_VERSION, "name": name, "embedder": embedder.name, "dim": dim,
                 "created_at": now_iso(), "chunk_template": CHUNK_TEMPLATE,
             })
