@@ -36,7 +36,7 @@ from ..files import atomic_write_json
 from ..home import resolve_home
 from ..records import Chunk, Document, Section
 from .embedders import Embedder, load_embedder
-from .hybrid import RRF_K, ranked, reciprocal_rank_fusion
+from .hybrid import ranked, similarities
 from .locking import CollectionBusy, WriterLock
 from .schema import (
     CHUNK_TEMPLATE,
@@ -44,6 +44,7 @@ from .schema import (
     DOCUMENTS,
     ENTRIES,
     FTS_COLUMN,
+    HIT_COLUMNS,
     KINDS,
     LIVE_COLUMNS,
     LOCK_FILE,
@@ -200,6 +201,7 @@ class Collection:
         self._entries = db.open_table(ENTRIES)
         self._documents = db.open_table(DOCUMENTS)
         self._live_cache: tuple[int, dict[str, LiveDocument]] | None = None
+        self._where_cache: tuple[dict[str, LiveDocument], dict[tuple[str, ...], str]] | None = None
 
     # -- opening ---------------------------------------------------------------
 
@@ -600,13 +602,16 @@ class Collection:
         Args:
             query: Free text.
             k: How many hits.
-            mode: ``hybrid`` (BM25 and dense fused by reciprocal rank, k=60), ``dense`` (cosine)
-                or ``bm25`` (LanceDB's native full-text index).
+            mode: ``hybrid`` (BM25 and dense, each ``max(3k, 30)`` deep, fused by reciprocal rank
+                with k=60: LanceDB's hybrid query and ``RRFReranker``), ``dense`` (cosine) or
+                ``bm25`` (LanceDB's native full-text index).
             kinds: Entry kinds to search: ``chunk`` and/or ``question``.
 
         Returns:
             Hits, best first. ``similarity`` is always the cosine of the query and the entry
-            (in bm25 mode only when an embedder is loaded; NaN otherwise).
+            (in bm25 mode only when an embedder is loaded; NaN otherwise). Only entries of
+            committed documents are searched (a chunk: of its document's current chunking),
+            so rows a killed or unfinished run left behind take no rank.
 
         Raises:
             UserError: an empty query, k < 1, or an unknown mode or kind.
@@ -620,32 +625,45 @@ class Collection:
         kinds = tuple(kinds)
         if not kinds or any(kind not in KINDS for kind in kinds):
             raise UserError(f"unknown entry kinds {kinds!r}; use 'chunk' and/or 'question'")
-        where = f"kind IN {sql_list(sorted(set(kinds)))}"
-        qvec = self._embed_query(query) if mode != "bm25" or self._embedder is not None else None
-        depth = k if mode != "hybrid" else max(3 * k, 30)
         live = self._live()
+        if not live:
+            return []
+        qvec = self._embed_query(query) if mode != "bm25" or self._embedder is not None else None
+        # hybrid fuses rankings deeper than k: an entry ranked well by both can beat one ranked first by one
+        limit = max(3 * k, 30) if mode == "hybrid" else k
+        rows = ranked(self._entries, mode, query, qvec, self._visible_where(live, kinds), limit).slice(0, k)
+        score_column = {"hybrid": "_relevance_score", "bm25": "_score", "dense": None}[mode]
+        sims = similarities(rows, qvec)
+        scores = rows[score_column].to_pylist() if score_column else sims
+        columns = [c for c in HIT_COLUMNS if c != "vector"]
+        values = {c: rows[c].to_pylist() for c in columns}
+        return [self._hit({c: values[c][i] for c in columns}, scores[i], sims[i], live) for i in range(rows.num_rows)]
 
-        def keep(row: dict[str, Any]) -> bool:
-            return visible(live, row["kind"], row["doc_id"], row["gen"])
+    def _visible_where(self, live: dict[str, LiveDocument], kinds: tuple[str, ...]) -> str:
+        """A SQL filter for the entries of ``kinds`` that :func:`visible` accepts, cached with ``live``.
 
-        dense = ranked(self._entries, "dense", query, qvec, where, depth, keep) if mode != "bm25" else []
-        bm25 = ranked(self._entries, "bm25", query, qvec, where, depth, keep) if mode != "dense" else []
-        rows = {r["id"]: r for r in bm25 + dense}
-        if mode == "hybrid":
-            fused = reciprocal_rank_fusion([[r["id"] for r in dense], [r["id"] for r in bm25]], k=RRF_K)[:k]
-            best = [(rows[i], score) for i, score in fused]
-        elif mode == "dense":
-            best = [(r, r["_similarity"]) for r in dense[:k]]
-        else:
-            best = [(r, r["_score"]) for r in bm25[:k]]
-        return [self._hit(r, score, live) for r, score in best]
+        Chunks are matched by their chunking key alone (it hashes the doc_id, so it names one document);
+        questions by their document. The lists grow with the number of documents, not of entries.
+        """
+        cache = self._where_cache
+        if cache is None or cache[0] is not live:
+            cache = self._where_cache = (live, {})
+        where = cache[1].get(kinds)
+        if where is None:
+            parts = []
+            if "chunk" in kinds:
+                parts.append(f"(kind = 'chunk' AND gen IN {sql_list(sorted({d.gen for d in live.values()}))})")
+            if "question" in kinds:
+                parts.append(f"(kind = 'question' AND doc_id IN {sql_list(sorted(live))})")
+            where = cache[1][kinds] = " OR ".join(parts)
+        return where
 
     @staticmethod
-    def _hit(row: dict[str, Any], score: float, live: dict[str, LiveDocument]) -> Hit:
+    def _hit(row: dict[str, Any], score: float, similarity: float, live: dict[str, LiveDocument]) -> Hit:
         return Hit(
             kind=row["kind"], id=row["id"], doc_id=row["doc_id"], source=live[row["doc_id"]].source,
             text=row["text"], section_path=tuple(row["section_path"] or ()), section_index=row["section_index"],
             start=row["start"], end=row["end"], page=row["page"], score=float(score),
-            similarity=row["_similarity"], answer=row["answer"] or "", long_answer=row["long_answer"] or "",
+            similarity=similarity, answer=row["answer"] or "", long_answer=row["long_answer"] or "",
             chunk_index=row["chunk_index"],
         )
