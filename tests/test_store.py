@@ -447,6 +447,41 @@ def test_rows_of_an_unfinished_run_take_no_rank(hermetic: Path) -> None:
     assert col.search("harbour opens at dawn", k=1, mode="hybrid")[0].score == pytest.approx(2 / 61)
 
 
+def test_orphans_outnumbering_documents_are_kept_out_too(hermetic: Path) -> None:
+    col = Collection.open("docs", embedder=CountingEmbedder(), create=True)
+    for parts in (HARBOUR, MILL):  # two killed runs, one orphan each
+        broken = Collection.open("docs", embedder=CountingEmbedder(fail_on_batch=2))
+        broken.write_batch = 1
+        with pytest.raises(RuntimeError):
+            add(broken, parts)
+    add(col, make_doc("twin.md", [("", [MILL[2][0].text])]))
+    assert n_rows(col) == 3
+    for mode in ("dense", "bm25", "hybrid"):
+        assert [h.source for h in col.search("old mill harbour dawn", k=5, mode=mode)] == ["twin.md"], mode
+
+
+def test_a_write_landing_during_a_search_adds_no_hidden_hit(col: Collection, monkeypatch: pytest.MonkeyPatch) -> None:
+    add(col, MILL)
+    assert col.search("harbour opens at dawn", k=5)  # what is hidden is now known, at this version
+    real_ranked = store.ranked
+    calls = []
+
+    def racing(*args: Any) -> Any:
+        if not calls:  # another writer's killed run lands between the filter and the query
+            broken = Collection.open("docs", embedder=CountingEmbedder(fail_on_batch=2))
+            broken.write_batch = 1
+            with pytest.raises(RuntimeError):
+                add(broken, HARBOUR)
+        calls.append(args[-2])
+        return real_ranked(*args)
+
+    monkeypatch.setattr(store, "ranked", racing)
+    for mode in ("dense", "bm25", "hybrid"):
+        assert {h.source for h in col.search("harbour opens at dawn", k=5, mode=mode)} <= {"mill.md"}, mode
+    assert col.search("harbour opens at dawn", k=1, mode="dense")[0].source == "mill.md"
+    assert len(calls) == 5  # the first search ran again, with the filter that lists what is live
+
+
 # -- two writers, and crashes ------------------------------------------------------------
 
 

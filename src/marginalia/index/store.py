@@ -25,6 +25,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -201,7 +202,7 @@ class Collection:
         self._entries = db.open_table(ENTRIES)
         self._documents = db.open_table(DOCUMENTS)
         self._live_cache: tuple[int, dict[str, LiveDocument]] | None = None
-        self._where_cache: tuple[dict[str, LiveDocument], dict[tuple[str, ...], str]] | None = None
+        self._hidden_cache: tuple[dict[str, LiveDocument], int, _Hidden] | None = None
 
     # -- opening ---------------------------------------------------------------
 
@@ -631,7 +632,12 @@ class Collection:
         qvec = self._embed_query(query) if mode != "bm25" or self._embedder is not None else None
         # hybrid fuses rankings deeper than k: an entry ranked well by both can beat one ranked first by one
         limit = max(3 * k, 30) if mode == "hybrid" else k
-        rows = ranked(self._entries, mode, query, qvec, self._visible_where(live, kinds), limit).slice(0, k)
+        where, version = self._visible_where(live, kinds)
+        rows = ranked(self._entries, mode, query, qvec, where, limit)
+        if version is not None and self._entries.version != version:
+            # a write landed after the hidden rows were listed: rows it added may have slipped through
+            rows = ranked(self._entries, mode, query, qvec, _live_where(live, kinds), limit)
+        rows = rows.slice(0, k)
         score_column = {"hybrid": "_relevance_score", "bm25": "_score", "dense": None}[mode]
         sims = similarities(rows, qvec)
         scores = rows[score_column].to_pylist() if score_column else sims
@@ -639,24 +645,40 @@ class Collection:
         values = {c: rows[c].to_pylist() for c in columns}
         return [self._hit({c: values[c][i] for c in columns}, scores[i], sims[i], live) for i in range(rows.num_rows)]
 
-    def _visible_where(self, live: dict[str, LiveDocument], kinds: tuple[str, ...]) -> str:
-        """A SQL filter for the entries of ``kinds`` that :func:`visible` accepts, cached with ``live``.
+    def _visible_where(self, live: dict[str, LiveDocument], kinds: tuple[str, ...]) -> tuple[str, int | None]:
+        """A SQL prefilter that keeps the entries of ``kinds`` that :func:`visible` accepts under ``live``,
+        and the entries version it is exact for (None: every version).
 
-        Chunks are matched by their chunking key alone (it hashes the doc_id, so it names one document);
-        questions by their document. The lists grow with the number of documents, not of entries.
+        Listing what is hidden (usually nothing: rows of a run in progress or killed, until
+        optimize() deletes them) keeps the filter short; listing what is live is exact whatever
+        is written meanwhile, but grows with the number of documents. The shorter list is used.
         """
-        cache = self._where_cache
-        if cache is None or cache[0] is not live:
-            cache = self._where_cache = (live, {})
-        where = cache[1].get(kinds)
-        if where is None:
-            parts = []
-            if "chunk" in kinds:
-                parts.append(f"(kind = 'chunk' AND gen IN {sql_list(sorted({d.gen for d in live.values()}))})")
-            if "question" in kinds:
-                parts.append(f"(kind = 'question' AND doc_id IN {sql_list(sorted(live))})")
-            where = cache[1][kinds] = " OR ".join(parts)
-        return where
+        version = self._entries.version
+        cache = self._hidden_cache
+        if cache is None or cache[0] is not live or cache[1] != version:
+            cache = self._hidden_cache = (live, version, self._hidden(live))
+        hidden = cache[2]
+        if len(hidden.gens) + len(hidden.doc_ids) > len(live):
+            return _live_where(live, kinds), None
+        parts = []
+        if "chunk" in kinds:
+            parts.append(f"(kind = 'chunk' AND gen NOT IN {sql_list(hidden.gens)})" if hidden.gens
+                         else "kind = 'chunk'")
+        if "question" in kinds:
+            parts.append(f"(kind = 'question' AND doc_id NOT IN {sql_list(hidden.doc_ids)})" if hidden.doc_ids
+                         else "kind = 'question'")
+        return " OR ".join(parts), version
+
+    def _hidden(self, live: dict[str, LiveDocument]) -> _Hidden:
+        """The chunking keys of chunk entries, and the documents of question entries, that no search may see."""
+        rows = self._scan(self._entries, ["kind", "doc_id", "gen"], f"NOT ({_live_where(live, KINDS)})")
+        gens, doc_ids = set(), set()
+        for kind, doc_id, gen in zip(rows["kind"], rows["doc_id"], rows["gen"], strict=True):
+            if kind == "chunk":
+                gens.add(gen)
+            else:
+                doc_ids.add(doc_id)
+        return _Hidden(tuple(sorted(gens)), tuple(sorted(doc_ids)))
 
     @staticmethod
     def _hit(row: dict[str, Any], score: float, similarity: float, live: dict[str, LiveDocument]) -> Hit:
@@ -667,3 +689,24 @@ class Collection:
             similarity=similarity, answer=row["answer"] or "", long_answer=row["long_answer"] or "",
             chunk_index=row["chunk_index"],
         )
+
+
+@dataclass(frozen=True)
+class _Hidden:
+    """Entries no search may see: chunks by their chunking key, questions by their document."""
+
+    gens: tuple[str, ...]
+    doc_ids: tuple[str, ...]
+
+
+def _live_where(live: dict[str, LiveDocument], kinds: Sequence[str]) -> str:
+    """A SQL filter for the entries of ``kinds`` that :func:`visible` accepts under ``live`` (not empty).
+
+    A chunk is matched by its chunking key alone: the key hashes the doc_id, so it names one document.
+    """
+    parts = []
+    if "chunk" in kinds:
+        parts.append(f"(kind = 'chunk' AND gen IN {sql_list(sorted({d.gen for d in live.values()}))})")
+    if "question" in kinds:
+        parts.append(f"(kind = 'question' AND doc_id IN {sql_list(sorted(live))})")
+    return " OR ".join(parts)
