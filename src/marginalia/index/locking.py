@@ -71,8 +71,9 @@ class WriterLock:
         self.path = path
         self.name = name
         self.timeout = timeout
-        # is_singleton off: each WriterLock is a lock of its own, never a reentrant share of another's
-        self._lock = FileLock(path, timeout=timeout, thread_local=False, is_singleton=False)
+        # a lock object of its own (filelock's default, not a per-path singleton), so another WriterLock on the
+        # same path, in this thread or another, waits instead of re-entering this one
+        self._lock = FileLock(path, timeout=timeout, thread_local=False)
 
     def __enter__(self) -> WriterLock:
         started = time.monotonic()
