@@ -68,4 +68,3 @@ def test_a_query_is_embedded_on_one_torch_thread_and_the_count_restored() -> Non
         assert seen == [1, 2] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
-

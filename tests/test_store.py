@@ -464,22 +464,23 @@ def test_a_write_landing_during_a_search_adds_no_hidden_hit(col: Collection, mon
     add(col, MILL)
     assert col.search("harbour opens at dawn", k=5)  # what is hidden is now known, at this version
     real_ranked = store.ranked
-    calls = []
+    wheres: list[str] = []
 
-    def racing(*args: Any) -> Any:
-        if not calls:  # another writer's killed run lands between the filter and the query
+    def racing(table: Any, how: str, query: str, qvec: Any, where: str, limit: int) -> Any:
+        if not wheres:  # another writer's killed run lands between the filter and the query
             broken = Collection.open("docs", embedder=CountingEmbedder(fail_on_batch=2))
             broken.write_batch = 1
             with pytest.raises(RuntimeError):
                 add(broken, HARBOUR)
-        calls.append(args[-2])
-        return real_ranked(*args)
+        wheres.append(where)
+        return real_ranked(table, how, query, qvec, where, limit)
 
     monkeypatch.setattr(store, "ranked", racing)
     for mode in ("dense", "bm25", "hybrid"):
         assert {h.source for h in col.search("harbour opens at dawn", k=5, mode=mode)} <= {"mill.md"}, mode
     assert col.search("harbour opens at dawn", k=1, mode="dense")[0].source == "mill.md"
-    assert len(calls) == 5  # the first search ran again, with the filter that lists what is live
+    # the first search ran again, with the filter that lists what is live; later ones list what is hidden
+    assert len(wheres) == 5 and "gen IN" in wheres[1] and all("gen NOT IN" in w for w in wheres[2:])
 
 
 # -- two writers, and crashes ------------------------------------------------------------
