@@ -45,3 +45,26 @@ def test_rag_with_minilm_retrieves_the_fact(minilm: Any, make_haystack: Callable
         doc, "Which pier does the night ferry to Brackwater leave from?")
     assert any(FACT in r.text for r in answer.references)
     assert answer.text == "Pier 47."
+
+
+def test_a_query_is_embedded_on_one_torch_thread_and_the_count_restored() -> None:
+    torch = pytest.importorskip("torch")
+    from marginalia.index.embedders import SentenceTransformerEmbedder
+
+    seen: list[int] = []
+
+    class Model:  # stands in for the sentence-transformers model: records the thread count it ran with
+        def encode(self, texts: list[str], **options: Any) -> np.ndarray:
+            seen.append(torch.get_num_threads())
+            return np.ones((len(texts), 4), dtype=np.float32)
+
+    emb = object.__new__(SentenceTransformerEmbedder)
+    emb.name, emb.model = "fake", Model()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        emb.embed_query("which pier?")
+        emb.embed_documents(["a pier", "a ferry"])
+        assert seen == [1, 2] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

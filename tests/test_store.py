@@ -24,7 +24,6 @@ import pytest
 
 from marginalia.errors import MissingDependency, UserError
 from marginalia.index.embedders import HashingEmbedder, Kind
-from marginalia.index.hybrid import reciprocal_rank_fusion
 from marginalia.records import Chunk, Document, Section
 
 pytest.importorskip("lancedb")
@@ -410,15 +409,78 @@ def test_large_collections_get_a_vector_index(monkeypatch: pytest.MonkeyPatch) -
     assert [h.id for h in approx] == [h.id for h in exact]
 
 
-def test_reciprocal_rank_fusion() -> None:
-    fused = reciprocal_rank_fusion([["a", "b", "c"], ["c", "a"]], k=60)
-    assert [key for key, _ in fused] == ["a", "c", "b"]
-    assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62)
-    assert fused[1][1] == pytest.approx(1 / 63 + 1 / 61)
-    assert fused[2][1] == pytest.approx(1 / 62)
-    # equal scores: the better single rank wins, then the earlier ranking
-    assert [key for key, _ in reciprocal_rank_fusion([["x", "y"], ["y", "x"]])] == ["x", "y"]
-    assert reciprocal_rank_fusion([[], []]) == []
+def test_hybrid_fuses_the_dense_and_bm25_rankings_by_reciprocal_rank(col: Collection) -> None:
+    add(col, HARBOUR)
+    add(col, MILL)
+    query = "Which dredger deepened the basin by the mill?"
+    # hybrid ranks each side 30 deep (k=5): the same queries as dense and bm25 at k=30
+    dense = [h.id for h in col.search(query, k=30, mode="dense")]
+    bm25 = [h.id for h in col.search(query, k=30, mode="bm25")]
+    assert len(dense) == 7 and 0 < len(bm25) < 7
+    fused: dict[str, float] = {}
+    for ranking in (dense, bm25):
+        for rank, key in enumerate(ranking, start=1):
+            fused[key] = fused.get(key, 0.0) + 1 / (60 + rank)
+    # equal scores keep the dense ranking's order (every entry is in it)
+    expected = sorted(fused, key=lambda key: (-fused[key], dense.index(key)))[:5]
+    hits = col.search(query, k=5, mode="hybrid")
+    assert [h.id for h in hits] == expected
+    assert [h.score for h in hits] == pytest.approx([fused[key] for key in expected], rel=1e-6)
+    by_id = {h.id: h for h in col.search(query, k=7, mode="dense")}
+    assert [h.similarity for h in hits] == pytest.approx([by_id[key].similarity for key in expected], abs=1e-6)
+
+
+def test_rows_of_an_unfinished_run_take_no_rank(hermetic: Path) -> None:
+    col = Collection.open("docs", embedder=CountingEmbedder(), create=True)
+    broken = Collection.open("docs", embedder=CountingEmbedder(fail_on_batch=2))
+    broken.write_batch = 1
+    with pytest.raises(RuntimeError, match="embedder died"):
+        add(broken, HARBOUR)  # leaves the orphan "The harbour opens at dawn and closes at dusk."
+    # the same paragraph, committed under another source: a twin of the orphan, written after it
+    twin = make_doc("twin.md", [("Harbour", [HARBOUR[2][0].text])])
+    add(col, twin)
+    assert n_rows(col) == 2
+    for mode in ("dense", "bm25", "hybrid"):
+        hits = col.search("harbour opens at dawn", k=5, mode=mode)
+        assert [h.source for h in hits] == ["twin.md"], mode
+    # first in both rankings: the orphan did not take either first place
+    assert col.search("harbour opens at dawn", k=1, mode="hybrid")[0].score == pytest.approx(2 / 61)
+
+
+def test_orphans_outnumbering_documents_are_kept_out_too(hermetic: Path) -> None:
+    col = Collection.open("docs", embedder=CountingEmbedder(), create=True)
+    for parts in (HARBOUR, MILL):  # two killed runs, one orphan each
+        broken = Collection.open("docs", embedder=CountingEmbedder(fail_on_batch=2))
+        broken.write_batch = 1
+        with pytest.raises(RuntimeError):
+            add(broken, parts)
+    add(col, make_doc("twin.md", [("", [MILL[2][0].text])]))
+    assert n_rows(col) == 3
+    for mode in ("dense", "bm25", "hybrid"):
+        assert [h.source for h in col.search("old mill harbour dawn", k=5, mode=mode)] == ["twin.md"], mode
+
+
+def test_a_write_landing_during_a_search_adds_no_hidden_hit(col: Collection, monkeypatch: pytest.MonkeyPatch) -> None:
+    add(col, MILL)
+    assert col.search("harbour opens at dawn", k=5)  # what is hidden is now known, at this version
+    real_ranked = store.ranked
+    wheres: list[str] = []
+
+    def racing(table: Any, how: str, query: str, qvec: Any, where: str, limit: int) -> Any:
+        if not wheres:  # another writer's killed run lands between the filter and the query
+            broken = Collection.open("docs", embedder=CountingEmbedder(fail_on_batch=2))
+            broken.write_batch = 1
+            with pytest.raises(RuntimeError):
+                add(broken, HARBOUR)
+        wheres.append(where)
+        return real_ranked(table, how, query, qvec, where, limit)
+
+    monkeypatch.setattr(store, "ranked", racing)
+    for mode in ("dense", "bm25", "hybrid"):
+        assert {h.source for h in col.search("harbour opens at dawn", k=5, mode=mode)} <= {"mill.md"}, mode
+    assert col.search("harbour opens at dawn", k=1, mode="dense")[0].source == "mill.md"
+    # the first search ran again, with the filter that lists what is live; later ones list what is hidden
+    assert len(wheres) == 5 and "gen IN" in wheres[1] and all("gen NOT IN" in w for w in wheres[2:])
 
 
 # -- two writers, and crashes ------------------------------------------------------------
@@ -457,7 +519,7 @@ def test_a_waiting_writer_proceeds_when_the_lock_is_released(col: Collection,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     lock = WriterLock(col.path / "write.lock", "docs", timeout=1)
     lock.__enter__()
-    assert (col.path / "write.lock").read_text().strip() == str(os.getpid())
+    assert (col.path / "write.lock.pid").read_text().strip() == str(os.getpid())
     timer = threading.Timer(0.4, lock.__exit__, (None, None, None))
     timer.start()
     try:

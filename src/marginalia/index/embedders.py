@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import numpy as np
@@ -79,8 +81,41 @@ class SentenceTransformerEmbedder(Embedder):
         self.model: Any = SentenceTransformer(str(path), device=device or "cpu", local_files_only=True)
 
     def _embed(self, texts: Sequence[str], kind: Kind) -> np.ndarray:
+        if kind == "query":
+            with one_torch_thread():
+                return self._encode(texts)
+        return self._encode(texts)
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self.model.encode(list(texts), batch_size=self.batch_size,
                                             show_progress_bar=False, convert_to_numpy=True))
+
+
+_THREADS = threading.Lock()
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Run torch on the calling thread alone inside the block, then restore its thread count.
+
+    For a query: one short text gains little from intra-op threads, and waking them costs
+    far more than it saves where cores are few or busy (the index section of BENCHMARKS.md
+    measures it). The count is the calling thread's own (OpenMP's and MKL's settings are per
+    thread), but torch also keeps it as the default of threads that first use torch meanwhile.
+    The lock keeps concurrent queries from restoring each other's setting.
+    """
+    import torch
+
+    with _THREADS:
+        before = torch.get_num_threads()
+        if before == 1:
+            yield
+            return
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
 
 class CachedEmbedder(Embedder):

@@ -1,4 +1,4 @@
-"""A writer lock per collection: an flock'ed file that names its holder, waited on with a message and a timeout."""
+"""A writer lock per collection: a ``filelock.FileLock`` waited on with one warning and a timeout, naming its holder."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 from types import TracebackType
+
+from filelock import FileLock, Timeout
 
 from ..errors import UserError
 
@@ -20,71 +22,83 @@ class CollectionBusy(UserError):
         self.name = name
         self.holder_pid = holder_pid
         self.waited = waited
-        holder = f"process {holder_pid}" if holder_pid else "another process"
         super().__init__(
-            f"collection {name!r} is being written by {holder}; waited {waited:.0f} s for it. "
+            f"collection {name!r} is being written by {_holder(holder_pid)}; waited {waited:.0f} s for it. "
             "Let that indexing run finish (or stop it) and try again, or pass a longer lock timeout"
         )
 
 
+def _holder(pid: int | None) -> str:
+    return f"process {pid}" if pid else "another process"
+
+
+def pid_path(lock_path: Path) -> Path:
+    """Where the holder of the lock at ``lock_path`` writes its pid.
+
+    A file of its own, because older filelock releases truncate the lock file when they open it.
+    """
+    return lock_path.with_name(lock_path.name + ".pid")
+
+
 def _read_pid(path: Path) -> int | None:
+    """The pid in ``path`` if that process is alive (a killed holder leaves its pid behind)."""
     try:
         text = path.read_text().strip()
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    if not text.isdigit():
+        return None
+    pid = int(text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except OSError:  # alive, but another user's
+        pass
+    return pid
 
 
 class WriterLock:
-    """An exclusive ``fcntl.flock`` on ``path``, held by one writer at a time.
+    """An exclusive lock on ``path``, held by one writer at a time (a context manager).
 
-    flock locks belong to an open file description, so two threads of one process
-    exclude each other as two processes do, and the kernel drops the lock of a
-    process that dies (SIGKILL included): a stale pid in the file never blocks anyone.
+    ``filelock`` takes an ``flock`` on a descriptor of its own per lock object, so two
+    threads of one process exclude each other as two processes do, and the kernel drops
+    the lock of a process that dies (SIGKILL included). The lock's state is not
+    thread-local, so the thread that releases it need not be the one that took it.
     """
 
-    def __init__(self, path: Path, name: str, timeout: float, poll: float = 0.1) -> None:
+    def __init__(self, path: Path, name: str, timeout: float) -> None:
         self.path = path
         self.name = name
         self.timeout = timeout
-        self.poll = poll
-        self._fd: int | None = None
+        # a lock object of its own (filelock's default, not a per-path singleton), so another WriterLock on the
+        # same path, in this thread or another, waits instead of re-entering this one
+        self._lock = FileLock(path, timeout=timeout, thread_local=False)
 
     def __enter__(self) -> WriterLock:
-        import fcntl
-
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         started = time.monotonic()
-        warned = False
-        while True:
+        try:
+            self._lock.acquire(blocking=False)
+        except Timeout:
+            logger.warning("collection %r is being written by %s; waiting up to %.0f s for it",
+                           self.name, _holder(_read_pid(pid_path(self.path))), self.timeout)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
+                self._lock.acquire(timeout=self.timeout)
+            except Timeout:
                 waited = time.monotonic() - started
-                if waited >= self.timeout:
-                    os.close(fd)
-                    raise CollectionBusy(self.name, _read_pid(self.path), waited) from None
-                if not warned:
-                    holder = _read_pid(self.path)
-                    logger.warning("collection %r is being written by %s; waiting up to %.0f s for it",
-                                   self.name, f"process {holder}" if holder else "another process", self.timeout)
-                    warned = True
-                time.sleep(min(self.poll, max(self.timeout - waited, 0.0)))
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
+                raise CollectionBusy(self.name, _read_pid(pid_path(self.path)), waited) from None
+        try:
+            pid_path(self.path).write_text(f"{os.getpid()}\n")
+        except BaseException:
+            self._lock.release()
+            raise
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        import fcntl
-
-        if self._fd is None:
+        if not self._lock.is_locked:
             return
-        fd, self._fd = self._fd, None
         try:
-            os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            pid_path(self.path).unlink(missing_ok=True)
         finally:
-            os.close(fd)
+            self._lock.release()

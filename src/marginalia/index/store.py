@@ -3,7 +3,8 @@
 Layout of one collection, under ``<home>/collections/<name>/``::
 
     collection.json       schema version, embedder name and dimension, creation time (written last, atomically)
-    write.lock            flock'ed by the one writer; holds its pid
+    write.lock            the writer lock (filelock), held by one writer at a time
+    write.lock.pid        the pid of the writer that holds it, named when another writer has to wait
     db/entries.lance      one row per chunk or question entry: text, offsets, vector; native BM25 index on
                           ``search_text``; an IVF-PQ vector index once the table is large
     db/documents.lance    one row per document: markdown text, section tree, chunking hash
@@ -24,6 +25,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -31,10 +33,11 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import MissingDependency, UserError
+from ..files import atomic_write_json
 from ..home import resolve_home
 from ..records import Chunk, Document, Section
 from .embedders import Embedder, load_embedder
-from .hybrid import RRF_K, ranked, reciprocal_rank_fusion
+from .hybrid import ranked, similarities
 from .locking import CollectionBusy, WriterLock
 from .schema import (
     CHUNK_TEMPLATE,
@@ -42,6 +45,7 @@ from .schema import (
     DOCUMENTS,
     ENTRIES,
     FTS_COLUMN,
+    HIT_COLUMNS,
     KINDS,
     LIVE_COLUMNS,
     LOCK_FILE,
@@ -64,7 +68,6 @@ from .schema import (
     sql_list,
     sql_str,
     visible,
-    write_json_atomic,
 )
 
 __all__ = [
@@ -79,7 +82,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: rows per embed-and-write step of one document: each step is one Lance commit, and what a rerun can reuse
 WRITE_BATCH = 256
 #: below this many entries a dense search is an exact scan; at or above it optimize() builds an IVF-PQ index
-#: (benchmarks/index_speed.py measures both at 100k rows)
+#: (benchmarks/index_speed.py measures the latency of both, and the index's recall)
 VECTOR_INDEX_MIN_ROWS = 50_000
 #: an add runs optimize() once this many rows, and this fraction of the indexed ones, wait outside the BM25
 #: index (they are still found, by a slower flat scan). LanceDB's optimize also compacts, which rewrites the
@@ -199,6 +202,7 @@ class Collection:
         self._entries = db.open_table(ENTRIES)
         self._documents = db.open_table(DOCUMENTS)
         self._live_cache: tuple[int, dict[str, LiveDocument]] | None = None
+        self._hidden_cache: tuple[dict[str, LiveDocument], int, _Hidden] | None = None
 
     # -- opening ---------------------------------------------------------------
 
@@ -262,7 +266,7 @@ class Collection:
             entries = db.create_table(ENTRIES, schema=entries_schema(dim))
             entries.create_index(FTS_COLUMN, config=FTS(with_position=False))
             db.create_table(DOCUMENTS, schema=documents_schema())
-            write_json_atomic(path / META_FILE, {
+            atomic_write_json(path / META_FILE, {
                 "schema_version": SCHEMA_VERSION, "name": name, "embedder": embedder.name, "dim": dim,
                 "created_at": now_iso(), "chunk_template": CHUNK_TEMPLATE,
             })
@@ -531,8 +535,8 @@ class Collection:
     def _build_vector_index(self) -> None:
         from lancedb.index import IvfPq
 
-        # LanceDB's own partition and sub-vector counts: on 100k clustered synthetic 384-d vectors they kept
-        # recall@10 at 1.0 against an exact scan (nprobes 20, refine factor 10); sqrt(n) or 64 partitions lost a little
+        # LanceDB's own partition and sub-vector counts; benchmarks/index_speed.py measures their recall@10 against
+        # an exact scan with the probes and refinement of hybrid.py
         self._entries.create_index("vector", replace=True, config=IvfPq(distance_type="cosine"))
 
     # -- reading ---------------------------------------------------------------------
@@ -599,13 +603,16 @@ class Collection:
         Args:
             query: Free text.
             k: How many hits.
-            mode: ``hybrid`` (BM25 and dense fused by reciprocal rank, k=60), ``dense`` (cosine)
-                or ``bm25`` (LanceDB's native full-text index).
+            mode: ``hybrid`` (BM25 and dense, each ``max(3k, 30)`` deep, fused by reciprocal rank
+                with k=60: LanceDB's hybrid query and ``RRFReranker``), ``dense`` (cosine) or
+                ``bm25`` (LanceDB's native full-text index).
             kinds: Entry kinds to search: ``chunk`` and/or ``question``.
 
         Returns:
             Hits, best first. ``similarity`` is always the cosine of the query and the entry
-            (in bm25 mode only when an embedder is loaded; NaN otherwise).
+            (in bm25 mode only when an embedder is loaded; NaN otherwise). Only entries of
+            committed documents are searched (a chunk: of its document's current chunking),
+            so rows a killed or unfinished run left behind take no rank.
 
         Raises:
             UserError: an empty query, k < 1, or an unknown mode or kind.
@@ -619,32 +626,87 @@ class Collection:
         kinds = tuple(kinds)
         if not kinds or any(kind not in KINDS for kind in kinds):
             raise UserError(f"unknown entry kinds {kinds!r}; use 'chunk' and/or 'question'")
-        where = f"kind IN {sql_list(sorted(set(kinds)))}"
-        qvec = self._embed_query(query) if mode != "bm25" or self._embedder is not None else None
-        depth = k if mode != "hybrid" else max(3 * k, 30)
         live = self._live()
+        if not live:
+            return []
+        qvec = self._embed_query(query) if mode != "bm25" or self._embedder is not None else None
+        # hybrid fuses rankings deeper than k: an entry ranked well by both can beat one ranked first by one
+        limit = max(3 * k, 30) if mode == "hybrid" else k
+        where, version = self._visible_where(live, kinds)
+        rows = ranked(self._entries, mode, query, qvec, where, limit)
+        if version is not None and self._entries.version != version:
+            # a write landed after the hidden rows were listed: rows it added may have slipped through
+            rows = ranked(self._entries, mode, query, qvec, _live_where(live, kinds), limit)
+        rows = rows.slice(0, k)
+        score_column = {"hybrid": "_relevance_score", "bm25": "_score", "dense": None}[mode]
+        sims = similarities(rows, qvec)
+        scores = rows[score_column].to_pylist() if score_column else sims
+        columns = [c for c in HIT_COLUMNS if c != "vector"]
+        values = {c: rows[c].to_pylist() for c in columns}
+        return [self._hit({c: values[c][i] for c in columns}, scores[i], sims[i], live) for i in range(rows.num_rows)]
 
-        def keep(row: dict[str, Any]) -> bool:
-            return visible(live, row["kind"], row["doc_id"], row["gen"])
+    def _visible_where(self, live: dict[str, LiveDocument], kinds: tuple[str, ...]) -> tuple[str, int | None]:
+        """A SQL prefilter that keeps the entries of ``kinds`` that :func:`visible` accepts under ``live``,
+        and the entries version it is exact for (None: every version).
 
-        dense = ranked(self._entries, "dense", query, qvec, where, depth, keep) if mode != "bm25" else []
-        bm25 = ranked(self._entries, "bm25", query, qvec, where, depth, keep) if mode != "dense" else []
-        rows = {r["id"]: r for r in bm25 + dense}
-        if mode == "hybrid":
-            fused = reciprocal_rank_fusion([[r["id"] for r in dense], [r["id"] for r in bm25]], k=RRF_K)[:k]
-            best = [(rows[i], score) for i, score in fused]
-        elif mode == "dense":
-            best = [(r, r["_similarity"]) for r in dense[:k]]
-        else:
-            best = [(r, r["_score"]) for r in bm25[:k]]
-        return [self._hit(r, score, live) for r, score in best]
+        Listing what is hidden (usually nothing: rows of a run in progress or killed, until
+        optimize() deletes them) keeps the filter short; listing what is live is exact whatever
+        is written meanwhile, but grows with the number of documents. The shorter list is used.
+        """
+        version = self._entries.version
+        cache = self._hidden_cache
+        if cache is None or cache[0] is not live or cache[1] != version:
+            cache = self._hidden_cache = (live, version, self._hidden(live))
+        hidden = cache[2]
+        if len(hidden.gens) + len(hidden.doc_ids) > len(live):
+            return _live_where(live, kinds), None
+        parts = []
+        if "chunk" in kinds:
+            parts.append(f"(kind = 'chunk' AND gen NOT IN {sql_list(hidden.gens)})" if hidden.gens
+                         else "kind = 'chunk'")
+        if "question" in kinds:
+            parts.append(f"(kind = 'question' AND doc_id NOT IN {sql_list(hidden.doc_ids)})" if hidden.doc_ids
+                         else "kind = 'question'")
+        return " OR ".join(parts), version
+
+    def _hidden(self, live: dict[str, LiveDocument]) -> _Hidden:
+        """The chunking keys of chunk entries, and the documents of question entries, that no search may see."""
+        rows = self._scan(self._entries, ["kind", "doc_id", "gen"], f"NOT ({_live_where(live, KINDS)})")
+        gens, doc_ids = set(), set()
+        for kind, doc_id, gen in zip(rows["kind"], rows["doc_id"], rows["gen"], strict=True):
+            if kind == "chunk":
+                gens.add(gen)
+            else:
+                doc_ids.add(doc_id)
+        return _Hidden(tuple(sorted(gens)), tuple(sorted(doc_ids)))
 
     @staticmethod
-    def _hit(row: dict[str, Any], score: float, live: dict[str, LiveDocument]) -> Hit:
+    def _hit(row: dict[str, Any], score: float, similarity: float, live: dict[str, LiveDocument]) -> Hit:
         return Hit(
             kind=row["kind"], id=row["id"], doc_id=row["doc_id"], source=live[row["doc_id"]].source,
             text=row["text"], section_path=tuple(row["section_path"] or ()), section_index=row["section_index"],
             start=row["start"], end=row["end"], page=row["page"], score=float(score),
-            similarity=row["_similarity"], answer=row["answer"] or "", long_answer=row["long_answer"] or "",
+            similarity=similarity, answer=row["answer"] or "", long_answer=row["long_answer"] or "",
             chunk_index=row["chunk_index"],
         )
+
+
+@dataclass(frozen=True)
+class _Hidden:
+    """Entries no search may see: chunks by their chunking key, questions by their document."""
+
+    gens: tuple[str, ...]
+    doc_ids: tuple[str, ...]
+
+
+def _live_where(live: dict[str, LiveDocument], kinds: Sequence[str]) -> str:
+    """A SQL filter for the entries of ``kinds`` that :func:`visible` accepts under ``live`` (not empty).
+
+    A chunk is matched by its chunking key alone: the key hashes the doc_id, so it names one document.
+    """
+    parts = []
+    if "chunk" in kinds:
+        parts.append(f"(kind = 'chunk' AND gen IN {sql_list(sorted({d.gen for d in live.values()}))})")
+    if "question" in kinds:
+        parts.append(f"(kind = 'question' AND doc_id IN {sql_list(sorted(live))})")
+    return " OR ".join(parts)
