@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from marginalia.files import atomic_write_text
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
 
@@ -48,6 +50,4 @@ def write_section(name: str, body: str) -> None:
         text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
-    tmp = BENCHMARKS_MD.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(BENCHMARKS_MD)
+    atomic_write_text(BENCHMARKS_MD, text)
