@@ -26,8 +26,10 @@ if TYPE_CHECKING:
     from .index.schema import AddResult
     from .index.store import Collection
     from .ingest.loaders import Note, Skipped
+    from .models.snapshots import SnapshotStore
     from .patterns import Pattern, Run
     from .patterns.collection import CollectionReader
+    from .patterns.wim import WimReader
 
 #: ``(done, total)`` of a long step
 Progress = Callable[[int, int], None]
@@ -77,14 +79,40 @@ def pattern(options: PatternOptions | None, generator: Generator, embedder: Embe
     return make_pattern(options if options is not None else WimOptions(), generator, embedder=embedder)
 
 
+def document_cache(home: str | Path | None = None, max_bytes: int | None = None) -> SnapshotStore:
+    """The store of full WiM readings under the home directory, bounded to ``max_bytes`` (least recently
+    used dropped first)."""
+    from .models.snapshots import DEFAULT_MAX_BYTES, SnapshotStore
+
+    return SnapshotStore.at_home(home, max_bytes or DEFAULT_MAX_BYTES)
+
+
+def reader(text: str, options: WimOptions | None = None, *, generator: Generator, source: str = "text",
+           cache: SnapshotStore | None = None) -> WimReader:
+    """A document read once with WiM and asked many questions (``reader.ask(question)`` gives a `Run`).
+
+    With ``cache``, a full reading is stored there and a later reader of the same document and model
+    starts from it.
+    """
+    from .patterns.wim import WiM
+
+    return WiM(generator, options or WimOptions()).reader(text, source, store=cache)
+
+
 def ask_text(text: str, question: str, options: PatternOptions | None = None, *, generator: Generator,
-             source: str = "text", embedder: Embedder | None = None) -> Run:
+             source: str = "text", embedder: Embedder | None = None, cache: SnapshotStore | None = None) -> Run:
     """Start reading ``text`` for ``question``; iterate the returned `Run` for events, `Run.stop()` to stop.
+
+    With ``cache`` (WiM only), the reading is taken from a stored one when there is one, and stored once
+    the whole document is read, so a later question prefills no document token.
 
     Raises:
         UserError: an empty question or text, options the model cannot serve (e.g. WiM without a KV cache).
         ContextOverflow: lc (or wim) and the text do not fit the model's window.
     """
+    wim = options if options is not None else WimOptions()
+    if cache is not None and isinstance(wim, WimOptions):
+        return reader(text, wim, generator=generator, source=source, cache=cache).ask(question)
     return pattern(options, generator, embedder).run(text, question, source=source)
 
 
@@ -96,13 +124,14 @@ def read_file(path: str | Path) -> Document:
 
 
 def ask_file(path: str | Path, question: str, options: PatternOptions | None = None, *, generator: Generator,
-             embedder: Embedder | None = None) -> Run:
+             embedder: Embedder | None = None, cache: SnapshotStore | None = None) -> Run:
     """Load the document at ``path`` (``-``: standard input), then `ask_text` it."""
     from .patterns.base import check_question
 
     check_question(question)  # before reading a large file
     doc = read_file(path)
-    return ask_text(doc.text, question, options, generator=generator, source=doc.source, embedder=embedder)
+    return ask_text(doc.text, question, options, generator=generator, source=doc.source, embedder=embedder,
+                    cache=cache)
 
 
 def open_collection(name: str, *, home: str | Path | None = None) -> Collection:

@@ -123,6 +123,8 @@ class Stats:
 
     context_tokens: int = 0
     prefilled_context_tokens: int = 0
+    #: context tokens taken from a kept or stored cache of the document instead of prefilled (WiM)
+    cached_context_tokens: int = 0
     prefilled_other_tokens: int = 0
     generated_margin_tokens: int = 0
     generated_answer_tokens: int = 0
@@ -190,6 +192,7 @@ class SegmentRead:
     segment: Segment
     total: int
     elapsed: float
+    cached: bool = False  # taken from a kept or stored cache of the document, not prefilled now
     kind: Literal["segment_read"] = "segment_read"
 
 

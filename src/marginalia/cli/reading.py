@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from .. import app
 from ..errors import MarginaliaError, UserError
+from ..models.snapshots import DEFAULT_MAX_BYTES
 from ..options import PATTERN_OPTIONS, PATTERNS, CollectionOptions, LcOptions, PatternOptions, RagOptions, WimOptions
 from .common import (
     Formatter,
@@ -37,11 +38,26 @@ def reading_options() -> argparse.ArgumentParser:
     add_record_options(reading, [WimOptions, LcOptions, RagOptions], flags=FLAGS, metavars=METAVARS)
     reading.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",
                          help="rag: 'minilm' (embedded), 'hashing', or 'st:<local folder>'")
+    reading.add_argument("--no-cache", action="store_true",
+                         help="wim: neither use nor keep a stored reading of the document (by default a "
+                              "full reading is stored, so the next question about it reads no document token)")
+    reading.add_argument("--cache-size", type=_gigabytes, default=DEFAULT_MAX_BYTES / 2**30, metavar="GB",
+                         help="wim: the most disk the stored readings take; the least recently used go first")
     reading.add_argument("--json", action="store_true",
                          help="print the answer, margins, references and stats as one JSON object")
     reading.add_argument("-q", "--quiet", action="store_true",
                          help="no margins or progress on stderr")
     return reading
+
+
+def _gigabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of gigabytes, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return value
 
 
 def pattern_from_args(args: argparse.Namespace) -> PatternOptions:
@@ -118,7 +134,9 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
         run = app.ask_collection(args.collection, question, options, reading, generator=generator, home=args.home)
     else:
         embedder = app.load_embedder(args.embedder) if args.pattern == "rag" else None
-        run = app.ask_text(text, question, options, generator=generator, source=source, embedder=embedder)
+        cache = None if args.no_cache else app.document_cache(args.home, int(args.cache_size * 2**30))
+        run = app.ask_text(text, question, options, generator=generator, source=source, embedder=embedder,
+                           cache=cache)
 
     def on_sigint(signum: int, frame: FrameType | None) -> None:
         if run.stop_requested:
@@ -163,8 +181,9 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
             s = answer.stats
             extra = f", stopped after {answer.segments_read}/{answer.segments_total} segments" \
                 if answer.stopped_early else ""
+            cached = f" ({s.cached_context_tokens} more from the stored reading)" if s.cached_context_tokens else ""
             reporter.log(
-                f"{answer.pattern}: {s.prefilled_context_tokens} context + "
+                f"{answer.pattern}: {s.prefilled_context_tokens} context{cached} + "
                 f"{s.prefilled_other_tokens} other tokens prefilled, "
                 f"{s.generated_margin_tokens + s.generated_answer_tokens + s.generated_other_tokens}"
                 f" generated, {s.total_seconds:.1f}s{extra}"

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 from ..errors import BackendError, ContextOverflow, UserError
 
@@ -203,11 +203,25 @@ class Generator(ABC):
                             "model, or an openai: server in mode=completions)")
 
 
+@dataclass(frozen=True)
+class CacheSnapshot:
+    """A copy of what a cache holds, which `CachingGenerator.restore` puts back without evaluating a token.
+
+    ``state`` is the backend's own copy of its KV entries (None where the token ids are all there is: an
+    HTTP backend's prefix, which the server caches); ``nbytes`` is its size in memory.
+    """
+
+    ids: tuple[int, ...]
+    state: Any = None
+    nbytes: int = 0
+
+
 class CachingGenerator(Generator):
     """A generator that owns one KV cache of token ids.
 
     The cache only ever holds a prefix of one token sequence: `prefill` appends,
-    `rollback` cuts back to a length, `generate_from_cache` extends it temporarily.
+    `rollback` cuts back to a length, `generate_from_cache` extends it temporarily;
+    `snapshot` copies what it holds and `restore` puts such a copy back.
     """
 
     @property
@@ -226,6 +240,44 @@ class CachingGenerator(Generator):
         Raises:
             BackendError: ``length`` is negative or beyond the cache (`check_rollback`).
         """
+
+    @abstractmethod
+    def snapshot(self) -> CacheSnapshot:
+        """A copy of the cache's contents (its ids and KV entries) for `restore`."""
+
+    @abstractmethod
+    def restore(self, snapshot: CacheSnapshot) -> None:
+        """Make the cache hold what ``snapshot`` holds; no token is evaluated."""
+
+    def cache_identity(self) -> str:
+        """What decides the contents of this model's cache besides its tokens (for stored caches)."""
+        return f"{type(self).__name__}:{self.name}"
+
+    def state_bytes(self, snapshot: CacheSnapshot) -> bytes:
+        """A snapshot's backend state as bytes, to store on disk (empty where the ids are all there is)."""
+        return b""
+
+    def snapshot_from_bytes(self, ids: Sequence[int], data: bytes) -> CacheSnapshot:
+        """The snapshot that `state_bytes` wrote ``data`` for.
+
+        Raises:
+            BackendError: ``data`` is not such a state for this model (a damaged or foreign file).
+        """
+        return CacheSnapshot(tuple(ids))
+
+    #: how many branches `branches` decodes side by side (1: none; the backend has no batched branches)
+    max_branches: int = 1
+
+    def branches(self, ends: Sequence[int], suffix_ids: Sequence[int], params: GenerationParams,
+                 finished: Callable[[str], bool] | None = None) -> list[tuple[str, int]]:
+        """For each ``end`` (at most `max_branches` of them), the continuation of the cache's first ``end``
+        tokens plus ``suffix_ids``, all decoded side by side in one batch per step; the cache is left as
+        it was. ``finished(text)`` may end a branch early (a judge that has read enough).
+
+        Returns:
+            ``(text, tokens generated)`` per end, in order.
+        """
+        raise BackendError(f"{self.name} does not decode branches side by side")
 
     def check_rollback(self, length: int) -> None:
         """Raise `BackendError` unless the cache can be cut back to ``length`` tokens."""
@@ -378,6 +430,7 @@ class Clock:
 
 
 __all__ = [
+    "CacheSnapshot",
     "CachingGenerator",
     "ChatFrame",
     "Clock",

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import BackendError
-from .base import CachingGenerator, GenerationParams, Message, Tokenizer
+from .base import CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer
 
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>")
 _TOKEN = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
@@ -76,6 +76,9 @@ class Request:
 Responder = Callable[[Request], str]
 
 
+FAKE_STATE = b"scripted-state:"
+
+
 class ScriptedGenerator(CachingGenerator):
     """A fake CachingGenerator that answers from a script and records what it was asked.
 
@@ -133,6 +136,21 @@ class ScriptedGenerator(CachingGenerator):
     def rollback(self, length: int) -> None:
         self.check_rollback(length)
         del self.ids[length:]
+
+    def snapshot(self) -> CacheSnapshot:
+        return CacheSnapshot(tuple(self.ids))
+
+    def restore(self, snapshot: CacheSnapshot) -> None:
+        self.ids[:] = snapshot.ids
+
+    def state_bytes(self, snapshot: CacheSnapshot) -> bytes:
+        """The fake's "KV state" is its ids, so that storing and loading caches can be tested."""
+        return FAKE_STATE + ",".join(map(str, snapshot.ids)).encode()
+
+    def snapshot_from_bytes(self, ids: Sequence[int], data: bytes) -> CacheSnapshot:
+        if not data.startswith(FAKE_STATE) or data[len(FAKE_STATE):] != ",".join(map(str, ids)).encode():
+            raise BackendError("not a stored scripted cache, or not of these tokens")
+        return CacheSnapshot(tuple(ids))
 
     def fork(self, keep_cache: bool = True) -> ScriptedGenerator:
         other = ScriptedGenerator(

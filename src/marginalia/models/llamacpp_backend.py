@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,11 +29,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, MissingDependency, UserError
-from .base import CachingGenerator, GenerationParams, Message, Tokenizer
+from .base import CacheSnapshot, CachingGenerator, GenerationParams, Message, StopScanner, Tokenizer
 
 #: cached-key precisions: name -> ggml type id (llama_cpp.GGML_TYPE_F16, GGML_TYPE_Q8_0)
 KEY_CACHE_TYPES = {"f16": 1, "q8_0": 8}
 DEFAULT_KEY_CACHE = "f16"
+#: branches decoded side by side (WiM's margins for a stored reading): a document's worth of segments
+DEFAULT_BRANCHES = 16
 LLAMACPP_INSTALL = "pip install 'marginalia[llamacpp]'  (builds llama.cpp from source, ~5 minutes once)"
 
 
@@ -99,6 +101,7 @@ class _Shared:
     eos_ids: frozenset[int]
     scratch: Any = None
     owner: Any = field(default=None)  # the fork whose tokens the main context holds
+    n_seq_max: int = 1  # sequences of the main context: 0 holds the cache, the others branches
 
 
 class LlamaCppGenerator(CachingGenerator):
@@ -110,20 +113,22 @@ class LlamaCppGenerator(CachingGenerator):
         n_ctx: the context window to allocate (default: the model's training window).
         n_threads: CPU threads (default: all cores).
         key_cache: ``f16`` (default) or ``q8_0``, the precision of the cached keys.
+        n_branches: how many branches `branches` may decode side by side (0: none; the cache then
+            holds one sequence).
     """
 
     supports_first_choices = True  # the first token's logits are masked in `_sample_tokens`
 
     def __init__(self, path: str | Path, name: str = "gguf", n_ctx: int | None = None,
                  n_threads: int | None = None, key_cache: str = DEFAULT_KEY_CACHE,
-                 _shared: _Shared | None = None) -> None:
+                 n_branches: int = DEFAULT_BRANCHES, _shared: _Shared | None = None) -> None:
         super().__init__()
         self.name = name
         if _shared is None:
             if key_cache not in KEY_CACHE_TYPES:
                 raise UserError(f"unknown key cache type {key_cache!r}; choose one of "
                                 f"{', '.join(KEY_CACHE_TYPES)}")
-            _shared = self._load(Path(path), n_ctx, n_threads, KEY_CACHE_TYPES[key_cache])
+            _shared = self._load(Path(path), n_ctx, n_threads, KEY_CACHE_TYPES[key_cache], n_branches)
         self._shared = _shared
         self.context_window = _shared.options["n_ctx"]
         self.eos_ids = _shared.eos_ids
@@ -132,7 +137,7 @@ class LlamaCppGenerator(CachingGenerator):
         self._logits_at = -1
 
     @staticmethod
-    def _load(path: Path, n_ctx: int | None, n_threads: int | None, type_k: int) -> _Shared:
+    def _load(path: Path, n_ctx: int | None, n_threads: int | None, type_k: int, n_branches: int) -> _Shared:
         llama_cpp = import_llama_cpp()
         # llama-cpp-python decodes on half the cores by default; all of them decode faster
         # (BENCHMARKS.md, the llama.cpp settings table)
@@ -147,6 +152,14 @@ class LlamaCppGenerator(CachingGenerator):
         except (ValueError, RuntimeError) as exc:
             raise BackendError(f"llama.cpp could not load {path}: {exc}") from exc
         options["n_ctx"] = int(llm.n_ctx())  # the window as allocated, for the scratch context too
+        if n_branches > 0:  # a unified cache over several sequences, so branches share their prefixes' cells
+            from llama_cpp import _internals
+
+            params = llm.context_params
+            params.n_seq_max = n_branches + 1
+            params.kv_unified = True
+            llm._ctx.close()
+            llm._ctx = _internals.LlamaContext(model=llm._model, params=params, verbose=False)
         source = llm.metadata.get("tokenizer.chat_template")
         template = None
         if source:
@@ -157,7 +170,7 @@ class LlamaCppGenerator(CachingGenerator):
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         eos = frozenset(i for i in range(llm.n_vocab())
                         if llama_cpp.llama_vocab_is_eog(vocab, i)) | {llm.token_eos()}
-        return _Shared(path, options, llm, LlamaCppTokenizer(llm), template, eos)
+        return _Shared(path, options, llm, LlamaCppTokenizer(llm), template, eos, n_seq_max=n_branches + 1)
 
     # -- Generator ---------------------------------------------------------
 
@@ -242,6 +255,162 @@ class LlamaCppGenerator(CachingGenerator):
             # entries past `length` are removed before the next evaluation
             self._shared.llm.n_tokens = min(self._shared.llm.n_tokens, length)
 
+    def snapshot(self) -> CacheSnapshot:
+        """The KV entries of this fork's tokens, copied out of the shared context (sequence 0)."""
+        import ctypes
+
+        llama_cpp = import_llama_cpp()
+        self._sync()
+        ctx = self._shared.llm._ctx.ctx
+        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
+        if written == 0:
+            raise BackendError("llama.cpp could not copy its cache out")
+        return CacheSnapshot(tuple(self._ids), bytes(buffer[:written]), int(written))
+
+    def restore(self, snapshot: CacheSnapshot) -> None:
+        import ctypes
+
+        llama_cpp = import_llama_cpp()
+        if not isinstance(snapshot.state, bytes):
+            raise BackendError("this snapshot holds no llama.cpp state; take it with snapshot()")
+        llm = self._shared.llm
+        data = (ctypes.c_uint8 * len(snapshot.state)).from_buffer_copy(snapshot.state)
+        if llama_cpp.llama_state_seq_set_data(llm._ctx.ctx, data, len(snapshot.state), 0) == 0:
+            raise BackendError("llama.cpp refused the cached state (made by another model or version?)")
+        ids = list(snapshot.ids)
+        llm.input_ids[: len(ids)] = ids
+        llm.n_tokens = len(ids)
+        self._shared.owner = self
+        self._ids = ids
+        self._logits, self._logits_at = None, -1
+
+    def cache_identity(self) -> str:
+        import importlib.metadata
+
+        path = self._shared.path
+        stat = path.stat()
+        return (f"llama.cpp {importlib.metadata.version('llama_cpp_python')}:{path.resolve()}:{stat.st_size}:"
+                f"{int(stat.st_mtime)}:type_k={self._shared.options['type_k']}:n_ctx={self.context_window}")
+
+    def state_bytes(self, snapshot: CacheSnapshot) -> bytes:
+        return snapshot.state if isinstance(snapshot.state, bytes) else b""
+
+    def snapshot_from_bytes(self, ids: Sequence[int], data: bytes) -> CacheSnapshot:
+        if not data:
+            raise BackendError("an empty llama.cpp state")
+        return CacheSnapshot(tuple(ids), bytes(data), len(data))
+
+    @property
+    def max_branches(self) -> int:  # type: ignore[override]
+        return self._shared.n_seq_max - 1  # sequence 0 holds the cache itself
+
+    def branches(self, ends: Sequence[int], suffix_ids: Sequence[int], params: GenerationParams,
+                 finished: Callable[[str], bool] | None = None) -> list[tuple[str, int]]:
+        """Branches as sequences 1..n of the unified cache: each shares the cells of its prefix with
+        sequence 0 (no copy), then their prompts are decoded in one batch and their tokens one step at a
+        time, all branches in each step.
+
+        One branch at a time gives the tokens a single request gives. Several side by side are computed
+        in batches of other shapes, whose sums round differently, so a greedy branch may now and then
+        take another token where two were nearly tied (benchmarks/read_once.py counts how often).
+        """
+        llama_cpp = import_llama_cpp()
+        ends, suffix = list(ends), list(suffix_ids)
+        if not ends:
+            return []
+        if len(ends) > self.max_branches:
+            raise BackendError(f"{len(ends)} branches, but this context decodes at most {self.max_branches}")
+        if not suffix or max(ends) > self.length or min(ends) < 1:
+            raise BackendError("each branch needs a non-empty suffix and an end within the cache")
+        self.check_fits(max(ends) + len(suffix) + params.max_new_tokens, what="a branch")
+        self.check_first_choices(params)
+        self._sync()
+        llm = self._shared.llm
+        ctx = llm._ctx.ctx
+        memory = llama_cpp.llama_get_memory(ctx)
+        n_vocab = llm.n_vocab()
+        batch = llama_cpp.llama_batch_init(max(llm.n_batch, len(ends)), 0, 1)
+        rng = np.random.default_rng(params.seed if params.seed is not None else 0)
+        allowed = [ids[0] for c in params.first_choices if (ids := self.tokenizer.encode(c))]
+        t0 = time.perf_counter()
+        tokens: list[list[int]] = [[] for _ in ends]
+        scanners = [StopScanner(params.stop) for _ in ends]
+        pending: dict[int, np.ndarray] = {}  # branch -> the logits its next token is sampled from
+        try:
+            for j, end in enumerate(ends):
+                llama_cpp.llama_memory_seq_rm(memory, j + 1, -1, -1)
+                llama_cpp.llama_memory_seq_cp(memory, 0, j + 1, 0, end)
+            # the prompts: every branch's suffix after its end, at most n_batch tokens a batch
+            items = [(j, end + i, token, i == len(suffix) - 1) for j, end in enumerate(ends)
+                     for i, token in enumerate(suffix)]
+            for at in range(0, len(items), llm.n_batch):
+                rows = self._decode_batch(batch, items[at:at + llm.n_batch])
+                pending.update({j: self._row(ctx, row, n_vocab) for j, row in rows.items()})
+            self.usage.prefilled_tokens += len(items)
+            self.usage.prefill_seconds += time.perf_counter() - t0
+            t1 = time.perf_counter()
+            active = list(range(len(ends))) if params.max_new_tokens > 0 else []
+            first = True
+            while active:
+                chosen: list[tuple[int, int, int]] = []  # (branch, position, token) to decode next
+                for j in active:
+                    logits = pending[j]
+                    if first and allowed:
+                        masked = np.full_like(logits, -np.inf)
+                        masked[allowed] = logits[allowed]
+                        logits = masked
+                    token = _sample(logits, params, rng)
+                    if token in self.eos_ids:
+                        continue
+                    tokens[j].append(token)
+                    self.usage.generated_tokens += 1
+                    scanner = scanners[j]
+                    scanner.feed(self.tokenizer.decode(tokens[j]))
+                    if scanner.stopped or len(tokens[j]) >= params.max_new_tokens \
+                            or (finished is not None and finished(scanner.text[:scanner.emitted])):
+                        continue
+                    chosen.append((j, ends[j] + len(suffix) + len(tokens[j]) - 1, token))
+                first = False
+                active = [j for j, _, _ in chosen]
+                if chosen:
+                    rows = self._decode_batch(batch, [(j, pos, token, True) for j, pos, token in chosen])
+                    pending = {j: self._row(ctx, row, n_vocab) for j, row in rows.items()}
+            self.usage.decode_seconds += time.perf_counter() - t1
+        finally:
+            for j in range(len(ends)):
+                llama_cpp.llama_memory_seq_rm(memory, j + 1, -1, -1)
+            llama_cpp.llama_batch_free(batch)
+            self.usage.requests += len(ends)
+        return [(_visible(scanner), len(toks)) for scanner, toks in zip(scanners, tokens, strict=True)]
+
+    def _decode_batch(self, batch: Any, items: Sequence[tuple[int, int, int, bool]]) -> dict[int, int]:
+        """Decode ``(branch, position, token, wants logits)`` items as one batch (branch j is sequence
+        j + 1); return each branch's row of logits."""
+        llama_cpp = import_llama_cpp()
+        rows: dict[int, int] = {}
+        for i, (j, pos, token, logits) in enumerate(items):
+            batch.token[i] = token
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = j + 1
+            batch.logits[i] = logits
+            if logits:
+                rows[j] = i
+        batch.n_tokens = len(items)
+        code = llama_cpp.llama_decode(self._shared.llm._ctx.ctx, batch)
+        if code != 0:
+            raise BackendError(f"llama.cpp could not decode a batch of {len(items)} branch tokens (code {code}); "
+                               "the cache may be full: use fewer or shorter branches")
+        return rows
+
+    @staticmethod
+    def _row(ctx: Any, row: int, n_vocab: int) -> np.ndarray:
+        llama_cpp = import_llama_cpp()
+        pointer = llama_cpp.llama_get_logits_ith(ctx, row)
+        return np.ctypeslib.as_array(pointer, shape=(n_vocab,)).copy()
+
     def fork(self, keep_cache: bool = True) -> LlamaCppGenerator:
         other = LlamaCppGenerator(self._shared.path, self.name, _shared=self._shared)
         other.usage = self.usage
@@ -276,6 +445,11 @@ class LlamaCppGenerator(CachingGenerator):
             self._sync()
             logits = self._eval([token])
             self._ids.append(token)
+
+
+def _visible(scanner: StopScanner) -> str:
+    """A finished branch's text: everything before a stop string (the whole text when none came)."""
+    return scanner.text[:scanner.emitted] if scanner.stopped else scanner.text
 
 
 def _sample(logits: np.ndarray, params: GenerationParams, rng: np.random.Generator) -> int:

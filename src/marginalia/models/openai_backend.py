@@ -23,7 +23,16 @@ from email.utils import parsedate_to_datetime
 from typing import Any, NoReturn
 
 from ..errors import BackendError, ContextOverflow, MarginaliaError, MissingDependency, UserError
-from .base import CachingGenerator, GenerationParams, Generator, Message, StopScanner, Tokenizer, close_stream
+from .base import (
+    CacheSnapshot,
+    CachingGenerator,
+    GenerationParams,
+    Generator,
+    Message,
+    StopScanner,
+    Tokenizer,
+    close_stream,
+)
 from .openai_replies import Chunk, ErrorBody, MalformedReply, ModelEntry, ModelList, Timings, UsageReport, parse
 from .openai_spec import MODES, OPTIONS
 from .openai_spec import OPENAI_SPEC_FORM as SPEC_FORM
@@ -224,6 +233,12 @@ class OpenAIGenerator(CachingGenerator):
     def rollback(self, length: int) -> None:
         self.check_rollback(length)
         del self._ids[length:]
+
+    def snapshot(self) -> CacheSnapshot:
+        return CacheSnapshot(tuple(self._ids))  # the server caches the prefix itself
+
+    def restore(self, snapshot: CacheSnapshot) -> None:
+        self._ids = list(snapshot.ids)
 
     def fork(self, keep_cache: bool = True) -> OpenAIGenerator:
         other = copy.copy(self)  # shares the client, the tokenizer and the usage account

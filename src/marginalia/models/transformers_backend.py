@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import BackendError, MissingDependency
-from .base import CachingGenerator, GenerationParams, Message, Tokenizer
+from .base import CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer
 
 HF_INSTALL = "pip install torch==2.13.0 && pip install 'marginalia[hf]'"
 
@@ -169,6 +169,55 @@ class TransformersGenerator(CachingGenerator):
         else:
             self._cache.crop(length - len(self._ids))  # transformers 5: negative = tokens to drop
         del self._ids[length:]
+
+    def snapshot(self) -> CacheSnapshot:
+        """A copy of the KV tensors of every layer (keys, values)."""
+        cache: Any = self._cache  # a DynamicCache of full-attention layers (keys, values per layer)
+        layers = tuple((layer.keys.clone(), layer.values.clone()) for layer in cache.layers
+                       if getattr(layer, "keys", None) is not None)
+        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
+        return CacheSnapshot(tuple(self._ids), layers, int(size))
+
+    def restore(self, snapshot: CacheSnapshot) -> None:
+        from transformers import DynamicCache
+
+        layers = snapshot.state
+        if not isinstance(layers, tuple):
+            raise BackendError("this snapshot holds no transformers cache; take it with snapshot()")
+        if snapshot.ids and not layers:
+            raise BackendError("this snapshot holds tokens but no cache entries")
+        data = [(k.clone().to(self.device), v.clone().to(self.device)) for k, v in layers]
+        self._cache = DynamicCache(data, config=self.model.config) if data \
+            else DynamicCache(config=self.model.config)
+        self._ids = list(snapshot.ids)
+        self._logits, self._logits_at = None, -1
+
+    def cache_identity(self) -> str:
+        import transformers
+
+        return (f"transformers {transformers.__version__}:{self.name}:{self.model.config._name_or_path}:"
+                f"{self.model.dtype}:{self.device}")
+
+    def state_bytes(self, snapshot: CacheSnapshot) -> bytes:
+        from safetensors.torch import save
+
+        tensors = {}
+        for i, (k, v) in enumerate(snapshot.state or ()):
+            tensors[f"k{i}"], tensors[f"v{i}"] = k.contiguous().cpu(), v.contiguous().cpu()
+        return bytes(save(tensors))
+
+    def snapshot_from_bytes(self, ids: Sequence[int], data: bytes) -> CacheSnapshot:
+        from safetensors.torch import load
+
+        try:
+            tensors = load(data)
+            layers = tuple((tensors[f"k{i}"], tensors[f"v{i}"]) for i in range(len(tensors) // 2))
+        except Exception as exc:  # safetensors raises its own error types for damaged data
+            raise BackendError(f"not a stored transformers cache: {exc}") from exc
+        if any(k.shape[-2] != len(ids) for k, _ in layers):
+            raise BackendError("the stored cache does not hold the stored tokens")
+        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
+        return CacheSnapshot(tuple(ids), layers, int(size))
 
     def fork(self, keep_cache: bool = True) -> TransformersGenerator:
         import copy

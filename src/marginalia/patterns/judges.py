@@ -119,11 +119,20 @@ class MarginJudge(ABC):
     margin_template: ClassVar[str] = "margin"
 
     def read(self, stream: Iterator[str]) -> str:
-        """Consume the margin stream (a judge may stop it early) and return its text."""
+        """Consume the margin stream (stopped early once `finished`) and return its text."""
+        text = ""
         try:
-            return "".join(stream).strip()
+            for delta in stream:
+                text += delta
+                if self.finished(text):
+                    break
         finally:
-            close_stream(stream)
+            close_stream(stream)  # rolls the backend's cache back at once
+        return text.strip()
+
+    def finished(self, text: str) -> bool:
+        """Whether a margin written so far needs no more tokens to be judged."""
+        return False
 
     @abstractmethod
     def judge(self, question: str, margin: str, segment: Segment, read: str) -> Verdict:
@@ -189,16 +198,8 @@ class FusedJudge(MarginJudge):
     margin_template = "margin_fused"
     choices = ("YES", "NO")
 
-    def read(self, stream: Iterator[str]) -> str:
-        text = ""
-        try:
-            for delta in stream:
-                text += delta
-                if text.strip().lower().startswith("no"):
-                    break  # a NO costs one token: stop here
-        finally:
-            close_stream(stream)  # rolls the backend's cache back at once
-        return text.strip()
+    def finished(self, text: str) -> bool:
+        return text.strip().lower().startswith("no")  # a NO costs one token: stop there
 
     def judge(self, question: str, margin: str, segment: Segment, read: str) -> Verdict:
         m = re.match(r"\W*(yes|no)\b[\s:,.!-]*", margin, re.IGNORECASE)

@@ -15,17 +15,19 @@ still extends the prompt before it.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UserError
 from ..ingest.segment import segments_from_tokens
-from ..models.base import CachingGenerator, Clock, GenerationParams, Generator, Usage, close_stream
+from ..models.base import CacheSnapshot, CachingGenerator, Clock, GenerationParams, Generator, Usage, close_stream
+from ..models.snapshots import SnapshotStore, snapshot_key
 from ..options import WimOptions
 from ..records import (
     Answer,
@@ -39,9 +41,11 @@ from ..records import (
     SegmentRead,
     Started,
 )
-from .base import Framing, Pattern, Run, make_stats, relay_answer, resolve_options
+from .base import Framing, Pattern, Run, check_question, make_stats, relay_answer, resolve_options
 from .judges import make_judge
 
+#: puts the worker's cache at a segment's end; True when it came from a kept copy, not a prefill
+Place = Callable[[Segment], bool]
 NOTES_RESERVED = 4  # margins' worth of window kept free for the notes in the answer prompt
 
 
@@ -94,94 +98,45 @@ class WiM(Pattern):
         ids, offsets = self.generator.tokenizer.encode_with_offsets(context)
         return segments_from_tokens(context, ids, offsets, self.segment_tokens)
 
+    def reader(self, context: str, source: str = "context", store: SnapshotStore | None = None) -> WimReader:
+        """A document read once for many questions: see `WimReader`."""
+        return WimReader(self, context, source, store)
+
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
-        clock = Clock()
-        gen = self.cache_gen
-        # The question sits in each margin prompt, not before the document: the document's prefix is
-        # then the same for every question, and small models wrote better margins this way (measured).
-        framing = self.framing()
-        segments = self.segments(context)
-        n_context = sum(s.n_tokens for s in segments)
-        margin_suffix = framing.suffix(gen, self.judge.margin_template, question=question)
-        answer_base = len(framing.suffix(gen, "answer_margins", question=question, margins=""))
-        # room for the margin prompt, or for the answer prompt with a few notes
-        reserve = max(len(margin_suffix) + self.margin_params.max_new_tokens,
-                      answer_base + NOTES_RESERVED * self.margin_params.max_new_tokens
-                      + self.answer_params.max_new_tokens)
-        gen.check_fits(len(framing.head) + n_context + reserve,
-                       what="the document with WiM's prompts and answer")
+        yield from WimReader(self, context, source)._events(run, question)
 
-        worker = gen.fork(keep_cache=False)
-        before = gen.usage.snapshot()
-        yield Started(self.name, len(segments), n_context)
-        worker.prefill(framing.head)
-        margins: list[Margin] = []
-        cited: set[tuple[int, int]] = set()
-        margin_tokens = 0
-        read = 0
-        first_margin: float | None = None
-        margin_seconds = 0.0
-        write = self._pipelined if gen.concurrency > 1 else self._sequential
-        for item in write(run, worker, segments, margin_suffix, clock):
-            if isinstance(item, SegmentRead):
-                read += 1
-                yield item
-                continue
-            segment, raw = item.segment, item.raw
-            margin_tokens += item.tokens
-            margin_seconds += item.seconds
-            if first_margin is None:
-                first_margin = clock()
-            yield MarginWritten(segment.index, raw, clock())
-            verdict = self.judge.judge(question, raw, segment, context[:segment.end])
-            relevant, reason = verdict.relevant, verdict.reason
-            if relevant and verdict.evidence is not None and verdict.evidence in cited:
-                relevant, reason = False, "repeats an earlier note"
-            if relevant and verdict.evidence is not None:
-                cited.add(verdict.evidence)
-            margin = Margin(segment.index, verdict.text, relevant, self.judge.mode,
-                            verdict.score, reason, verdict.evidence)
-            margins.append(margin)
-            yield MarginJudged(margin, clock())
-
-        kept = [m for m in margins if m.relevant]
-        room = gen.context_window - worker.length - answer_base - self.answer_params.max_new_tokens
-        notes = fit_notes([m.text for m in kept], room, gen.tokenizer.count)
-        t_answer = clock()
-        generated = gen.usage.generated_tokens
-        text, first_token = yield from relay_answer(worker.generate_from_cache(
-            framing.suffix(gen, "answer_margins", question=question, margins=notes),
-            self.answer_params,
-        ), clock)
-        answer_tokens = gen.usage.generated_tokens - generated
-        used = gen.usage.since(before)
-        stats = make_stats(
-            clock, used, n_context, sum(s.n_tokens for s in segments[:read]),
-            margin_tokens=margin_tokens, answer_tokens=answer_tokens,
-            margin_seconds=margin_seconds, answer_seconds=clock() - t_answer,
-            time_to_first_margin=first_margin, time_to_first_answer_token=first_token,
-        )
-        yield Done(Answer(
-            question=question, text=text.strip(), pattern=self.name, model=gen.name,
-            references=tuple(cite(m, segments, context, source) for m in kept),
-            margins=tuple(margins), stats=stats, segments_read=read,
-            segments_total=len(segments), stopped_early=read < len(segments),
-        ))
-
-    def _sequential(self, run: Run, worker: CachingGenerator, segments: list[Segment],
+    def _sequential(self, run: Run, worker: CachingGenerator, segments: list[Segment], total: int, place: Place,
                     suffix: list[int], clock: Clock) -> Iterator[SegmentRead | _Written]:
-        """Prefill a segment, write its margin, roll back; then the next segment."""
+        """Put the cache at a segment's end (prefill it, or restore it), write its margin, roll back;
+        then the next segment."""
         for segment in segments:
             if run.stop_requested:
                 break
-            worker.prefill(segment.token_ids)
-            yield SegmentRead(segment, len(segments), clock())
+            cached = place(segment)
+            yield SegmentRead(segment, total, clock(), cached)
             t0 = time.perf_counter()
             generated = worker.usage.generated_tokens
             raw = self.judge.read(worker.generate_from_cache(suffix, self.margin_params))
             yield _Written(segment, raw, time.perf_counter() - t0, worker.usage.generated_tokens - generated)
 
-    def _pipelined(self, run: Run, worker: CachingGenerator, segments: list[Segment],
+    def _batched(self, run: Run, worker: CachingGenerator, segments: list[Segment], total: int, ends: list[int],
+                 suffix: list[int], clock: Clock) -> Iterator[SegmentRead | _Written]:
+        """Margins for segments whose reading the worker's cache holds (to ``ends[-1]``), written as
+        branches decoded side by side, as many at a time as the backend takes."""
+        size = self.cache_gen.max_branches
+        for at in range(0, len(segments), size):
+            if run.stop_requested:
+                break
+            group = segments[at:at + size]
+            t0 = time.perf_counter()
+            written = worker.branches([ends[s.index] for s in group], suffix, self.margin_params,
+                                      finished=self.judge.finished)
+            seconds = (time.perf_counter() - t0) / len(group)
+            for segment, (text, tokens) in zip(group, written, strict=True):
+                yield SegmentRead(segment, total, clock(), True)
+                yield _Written(segment, text.strip(), seconds, tokens)
+
+    def _pipelined(self, run: Run, worker: CachingGenerator, segments: list[Segment], total: int, place: Place,
                    suffix: list[int], clock: Clock) -> Iterator[SegmentRead | _Written]:
         """Margin requests in flight side by side, yielded in segment order.
 
@@ -197,8 +152,8 @@ class WiM(Pattern):
             for segment in segments:
                 if run.stop_requested:
                     break
-                worker.prefill(segment.token_ids)
-                yield SegmentRead(segment, len(segments), clock())
+                cached = place(segment)
+                yield SegmentRead(segment, total, clock(), cached)
                 fork = worker.fork(keep_cache=True)
                 fork.usage = Usage()
                 taken_in = threading.Event()
@@ -236,6 +191,187 @@ class WiM(Pattern):
         raw, seconds = future.result()  # a failed request raises here, after the margins before it
         self.cache_gen.usage.add(fork.usage)
         return _Written(segment, raw, seconds, fork.usage.generated_tokens)
+
+
+class WimReader:
+    """A document read once, asked many questions.
+
+    WiM's cache holds the intro and the segments, none of which depends on the question (the question
+    enters only in each margin prompt, which is rolled back). The first question reads the document
+    as `WiM.run` does; once every segment is in the cache, a copy of it is kept (and stored in
+    ``store`` when one is given, for a later process). A later question restores that copy and, for
+    each segment, rolls it back to the segment's end and writes that question's margin there: no
+    document token is prefilled again. A reading stopped early is continued by the next question.
+
+    Args:
+        wim: the pattern (its model, options and judge).
+        context: the document's text.
+        source: the name references give the document.
+        store: where full readings are kept across processes (see `SnapshotStore`).
+    """
+
+    def __init__(self, wim: WiM, context: str, source: str = "context", store: SnapshotStore | None = None) -> None:
+        if not context.strip():
+            raise UserError("the context is empty; give a document with some text")
+        self.wim = wim
+        self.context = context
+        self.source = source
+        self.store = store
+        gen = wim.cache_gen
+        self.framing = wim.framing()
+        self.segments = wim.segments(context)
+        ends, at = [], len(self.framing.head)
+        for segment in self.segments:
+            at += segment.n_tokens
+            ends.append(at)
+        self.ends = ends  # the cache's length once each segment is read
+        self.worker = gen.fork(keep_cache=False)
+        self.read = 0  # segments the worker's cache (or `full`) holds
+        self.full: CacheSnapshot | None = None  # a copy of the cache holding every segment read
+        self.key = snapshot_key(gen, self.framing.head, self.segments) if store is not None else ""
+
+    def ask(self, question: str) -> Run:
+        """Start answering ``question``; iterate the `Run` for events (`Run.stop()` stops early)."""
+        return Run(_ReaderPattern(self), self.context, check_question(question), self.source)
+
+    def answer(self, question: str) -> Answer:
+        return self.ask(question).answer()
+
+    def _load(self) -> None:
+        """Take a stored full reading, when the store has one for this model and document."""
+        if self.full is not None or self.store is None:
+            return
+        snapshot = self.store.get(self.key, self.wim.cache_gen)
+        if snapshot is not None and len(snapshot.ids) == self.ends[-1]:
+            self.full, self.read = snapshot, len(self.segments)
+
+    def _place(self, segment: Segment) -> bool:
+        """Make the worker's cache end at ``segment``'s end: roll the kept copy back to it, or prefill the
+        segment. True when it came from the kept copy.
+
+        The worker's cache always holds a prefix of one sequence (the intro, then the segments in order),
+        so its length says what it holds.
+        """
+        worker, k = self.worker, segment.index
+        if k < self.read and self.full is not None:
+            if worker.length < self.ends[k]:
+                worker.restore(self.full)
+            worker.rollback(self.ends[k])
+            return True
+        start = self.ends[k] - segment.n_tokens
+        if worker.length < start and self.full is not None:
+            worker.restore(self.full)
+        if worker.length > start:
+            worker.rollback(start)
+        worker.prefill(segment.token_ids)
+        self.read = k + 1
+        return False
+
+    def _events(self, run: Run, question: str) -> Iterator[Event]:
+        wim, gen, framing, segments = self.wim, self.wim.cache_gen, self.framing, self.segments
+        clock = Clock()
+        n_context = sum(s.n_tokens for s in segments)
+        margin_suffix = framing.suffix(gen, wim.judge.margin_template, question=question)
+        answer_base = len(framing.suffix(gen, "answer_margins", question=question, margins=""))
+        # room for the margin prompt, or for the answer prompt with a few notes
+        reserve = max(len(margin_suffix) + wim.margin_params.max_new_tokens,
+                      answer_base + NOTES_RESERVED * wim.margin_params.max_new_tokens
+                      + wim.answer_params.max_new_tokens)
+        gen.check_fits(len(framing.head) + n_context + reserve,
+                       what="the document with WiM's prompts and answer")
+        before = gen.usage.snapshot()
+        self._load()
+        yield Started(wim.name, len(segments), n_context)
+        worker = self.worker
+        if worker.length == 0 and self.full is None:
+            worker.prefill(framing.head)
+        held_before = self.read  # segments in the kept copy: their margins come from it
+        margins: list[Margin] = []
+        cited: set[tuple[int, int]] = set()
+        margin_tokens = 0
+        written = 0
+        cached_tokens = 0
+        first_margin: float | None = None
+        margin_seconds = 0.0
+        write = wim._pipelined if gen.concurrency > 1 else wim._sequential
+        steps: Iterator[SegmentRead | _Written]
+        if held_before and gen.max_branches > 1 and self.full is not None:
+            # the kept reading's margins as batched branches, then read on as usual
+            if worker.length < len(self.full.ids):
+                worker.restore(self.full)
+            steps = itertools.chain(
+                wim._batched(run, worker, segments[:held_before], len(segments), self.ends, margin_suffix, clock),
+                write(run, worker, segments[held_before:], len(segments), self._place, margin_suffix, clock))
+        else:
+            steps = write(run, worker, segments, len(segments), self._place, margin_suffix, clock)
+        for item in steps:
+            if isinstance(item, SegmentRead):
+                cached_tokens += item.segment.n_tokens if item.cached else 0
+                yield item
+                continue
+            segment, raw = item.segment, item.raw
+            written += 1
+            margin_tokens += item.tokens
+            margin_seconds += item.seconds
+            if first_margin is None:
+                first_margin = clock()
+            yield MarginWritten(segment.index, raw, clock())
+            verdict = wim.judge.judge(question, raw, segment, self.context[:segment.end])
+            relevant, reason = verdict.relevant, verdict.reason
+            if relevant and verdict.evidence is not None and verdict.evidence in cited:
+                relevant, reason = False, "repeats an earlier note"
+            if relevant and verdict.evidence is not None:
+                cited.add(verdict.evidence)
+            margin = Margin(segment.index, verdict.text, relevant, wim.judge.mode,
+                            verdict.score, reason, verdict.evidence)
+            margins.append(margin)
+            yield MarginJudged(margin, clock())
+
+        # the answer reads everything read so far: the kept copy, and what this run read after it
+        target = self.ends[self.read - 1] if self.read else len(framing.head)
+        if worker.length < target and self.full is not None:
+            worker.restore(self.full)
+        if self.read > held_before:
+            self.full = worker.snapshot()
+            if self.store is not None and self.read == len(segments):
+                self.store.put(self.key, self.full, gen)
+        kept = [m for m in margins if m.relevant]
+        room = gen.context_window - worker.length - answer_base - wim.answer_params.max_new_tokens
+        notes = fit_notes([m.text for m in kept], room, gen.tokenizer.count)
+        t_answer = clock()
+        generated = gen.usage.generated_tokens
+        text, first_token = yield from relay_answer(worker.generate_from_cache(
+            framing.suffix(gen, "answer_margins", question=question, margins=notes),
+            wim.answer_params,
+        ), clock)
+        answer_tokens = gen.usage.generated_tokens - generated
+        used = gen.usage.since(before)
+        prefilled_context = sum(s.n_tokens for s in segments[held_before:self.read])
+        stats = make_stats(
+            clock, used, n_context, prefilled_context,
+            margin_tokens=margin_tokens, answer_tokens=answer_tokens,
+            margin_seconds=margin_seconds, answer_seconds=clock() - t_answer,
+            time_to_first_margin=first_margin, time_to_first_answer_token=first_token,
+        )
+        stats = replace(stats, cached_context_tokens=cached_tokens)
+        yield Done(Answer(
+            question=question, text=text.strip(), pattern=wim.name, model=gen.name,
+            references=tuple(cite(m, segments, self.context, self.source) for m in kept),
+            margins=tuple(margins), stats=stats, segments_read=self.read,
+            segments_total=len(segments), stopped_early=written < len(segments),
+        ))
+
+
+class _ReaderPattern(Pattern):
+    """Adapts a `WimReader` to `Run`, which drives a pattern's events."""
+
+    def __init__(self, reader: WimReader) -> None:
+        super().__init__(reader.wim.generator, reader.wim.options)
+        self.name = reader.wim.name
+        self.reader = reader
+
+    def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
+        return self.reader._events(run, question)
 
 
 def fit_notes(texts: list[str], room: int, count: Callable[[str], int]) -> str:
