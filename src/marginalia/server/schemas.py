@@ -10,10 +10,10 @@ from __future__ import annotations
 import warnings
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
 from ..models.base import GenerationParams
-from ..options import PATTERN_OPTIONS, CollectionOptions, LcOptions, PatternOptions, RagOptions, WimOptions
+from ..options import PATTERN_OPTIONS, PATTERNS, CollectionOptions, LcOptions, PatternOptions, RagOptions, WimOptions
 from ..options import describe as describe_options
 
 with warnings.catch_warnings():  # the field shadows the records' ClassVar on purpose
@@ -35,7 +35,18 @@ with warnings.catch_warnings():  # the field shadows the records' ClassVar on pu
         pattern: Literal["rag"] = "rag"  # type: ignore[misc]
 
 
-Reading = Annotated[WimReading | LcReading | RagReading, Field(discriminator="pattern")]
+def _pattern_of(value: Any) -> str | None:
+    """The pattern a reading names; WiM's when it names none (as `app.pattern` reads None)."""
+    if isinstance(value, dict):
+        return str(value.get("pattern", WimOptions.pattern))
+    return getattr(value, "pattern", None)
+
+
+Reading = Annotated[
+    Annotated[WimReading, Tag("wim")] | Annotated[LcReading, Tag("lc")] | Annotated[RagReading, Tag("rag")],
+    Discriminator(_pattern_of, custom_error_type="unknown_pattern",
+                  custom_error_message=f"unknown pattern; choose one of {', '.join(PATTERNS)}"),
+]
 
 
 def record(reading: WimReading | LcReading | RagReading) -> PatternOptions:

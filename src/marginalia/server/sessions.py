@@ -119,5 +119,7 @@ class SessionStore:
                 raise NotFound(f"no session {session_id!r}", "session", session_id)
 
     def __len__(self) -> int:
+        """Sessions alive now."""
         with self._lock:
+            self._expire()
             return len(self._sessions)

@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +115,7 @@ class Reading:
         self._start = prepared.start
         self._finish = prepared.finish
         self.finished = False
+        self._asked = 0.0  # when the client was last asked whether it is still there
         self.margins: list[Margin] = []  # judged so far, for an error that ends the reading early
         worker.submit(self._work)
 
@@ -167,15 +168,21 @@ class Reading:
                 self._run.stop()
 
     async def next(self, gone: Callable[[], Awaitable[bool]] | None = None) -> Event | Failed | None:
-        """The next event, a `Failed`, or None at the end; cancels the reading when ``gone()`` says the
-        client has left while it waited."""
+        """The next event, a `Failed`, or None at the end. With ``gone``, whether the client has left is
+        asked every `DISCONNECT_POLL` seconds (events may come faster); if it has, the reading is cancelled
+        and `ClientGone` raised."""
         while True:
-            try:
-                item = await asyncio.wait_for(self._queue.get(), DISCONNECT_POLL) if gone else await self._queue.get()
-            except TimeoutError:
-                if gone is not None and await gone():
+            if gone is not None and time.monotonic() - self._asked >= DISCONNECT_POLL:
+                self._asked = time.monotonic()
+                if await gone():
                     self.cancel()
-                    raise ClientGone() from None
+                    raise ClientGone()
+            try:
+                if gone is None:
+                    item = await self._queue.get()
+                else:
+                    item = await asyncio.wait_for(self._queue.get(), DISCONNECT_POLL)
+            except TimeoutError:
                 continue
             if item is _END:
                 self.finished = True
@@ -183,15 +190,6 @@ class Reading:
             if isinstance(item, MarginJudged):
                 self.margins.append(item.margin)
             return item  # type: ignore[no-any-return]
-
-    async def events(self, gone: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[Event | Failed]:
-        """Every item until the end; the reading is cancelled if the consumer stops early."""
-        try:
-            while (item := await self.next(gone)) is not None:
-                yield item
-        finally:
-            if not self.finished:
-                self.cancel()
 
 
 class ClientGone(Exception):
