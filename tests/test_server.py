@@ -255,3 +255,9 @@ def test_a_streamed_body_over_the_limit_is_413_as_it_is_read():
 
     reply = client.post("/v1/ask", content=chunks(), headers={"content-type": "application/json"})
     assert reply.status_code == 413 and reply.json()["error"]["code"] == "too_large"
+
+
+def test_a_body_that_is_not_json_is_422_saying_so():
+    reply = make_client().post("/v1/ask", content=b'{"question": ', headers={"content-type": "application/json"})
+    assert reply.status_code == 422
+    assert reply.json()["error"]["message"].startswith("body: not valid JSON")

@@ -116,9 +116,13 @@ def validation_response(errors: list[Any]) -> JSONResponse:
     fields = []
     for err in errors:
         message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        name = field_name(err.get("loc", ()))
         if err.get("type") == "extra_forbidden":
             message = "no such field"
-        fields.append({"field": field_name(err.get("loc", ())), "message": message})
+        elif err.get("type") == "json_invalid":
+            why = err.get("ctx", {}).get("error", "unreadable")
+            name, message = "body", f"not valid JSON ({why}, at character {name})"
+        fields.append({"field": name, "message": message})
     text = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
     return JSONResponse(error_body("validation_error", text or "invalid request", fields=fields), status_code=422)
 
