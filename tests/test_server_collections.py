@@ -254,3 +254,11 @@ def test_docqa_defaults_are_the_records():
 
     body = DocqaChatRequest(message="q")
     assert body.collection_options() == CollectionOptions()
+
+
+def test_a_damaged_pdf_fails_its_job_saying_why(client):
+    pytest.importorskip("pymupdf4llm")
+    job = index_text(client, "docs", "broken.pdf", b"%PDF-1.4\n" + b"\x00garbage" * 100)
+    assert job["status"] == "failed", job
+    assert job["error"]["code"] == "unreadable_document" and "broken.pdf" in job["error"]["message"]
+    assert "/tmp" not in job["error"]["message"]  # the saved copy's path is never shown

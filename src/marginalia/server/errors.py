@@ -18,7 +18,16 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import BackendError, ContextOverflow, MarginaliaError, MissingDependency, NotFound, UserError
+from ..errors import (
+    BackendError,
+    ContextOverflow,
+    IngestError,
+    MarginaliaError,
+    MissingDependency,
+    NotFound,
+    UserError,
+)
+from ..index.locking import CollectionBusy
 from ..options import PATTERNS
 
 log = logging.getLogger("marginalia.server")
@@ -56,9 +65,11 @@ STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
     (NotFound, 404, "not_found"),
     (UnsupportedType, 415, "unsupported_type"),
     (Conflict, 409, "conflict"),
+    (CollectionBusy, 409, "collection_busy"),
     (TooLarge, 413, "too_large"),
     (ContextOverflow, 400, "context_overflow"),
     (MissingDependency, 501, "missing_dependency"),
+    (IngestError, 422, "unreadable_document"),  # the upload's own name is the only path it names
     (UserError, 400, "bad_request"),
     (BackendError, 502, "backend_error"),
 )

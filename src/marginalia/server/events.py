@@ -2,7 +2,8 @@
 
 Every step the Python API yields becomes one typed event (``started``, ``retrieved``, ``segment_read``,
 ``margin_written``, ``margin_judged``, ``answer_delta``, ``done``). References are sent once, in ``done``;
-``retrieved`` says only how many were gathered, and ``segment_read`` says where a segment lies, not its text.
+``retrieved`` says only how many were gathered, and ``segment_read`` says where a segment lies, not its text
+(in the text read: for a collection, the retrieved references joined under their headings).
 """
 
 from __future__ import annotations

@@ -113,7 +113,8 @@ class JobBoard:
         with self._lock:
             return [job.to_dict() for job in self._jobs.values()]
 
-    def _update(self, job: Job, **changes: Any) -> None:
+    def update(self, job: Job, **changes: Any) -> None:
+        """Change a job's fields (from the indexing thread) and bump its version."""
         with self._lock:
             for key, value in changes.items():
                 setattr(job, key, value)
@@ -137,7 +138,7 @@ class JobBoard:
                 status, code, message = describe(exc)
                 if status == 500:
                     log.error("indexing %s failed", document, exc_info=exc)
-                self._update(job, status="failed", stage="finished", error={"code": code, "message": message},
+                self.update(job, status="failed", stage="finished", error={"code": code, "message": message},
                              finished_at=time.time())
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -160,20 +161,20 @@ def index_upload(job: Job, copy: Path, board: JobBoard, *, store: Callable[[], C
 
     This is `app.index_paths` for one document whose source is the upload's name, not the copy's path.
     """
-    board._update(job, status="running", stage="loading")
+    board.update(job, status="running", stage="loading")
     data = copy.read_bytes()
     doc, notes = loader_for(job.document, data).load(data, job.document)
     collection = store()
     sections, chunks = app.chunk_document(doc, count_tokens, chunking)
-    board._update(job, stage="embedding", chunks_total=len(chunks))
+    board.update(job, stage="embedding", chunks_total=len(chunks))
 
     def progress(done: int, total: int) -> None:
-        board._update(job, chunks_done=done, chunks_total=total)
+        board.update(job, chunks_done=done, chunks_total=total)
 
     result = collection.add_document(doc, sections, chunks, progress=progress)
     if result.status in ("added", "replaced"):
-        board._update(job, stage="optimizing")
+        board.update(job, stage="optimizing")
         collection.optimize()  # fold the new rows into the BM25 (and vector) indices
-    board._update(job, status="done", stage="finished", finished_at=time.time(), chunks_done=len(chunks), result={
+    board.update(job, status="done", stage="finished", finished_at=time.time(), chunks_done=len(chunks), result={
         "status": result.status, "doc_id": result.doc_id, "source": result.source, "chunks": result.n_chunks,
         "embedded": result.n_embedded, "sections": len(sections) - 1, "notes": list(notes)})

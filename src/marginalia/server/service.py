@@ -26,6 +26,7 @@ from ..patterns.base import check_question
 from ..records import Answer, Document, Section
 from .errors import Conflict
 from .jobs import JobBoard, check_upload, display_name, index_upload
+from .schemas import Target
 from .sessions import SessionStore
 from .settings import Settings
 from .worker import ModelWorker, Prepared
@@ -179,16 +180,17 @@ class Service:
 
     # -- reading ------------------------------------------------------------------------------------------
 
-    def prepare(self, target: Any, question: str, temperature: float | None = None) -> Prepared:
+    def prepare(self, target: Target, question: str, temperature: float | None = None) -> Prepared:
         """Check what can be checked at once (the question, the collection, the document) and return what
         starts the reading in the model's thread, and what places its references in their sections.
 
-        ``target`` is a `schemas.Target`: a pasted text, a document of a collection, or a collection.
+        ``target`` is a pasted text, a document of a collection, or a collection.
         """
         check_question(question)
         options = target.options
         if target.collection is None:
-            doc = Document(PASTED, target.text, content_id(target.text), format="markdown")
+            text = target.text or ""
+            doc = Document(PASTED, text, content_id(text), format="markdown")
             return self._read_document(doc, parse_sections(doc), options, question, temperature)
         store = self.open_collection(target.collection, search=True)
         if target.document is not None:

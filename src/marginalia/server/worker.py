@@ -184,6 +184,9 @@ class Reading:
                     item = await asyncio.wait_for(self._queue.get(), DISCONNECT_POLL)
             except TimeoutError:
                 continue
+            except asyncio.CancelledError:  # the request's task was cancelled (e.g. the server stops)
+                self.cancel()
+                raise
             if item is _END:
                 self.finished = True
                 return None
