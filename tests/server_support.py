@@ -4,7 +4,6 @@ uvicorn server on a free port, and a document to read."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -109,9 +108,9 @@ def live_server(app: Any) -> Iterator[str]:
     """The app served by uvicorn on 127.0.0.1 and a free port, in a thread; yields the base URL."""
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    from marginalia.server.net import listening_socket
+
+    sock = listening_socket("127.0.0.1", 0)  # as marginalia serve makes it
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            timeout_graceful_shutdown=2))

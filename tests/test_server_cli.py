@@ -15,25 +15,46 @@ pytest.importorskip("uvicorn")
 
 @pytest.fixture
 def started(monkeypatch):
-    """uvicorn.run replaced by a recorder: what serve would have started."""
+    """uvicorn's Server.run replaced by a recorder: what serve would have started, on which socket."""
+    import socket
+
     import uvicorn
 
     calls = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
+
+    def run(server, sockets):
+        (sock,) = sockets
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)  # streamed events leave at once
+        host, port = sock.getsockname()[:2]
+        calls.append((server.config.app, {"host": server.config.host, "port": server.config.port,
+                                          "bound": (host, port)}))
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
     return calls
 
 
 def serve(*argv: str) -> tuple[int, str]:
     err = io.StringIO()
+    if "--port" not in argv:
+        argv = (*argv, "--port", str(free_port()))
     code = main(["serve", "--model", "scripted:ok", *argv], out=io.StringIO(), err=err)
     return code, err.getvalue()
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def test_serve_binds_loopback_by_default_without_a_key(started):
-    code, err = serve()
-    assert code == 0 and "http://127.0.0.1:8000" in err
+    port = free_port()
+    code, err = serve("--port", str(port))
+    assert code == 0 and f"http://127.0.0.1:{port}" in err
     ((app, kw),) = started
-    assert (kw["host"], kw["port"]) == ("127.0.0.1", 8000)
+    assert kw["bound"] == ("127.0.0.1", port)
     settings = app.state.service.settings
     assert settings.api_key is None and settings.cors_origins == ()
     assert settings.max_upload_bytes == Settings().max_upload_bytes
@@ -63,6 +84,21 @@ def test_serve_takes_the_key_from_the_option_or_the_environment(started, monkeyp
     assert (second.queue_size, second.max_upload_bytes) == (3, 2 * 1024 * 1024)
     code, err = serve("--server-key", "k", "--no-auth")
     assert code == 2 and "not both" in err
+
+
+def test_serve_says_when_its_port_is_taken(started):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        code, err = serve("--port", str(taken.getsockname()[1]))
+    assert code == 2 and "cannot listen" in err and "--port" in err and not started
+
+
+def test_the_default_port_is_8000():
+    from marginalia.cli import build_parser
+
+    args = build_parser().parse_args(["serve"])
+    assert (args.host, args.port) == ("127.0.0.1", 8000)
 
 
 def test_serve_checks_its_collection_before_starting(started):

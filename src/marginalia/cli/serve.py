@@ -60,6 +60,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         import uvicorn
 
         from ..server import Settings, create_app
+        from ..server.net import listening_socket
         from ..server.settings import ENV_SERVER_KEY, MIB, check_binding
     except ImportError as exc:
         raise MissingDependency("the HTTP service's packages (fastapi, uvicorn, sse-starlette)", SERVE_INSTALL) from exc
@@ -73,6 +74,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         default_collection=args.collection)
     if args.collection:
         app.open_collection(args.collection, home=args.home)  # fail now, not at the first /chat
+    sock = listening_socket(args.host, args.port)  # before the model loads: a port in use fails at once
     reporter = Reporter(False, err)
     generator = load_model(args, reporter)
     if warning:
@@ -80,6 +82,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     shown = f"[{args.host}]" if ":" in args.host else args.host
     print(f"marginalia serving {generator.name} on http://{shown}:{args.port} (API at /docs; "
           f"{'a key is needed' if key else 'no key'}); Ctrl-C stops it", file=err, flush=True)
-    uvicorn.run(create_app(settings, generator=generator), host=args.host, port=args.port,
-                log_level="info" if args.verbose else "warning")
+    config = uvicorn.Config(create_app(settings, generator=generator), host=args.host, port=args.port,
+                            log_level="info" if args.verbose else "warning")
+    with sock:
+        uvicorn.Server(config).run(sockets=[sock])
     return 0
