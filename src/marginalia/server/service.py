@@ -1,8 +1,9 @@
 """The service's state and its adapter over `marginalia.app`: the model, the embedders, collections, the
 model's worker, indexing jobs and chat sessions, and how a request's target becomes a reading.
 
-Everything a request sets (its options, its temperature) lands on objects built for that request; the
-model and the embedders are shared and only ever used by one reading at a time (see `worker`).
+Everything a request sets (its options, its temperature) lands on objects built for that request. The
+model is shared and used by one reading at a time (see `worker`); the embedders and the model's tokenizer
+are shared by that reading and the one indexing job that may run beside it (see `jobs`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..index.store import Collection, collections_dir, delete_collection, list_c
 from ..ingest.base import content_id
 from ..ingest.sections import parse_sections, section_at
 from ..models.base import Generator
-from ..options import ChunkingOptions
+from ..options import ChunkingOptions, PatternOptions
 from ..patterns import Pattern, Run
 from ..patterns.base import check_question
 from ..records import Answer, Document, Section
@@ -207,7 +208,7 @@ class Service:
 
         return Prepared(start)
 
-    def _read_document(self, doc: Document, sections: list[Section], options: Any, question: str,
+    def _read_document(self, doc: Document, sections: list[Section], options: PatternOptions, question: str,
                        temperature: float | None) -> Prepared:
         embedder = self.embedder() if options.pattern == "rag" else None
 
