@@ -13,7 +13,7 @@ from typing import TextIO
 
 from .. import __version__
 from ..errors import ContextOverflow, MarginaliaError
-from . import documents, reading
+from . import documents, reading, serve
 from .bench import add_bench_parser, cmd_bench
 from .common import Formatter, common_options
 from .reading import demo_files, run_pattern, serve_command
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = common_options()
     reading.register(sub, common)
     documents.register(sub, common)
+    serve.register(sub, common)
     add_bench_parser(sub, [common], Formatter).set_defaults(handler=cmd_bench)
     return parser
 

@@ -1,0 +1,89 @@
+"""serve: the document QA HTTP service (collections, uploads, questions, chat sessions, OpenAI-compatible)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, TextIO
+
+from .. import app
+from ..errors import MissingDependency
+from .common import Formatter, Reporter, _model_help, load_model, model_options, non_negative_int, positive_int
+
+SERVE_INSTALL = "pip install 'marginalia[serve]'"
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add serve."""
+    from ..server.settings import ENV_SERVER_KEY, MIB, Settings
+
+    defaults = Settings()
+    serve = sub.add_parser(
+        "serve", parents=[common, model_options()], formatter_class=Formatter,
+        help="serve collections and questions over HTTP (JSON, server-sent events, OpenAI-compatible)",
+        description="Start the HTTP service: create collections and upload documents (indexed in the "
+                    "background), ask a pasted text, a document or a collection with wim, lc or rag (as JSON or "
+                    "as server-sent events, one per reading step), hold chat sessions, and answer OpenAI clients "
+                    "(model 'marginalia:<collection>') and docqa clients (POST /chat). One model per process "
+                    "reads one request at a time; the others wait in a bounded queue. The API is described at "
+                    "/docs once it runs. It listens on 127.0.0.1 only, unless --host says otherwise; any other "
+                    f"address needs a key (--server-key or ${ENV_SERVER_KEY}) or --no-auth.",
+        epilog=_model_help(),
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=positive_int, default=8000, help="port to listen on")
+    serve.add_argument("--server-key", default=None, metavar="KEY",
+                       help=f"the key clients must send as 'Authorization: Bearer KEY' (default: ${ENV_SERVER_KEY}; "
+                            "--api-key is the key for an openai: model)")
+    serve.add_argument("--no-auth", action="store_true",
+                       help="serve a non-loopback address without a key (a warning is printed)")
+    serve.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
+                       help="let a web page from ORIGIN call the API (repeatable; default: none, CORS off)")
+    serve.add_argument("--embedder", default=defaults.embedder, metavar="SPEC",
+                       help="for new collections and rag over a text: 'minilm' (embedded), 'hashing', or "
+                            "'st:<local folder>'")
+    serve.add_argument("--collection", "-c", default=None, metavar="NAME",
+                       help="the collection docqa's POST /chat answers from when a request names none")
+    serve.add_argument("--max-upload-mb", type=positive_int, default=defaults.max_upload_bytes // MIB, metavar="MB",
+                       help="the largest upload (and request body), in MiB")
+    serve.add_argument("--queue", type=non_negative_int, default=defaults.queue_size, metavar="N",
+                       help="requests that may wait for the model while one is read; more get 429")
+    serve.add_argument("--session-ttl", type=positive_int, default=int(defaults.session_ttl), metavar="SECONDS",
+                       help="a chat session ends after this long without a message")
+    serve.add_argument("--max-sessions", type=positive_int, default=defaults.max_sessions, metavar="N",
+                       help="chat sessions kept at once (the least recently used makes room)")
+    serve.set_defaults(handler=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        import uvicorn
+
+        from ..server import Settings, create_app
+        from ..server.net import listening_socket
+        from ..server.settings import ENV_SERVER_KEY, MIB, check_binding
+    except ImportError as exc:
+        raise MissingDependency("the HTTP service's packages (fastapi, uvicorn, sse-starlette)", SERVE_INSTALL) from exc
+
+    key = args.server_key or os.environ.get(ENV_SERVER_KEY) or None
+    warning = check_binding(args.host, key, args.no_auth)
+    settings = Settings(home=args.home, model=args.model, device=args.device, backend=args.backend,
+                        model_api_key=args.api_key, embedder=args.embedder, api_key=key,
+                        cors_origins=tuple(args.cors_origin or ()), max_upload_bytes=args.max_upload_mb * MIB,
+                        queue_size=args.queue, session_ttl=float(args.session_ttl), max_sessions=args.max_sessions,
+                        default_collection=args.collection)
+    if args.collection:
+        app.open_collection(args.collection, home=args.home)  # fail now, not at the first /chat
+    sock = listening_socket(args.host, args.port)  # before the model loads: a port in use fails at once
+    reporter = Reporter(False, err)
+    generator = load_model(args, reporter)
+    if warning:
+        print(warning, file=err, flush=True)
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"marginalia serving {generator.name} on http://{shown}:{args.port} (API at /docs; "
+          f"{'a key is needed' if key else 'no key'}); Ctrl-C stops it", file=err, flush=True)
+    config = uvicorn.Config(create_app(settings, generator=generator), host=args.host, port=args.port,
+                            log_level="info" if args.verbose else "warning")
+    with sock:
+        uvicorn.Server(config).run(sockets=[sock])
+    return 0

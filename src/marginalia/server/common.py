@@ -1,0 +1,106 @@
+"""What the routes share: the service and key dependencies, and answering a reading as JSON or as events."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sse_starlette import EventSourceResponse
+
+from ..records import Answer, Done
+from .errors import Unauthorized, describe, error_body, error_response
+from .events import answer_dict, event_payload, margin_dict
+from .service import Service
+from .worker import ClientGone, Failed, Reading
+
+#: what a client sees when a client closed its request (nginx's convention; nobody reads it)
+CLIENT_CLOSED = 499
+
+_bearer = HTTPBearer(auto_error=False, description="the server's key (marginalia serve --server-key)")
+
+
+def get_service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+async def require_key(request: Request,
+                      credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    """Refuse a request without the server's key (when it has one)."""
+    key = get_service(request).settings.api_key
+    if key is None:
+        return
+    given = credentials.credentials if credentials is not None else ""
+    if not secrets.compare_digest(given.encode(), key.encode()):
+        raise Unauthorized("this server needs its key: send 'Authorization: Bearer <key>'")
+
+
+def sse(kind: str, data: Any) -> dict[str, str]:
+    return {"event": kind, "data": json.dumps(data, ensure_ascii=False)}
+
+
+async def answer(reading: Reading, request: Request, stream: bool,
+                 on_answer: Callable[[Answer], None] | None = None,
+                 done: Callable[[], None] | None = None,
+                 render: Callable[[Answer], dict[str, Any]] = answer_dict) -> Response:
+    """Answer a reading: one JSON object, or server-sent events (one per step) when ``stream``.
+
+    Errors before the first event keep their HTTP status (the stream waits for that event before it
+    starts); a later one becomes an ``error`` event with the margins judged so far, and ends the stream.
+    ``on_answer`` sees the answer; ``done`` runs when the reading is over, either way; ``render`` makes
+    the JSON reply of an answer.
+    """
+    handed_over = False  # to the event stream, which then calls done itself
+    try:
+        first = await reading.next(request.is_disconnected)
+        if not stream:
+            return await _whole(reading, request, first, on_answer, render)
+        if isinstance(first, Failed):
+            return error_response(first.error)
+        handed_over = True
+        return EventSourceResponse(_events(reading, first, on_answer, done))
+    except ClientGone:
+        return Response(status_code=CLIENT_CLOSED)
+    finally:
+        if not handed_over and done is not None:
+            done()
+
+
+async def _whole(reading: Reading, request: Request, item: Any, on_answer: Callable[[Answer], None] | None,
+                 render: Callable[[Answer], dict[str, Any]]) -> Response:
+    result: Answer | None = None
+    while item is not None:
+        if isinstance(item, Failed):
+            return error_response(item.error, margins=[margin_dict(m) for m in reading.margins])
+        if isinstance(item, Done):
+            result = item.answer
+        item = await reading.next(request.is_disconnected)
+    if result is None:  # pragma: no cover - every reading ends in Done or an error
+        raise RuntimeError("the reading ended without an answer")
+    if on_answer is not None:
+        on_answer(result)
+    return JSONResponse(render(result))
+
+
+async def _events(reading: Reading, item: Any, on_answer: Callable[[Answer], None] | None,
+                  done: Callable[[], None] | None) -> AsyncIterator[dict[str, str]]:
+    try:
+        while item is not None:
+            if isinstance(item, Failed):
+                _, code, message = describe(item.error)
+                yield sse("error", error_body(code, message, margins=[margin_dict(m) for m in reading.margins]))
+                return
+            if isinstance(item, Done) and on_answer is not None:
+                on_answer(item.answer)
+            yield sse(item.kind, event_payload(item))
+            item = await reading.next()
+    finally:  # the client left, or the stream ended: either way this reading is over
+        if not reading.finished:
+            reading.cancel()
+        if done is not None:
+            done()

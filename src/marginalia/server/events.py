@@ -1,0 +1,77 @@
+"""What the service sends for each reading event and answer: plain JSON-ready dicts.
+
+Every step the Python API yields becomes one typed event (``started``, ``retrieved``, ``segment_read``,
+``margin_written``, ``margin_judged``, ``answer_delta``, ``done``). References are sent once, in ``done``;
+``retrieved`` says only how many were gathered, and ``segment_read`` says where a segment lies, not its text
+(in the text read: for a collection, the retrieved references joined under their headings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from ..records import (
+    Answer,
+    AnswerDelta,
+    Done,
+    Event,
+    Margin,
+    MarginJudged,
+    MarginWritten,
+    Reference,
+    Retrieved,
+    SegmentRead,
+    Started,
+)
+
+#: a reference's quoted text is cut to this many characters (a whole section can be a reference)
+QUOTE_CHARS = 2000
+
+
+def reference_dict(ref: Reference) -> dict[str, Any]:
+    """Where an answer draws from: document, section path, page, character span and the quoted text."""
+    quote = ref.text if len(ref.text) <= QUOTE_CHARS else ref.text[:QUOTE_CHARS - 1] + "\u2026"
+    return {"document": ref.source, "section_path": list(ref.section_path), "page": ref.page,
+            "start": ref.start, "end": ref.end, "quote": quote, "score": ref.score,
+            "segment_index": ref.segment_index}
+
+
+def margin_dict(margin: Margin) -> dict[str, Any]:
+    data = asdict(margin)
+    data["evidence"] = list(margin.evidence) if margin.evidence is not None else None
+    return data
+
+
+def answer_dict(answer: Answer) -> dict[str, Any]:
+    """The whole answer: its text, references, margins, stats and how retrieval decided."""
+    return {
+        "question": answer.question, "answer": answer.text, "pattern": answer.pattern, "model": answer.model,
+        "references": [reference_dict(r) for r in answer.references],
+        "margins": [margin_dict(m) for m in answer.margins], "stats": asdict(answer.stats),
+        "segments_read": answer.segments_read, "segments_total": answer.segments_total,
+        "stopped_early": answer.stopped_early, "retrieval": answer.retrieval or None,
+    }
+
+
+def event_payload(event: Event) -> dict[str, Any]:
+    """The data of one event (its kind travels as the SSE event name)."""
+    if isinstance(event, Started):
+        return {"pattern": event.pattern, "segments_total": event.segments_total,
+                "context_tokens": event.context_tokens}
+    if isinstance(event, Retrieved):
+        return {"outcome": event.outcome, "best_similarity": event.best_similarity,
+                "references": len(event.references), "elapsed": event.elapsed}
+    if isinstance(event, SegmentRead):
+        seg = event.segment
+        return {"index": seg.index, "total": event.total, "start": seg.start, "end": seg.end,
+                "tokens": seg.n_tokens, "elapsed": event.elapsed}
+    if isinstance(event, MarginWritten):
+        return {"segment_index": event.segment_index, "text": event.text, "elapsed": event.elapsed}
+    if isinstance(event, MarginJudged):
+        return {"margin": margin_dict(event.margin), "elapsed": event.elapsed}
+    if isinstance(event, AnswerDelta):
+        return {"text": event.text}
+    if isinstance(event, Done):
+        return answer_dict(event.answer)
+    raise TypeError(f"not a reading event: {event!r}")  # pragma: no cover - the Event union is closed

@@ -1,0 +1,80 @@
+"""The application factory: `create_app` wires settings, the model, the routes, errors, the key and CORS."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse
+
+from .. import __version__
+from ..index.embedders import Embedder
+from ..models.base import Generator
+from . import errors
+from .common import get_service, require_key
+from .routes import collections, docqa, openai, reading
+from .service import Service
+from .settings import Settings
+
+#: the most a request body may exceed the largest upload by (multipart boundaries and headers, form fields)
+BODY_SLACK = 1024 * 1024
+
+DESCRIPTION = """Answer questions over long documents with language models: Writing in the Margins (wim),
+long context (lc) or retrieval (rag), over a pasted text, a document of a collection, or a collection.
+
+Every route but `/v1/health` needs the server's key when it has one: `Authorization: Bearer <key>`.
+Errors are `{"error": {"code", "message"}}`."""
+
+PLACEHOLDER = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>marginalia</title></head>
+<body><h1>marginalia</h1><p>The web page comes later. The API is described at <a href="docs">/docs</a>
+(OpenAPI: <a href="openapi.json">/openapi.json</a>).</p></body></html>
+"""
+
+
+def create_app(settings: Settings | None = None, generator: Generator | None = None,
+               embedder: Embedder | None = None) -> FastAPI:
+    """The HTTP service.
+
+    Args:
+        settings: how it runs (defaults: the embedded model, 127.0.0.1, no key).
+        generator: the model to use (default: load ``settings.model`` at startup).
+        embedder: an embedder to use wherever its name is asked for (default: load each by name, once).
+    """
+    settings = settings or Settings()
+    service = Service(settings, generator, embedder)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await run_in_threadpool(lambda: service.generator)  # load the model before the first request
+        try:
+            yield
+        finally:
+            service.shutdown()
+
+    max_body = settings.max_upload_bytes + BODY_SLACK
+    app = FastAPI(title="marginalia", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app.state.service = service
+    errors.install(app, max_body)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_credentials=False,
+                           allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"])
+
+    @app.get("/", include_in_schema=False)
+    def root() -> HTMLResponse:
+        return HTMLResponse(PLACEHOLDER)
+
+    @app.get("/v1/health", tags=["meta"], summary="Whether the server is up, its model, and its queue")
+    def health(request: Request) -> dict[str, Any]:
+        current = get_service(request)
+        return {"status": "ok", "version": __version__, "model": current.model_name,
+                "queue": current.worker.status(), "sessions": len(current.sessions)}
+
+    keyed = [Depends(require_key)]
+    for router in (collections.router, reading.router, openai.router, docqa.router):
+        app.include_router(router, dependencies=keyed)
+    return app

@@ -1,0 +1,180 @@
+"""Indexing jobs: an uploaded document is saved to a private temporary copy and indexed in the background,
+one job at a time, with progress a client can poll or follow.
+
+Jobs live in memory. A server killed mid-job loses the job's record but never the collection: the store
+commits each document as it is added, so the collection stays at its last good state (a retry completes
+it, reusing what was embedded). The model is not needed to index, only its tokenizer (chunk sizes are
+counted in its tokens), so indexing does not wait for readings, nor they for it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .. import app
+from ..errors import BadInput, NotFound
+from ..index.store import Collection
+from ..ingest.loaders import loader_for
+from ..ingest.text import decode_text
+from ..options import ChunkingOptions
+from .errors import UnsupportedType, describe, log
+
+Status = Literal["queued", "running", "done", "failed"]
+_UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
+
+
+def display_name(filename: str | None) -> str:
+    """The name an upload is known by: its last path part, with only plain characters (never a path)."""
+    base = re.split(r"[\\/]", filename or "")[-1]
+    base = _UNSAFE.sub("_", base).strip(" .")[:120]
+    return base or "upload"
+
+
+def check_upload(name: str, data: bytes) -> str:
+    """Check an upload by its content, not only its name; return the suffix its saved copy takes.
+
+    Raises:
+        UnsupportedType: a type marginalia does not read, a '.pdf' that is not a PDF, a text that is
+            binary or not UTF-8.
+    """
+    try:
+        by_name = loader_for(name, data)
+        by_content = loader_for("upload", data)  # no suffix: what the bytes look like (PDF, HTML, text)
+    except BadInput as exc:
+        raise UnsupportedType(str(exc)) from None
+    if by_content.format == "pdf":
+        return ".pdf"
+    if by_name.format == "pdf":
+        raise UnsupportedType(f"{name} is named as a PDF but its content is not one; send the real file")
+    try:
+        decode_text(data, name)
+    except BadInput as exc:
+        raise UnsupportedType(str(exc)) from None
+    return Path(name).suffix.lower()
+
+
+@dataclass
+class Job:
+    """One upload being indexed (mutated by the indexing thread under the board's lock)."""
+
+    id: str
+    collection: str
+    document: str
+    status: Status = "queued"
+    stage: str = "queued"  # queued | loading | embedding | optimizing | finished
+    chunks_done: int = 0
+    chunks_total: int = 0
+    result: dict[str, Any] | None = None
+    error: dict[str, str] | None = None
+    created_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+    version: int = 0  # bumped on every change, so a follower knows when to send
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "collection": self.collection, "document": self.document, "status": self.status,
+                "stage": self.stage, "chunks_done": self.chunks_done, "chunks_total": self.chunks_total,
+                "result": self.result, "error": self.error, "created_at": self.created_at,
+                "finished_at": self.finished_at}
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "failed")
+
+
+class JobBoard:
+    """The indexing jobs: one thread runs them in order; the last ``keep`` finished ones are remembered."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marginalia-index")
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise NotFound(f"no job {job_id!r} (finished jobs are forgotten after {self.keep} more, and "
+                               "when the server restarts)", "job", job_id)
+            return {**job.to_dict(), "version": job.version}
+
+    def list(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [job.to_dict() for job in self._jobs.values()]
+
+    def update(self, job: Job, **changes: Any) -> None:
+        """Change a job's fields (from the indexing thread) and bump its version."""
+        with self._lock:
+            for key, value in changes.items():
+                setattr(job, key, value)
+            job.version += 1
+
+    def submit(self, collection: str, document: str, data: bytes, suffix: str,
+               work: Callable[[Job, Path, JobBoard], None]) -> dict[str, Any]:
+        """Save ``data`` to a private temporary copy and queue ``work`` on it; the copy goes when it ends."""
+        folder = Path(tempfile.mkdtemp(prefix="marginalia-upload-"))
+        copy = folder / f"document{suffix}"  # our own name: the client's never becomes a path
+        copy.write_bytes(data)
+        job = Job(uuid.uuid4().hex, collection, document)
+        with self._lock:
+            self._jobs[job.id] = job
+            self._forget()
+
+        def run() -> None:
+            try:
+                work(job, copy, self)
+            except Exception as exc:  # noqa: BLE001 - a job's failure is its result
+                status, code, message = describe(exc)
+                if status == 500:
+                    log.error("indexing %s failed", document, exc_info=exc)
+                self.update(job, status="failed", stage="finished", error={"code": code, "message": message},
+                             finished_at=time.time())
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+
+        self._executor.submit(run)
+        return job.to_dict()
+
+    def _forget(self) -> None:
+        finished = [j.id for j in self._jobs.values() if j.finished]
+        for job_id in finished[:max(0, len(finished) - self.keep)]:
+            del self._jobs[job_id]
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def index_upload(job: Job, copy: Path, board: JobBoard, *, store: Callable[[], Collection],
+                 count_tokens: Callable[[str], int], chunking: ChunkingOptions) -> None:
+    """Load the saved copy under the upload's name, cut it into sections and chunks, add it to the collection.
+
+    This is `app.index_paths` for one document whose source is the upload's name, not the copy's path.
+    """
+    board.update(job, status="running", stage="loading")
+    data = copy.read_bytes()
+    doc, notes = loader_for(job.document, data).load(data, job.document)
+    collection = store()
+    sections, chunks = app.chunk_document(doc, count_tokens, chunking)
+    board.update(job, stage="embedding", chunks_total=len(chunks))
+
+    def progress(done: int, total: int) -> None:
+        board.update(job, chunks_done=done, chunks_total=total)
+
+    result = collection.add_document(doc, sections, chunks, progress=progress)
+    if result.status in ("added", "replaced"):
+        board.update(job, stage="optimizing")
+        collection.optimize()  # fold the new rows into the BM25 (and vector) indices
+    board.update(job, status="done", stage="finished", finished_at=time.time(), chunks_done=len(chunks), result={
+        "status": result.status, "doc_id": result.doc_id, "source": result.source, "chunks": result.n_chunks,
+        "embedded": result.n_embedded, "sections": len(sections) - 1, "notes": list(notes)})

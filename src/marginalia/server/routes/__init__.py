@@ -1,0 +1,1 @@
+"""The service's routes, one module per group: collections and jobs, reading, and the compatible APIs."""

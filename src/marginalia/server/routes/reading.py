@@ -1,0 +1,83 @@
+"""Asking: one question over a text, a document or a collection; and chat sessions that keep the source."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from ...records import Answer
+from ..common import answer, get_service
+from ..schemas import AskRequest, MessageRequest, SessionRequest
+from ..service import Service
+from ..worker import Reading
+
+router = APIRouter(prefix="/v1", tags=["reading"])
+ServiceDep = Annotated[Service, Depends(get_service)]
+
+EVENTS_DOC = (
+    "With `stream: true` the answer comes as server-sent events, one per reading step: `started`, "
+    "`retrieved` (collections), `segment_read`, `margin_written`, `margin_judged` (wim), `answer_delta`, "
+    "and `done` with the whole answer, its references (document, section path, page, character span, "
+    "quoted text) and stats. An `error` event, with the margins judged so far, ends a stream that failed. "
+    "Disconnecting stops the reading within one segment."
+)
+
+
+@router.post("/ask", summary="Answer a question about a text, a document of a collection, or a collection",
+             description=EVENTS_DOC)
+async def ask(body: AskRequest, request: Request, service: ServiceDep) -> Response:
+    prepared = await run_in_threadpool(service.prepare, body, body.question, body.temperature)
+    return await answer(Reading(service.worker, prepared), request, body.stream)
+
+
+@router.post("/sessions", status_code=status.HTTP_201_CREATED, tags=["sessions"],
+             summary="Start a chat session over a text, a document of a collection, or a collection")
+async def create_session(body: SessionRequest, service: ServiceDep) -> dict[str, Any]:
+    if body.collection is not None:  # fail now, not at the first message
+        await run_in_threadpool(_check_target, service, body)
+    session = service.sessions.create(body)
+    return session.to_dict(service.sessions.ttl)
+
+
+def _check_target(service: Service, body: SessionRequest) -> None:
+    store = service.open_collection(body.collection or "")
+    if body.document is not None:
+        service.find_document(store, body.document)
+
+
+@router.get("/sessions/{session_id}", tags=["sessions"], summary="A session's source and its questions so far")
+def get_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
+    return service.sessions.get(session_id).to_dict(service.sessions.ttl)
+
+
+@router.delete("/sessions/{session_id}", tags=["sessions"], summary="End a session")
+def delete_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
+    service.sessions.delete(session_id)
+    return {"deleted": session_id}
+
+
+@router.post("/sessions/{session_id}/messages", tags=["sessions"], summary="Ask the session's source a question",
+             description=EVENTS_DOC)
+async def send_message(session_id: str, body: MessageRequest, request: Request, service: ServiceDep) -> Response:
+    session = service.sessions.acquire(session_id)
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            service.sessions.release(session)
+
+    def remember(result: Answer) -> None:
+        session.remember(body.message, result.text)
+
+    try:
+        prepared = await run_in_threadpool(session.prepare, body.message, body.temperature, service.prepare)
+        reading = Reading(service.worker, prepared)
+    except BaseException:
+        release()
+        raise
+    return await answer(reading, request, body.stream, on_answer=remember, done=release)

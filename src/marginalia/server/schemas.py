@@ -1,0 +1,213 @@
+"""Request bodies: the options records (`WimOptions`, `LcOptions`, `RagOptions`, `CollectionOptions`) as their
+parts, so each option's default, bounds and description come from the record and nowhere else.
+
+A body names its pattern in ``reading.pattern``; the records themselves keep the pattern as a class
+attribute, so each gets a request twin here that adds it as a field (`record` turns it back).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+
+from ..models.base import GenerationParams
+from ..options import PATTERN_OPTIONS, PATTERNS, CollectionOptions, LcOptions, PatternOptions, RagOptions, WimOptions
+from ..options import describe as describe_options
+
+with warnings.catch_warnings():  # the field shadows the records' ClassVar on purpose
+    warnings.filterwarnings("ignore", message="Field name \"pattern\"")
+
+    class WimReading(WimOptions):
+        """Writing in the Margins, with its options."""
+
+        pattern: Literal["wim"] = "wim"  # type: ignore[misc]
+
+    class LcReading(LcOptions):
+        """Long context, with its options."""
+
+        pattern: Literal["lc"] = "lc"  # type: ignore[misc]
+
+    class RagReading(RagOptions):
+        """Retrieval over the text, with its options."""
+
+        pattern: Literal["rag"] = "rag"  # type: ignore[misc]
+
+
+def _pattern_of(value: Any) -> str | None:
+    """The pattern a reading names; WiM's when it names none (as `app.pattern` reads None)."""
+    if isinstance(value, dict):
+        return str(value.get("pattern", WimOptions.pattern))
+    return getattr(value, "pattern", None)
+
+
+Reading = Annotated[
+    Annotated[WimReading, Tag("wim")] | Annotated[LcReading, Tag("lc")] | Annotated[RagReading, Tag("rag")],
+    Discriminator(_pattern_of, custom_error_type="unknown_pattern",
+                  custom_error_message=f"unknown pattern; choose one of {', '.join(PATTERNS)}"),
+]
+
+
+def record(reading: WimReading | LcReading | RagReading) -> PatternOptions:
+    """The options record a request's reading stands for."""
+    cls = PATTERN_OPTIONS[reading.pattern]
+    result: PatternOptions = cls.model_validate(reading.model_dump(exclude={"pattern"}))
+    return result
+
+
+def _default_reading() -> WimReading:
+    return WimReading()
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Target(Body):
+    """What to read: a pasted text, one document of a collection, or a collection; and how."""
+
+    text: str | None = Field(default=None, description="a pasted text to read (markdown or plain)")
+    collection: str | None = Field(default=None, description="a collection to answer from")
+    document: str | None = Field(
+        default=None, description="with collection: read only this document of it, whole (its name or id)")
+    reading: Reading = Field(default_factory=_default_reading,
+                             description="how to read: the pattern and its options")
+    collection_options: CollectionOptions = Field(
+        default_factory=CollectionOptions,
+        description="reading a collection: the retrieval policy and how much of what it finds is read")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Target:
+        if (self.text is None) == (self.collection is None):
+            raise ValueError("give either 'text' or 'collection' (with 'document' for one of its documents)")
+        if self.document is not None and self.collection is None:
+            raise ValueError("'document' names a document of a collection: give 'collection' too")
+        if self.text is not None and not self.text.strip():
+            raise ValueError("'text' is empty; paste a document with some text")
+        return self
+
+    @property
+    def options(self) -> PatternOptions:
+        return record(self.reading)
+
+    def describe(self) -> str:
+        """The source in a few words (for logs and the session listing)."""
+        if self.text is not None:
+            return f"a text of {len(self.text)} characters"
+        if self.document is not None:
+            return f"document {self.document!r} of collection {self.collection!r}"
+        return f"collection {self.collection!r}"
+
+
+Question = Annotated[str, Field(min_length=1, max_length=4000, pattern=r"\S",
+                                description="the question to answer")]
+TEMPERATURE = Field(default=GenerationParams.temperature, ge=0.0, le=2.0,
+                    description="sampling temperature of the answer (0: greedy, reproducible)")
+
+
+class AskRequest(Target):
+    """A question about a text, a document or a collection."""
+
+    question: Question
+    stream: bool = Field(default=False, description="send server-sent events, one per reading step")
+    temperature: float = TEMPERATURE
+
+
+class SessionRequest(Target):
+    """A chat session over a text, a document or a collection."""
+
+
+class MessageRequest(Body):
+    """One message of a chat session."""
+
+    message: Question
+    stream: bool = Field(default=False, description="send server-sent events, one per reading step")
+    temperature: float = TEMPERATURE
+
+
+class CollectionRequest(Body):
+    """A new, empty collection."""
+
+    name: str = Field(description="1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    embedder: str | None = Field(
+        default=None, description="'minilm' or 'hashing' (default: the server's embedder)")
+
+
+_COLLECTION = CollectionOptions.model_fields
+
+
+class DocqaChatRequest(BaseModel):
+    """The docqa service's ``/chat`` request: a message, a temperature and the retrieval thresholds."""
+
+    message: Question
+    temperature: float = TEMPERATURE
+    certainty_threshold: float = Field(default=_COLLECTION["certain"].default,
+                                       description=_COLLECTION["certain"].description)
+    uncertainty_threshold: float = Field(default=_COLLECTION["uncertain"].default,
+                                         description=_COLLECTION["uncertain"].description)
+    collection: str | None = Field(default=None, description="the collection (default: the server's --collection)")
+    openai_model: str | None = Field(default=None, description="accepted for docqa clients; the served model answers")
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> DocqaChatRequest:
+        self.collection_options()
+        return self
+
+    def collection_options(self) -> CollectionOptions:
+        try:
+            return CollectionOptions(certain=self.certainty_threshold, uncertain=self.uncertainty_threshold)
+        except ValidationError as exc:
+            raise ValueError(describe_options(exc, CollectionOptions)) from None
+
+
+class ChatMessage(BaseModel):
+    """One message of an OpenAI chat; text parts of a list content are joined."""
+
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        if not self.content:
+            return ""
+        return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+
+
+class MarginaliaExtras(Body):
+    """How to read, for OpenAI clients (send it as ``extra_body={"marginalia": {...}}``)."""
+
+    reading: Reading = Field(default_factory=_default_reading)
+    collection_options: CollectionOptions = Field(default_factory=CollectionOptions)
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    """OpenAI's chat completion request; ``model`` is ``marginalia:<collection>``. Fields this service does
+    not use (``top_p``, ``user``, ...) are accepted and ignored, as OpenAI clients send them."""
+
+    model: str = Field(description="marginalia:<collection> (see GET /v1/models)")
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    max_completion_tokens: int | None = Field(default=None, gt=0)
+    n: int = Field(default=1, ge=1, le=1, description="one choice only")
+    marginalia: MarginaliaExtras = Field(default_factory=MarginaliaExtras)
+
+    def question(self) -> str:
+        """The last user message: what is asked (earlier turns are not read yet)."""
+        for message in reversed(self.messages):
+            if message.role == "user" and message.text().strip():
+                return message.text()
+        raise ValueError("no user message with text")
+
+    @model_validator(mode="after")
+    def _has_question(self) -> ChatCompletionRequest:
+        self.question()
+        return self

@@ -1,0 +1,256 @@
+"""The service's state and its adapter over `marginalia.app`: the model, the embedders, collections, the
+model's worker, indexing jobs and chat sessions, and how a request's target becomes a reading.
+
+Everything a request sets (its options, its temperature) lands on objects built for that request. The
+model is shared and used by one reading at a time (see `worker`); the embedders and the model's tokenizer
+are shared by that reading and the one indexing job that may run beside it (see `jobs`).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from .. import app
+from ..errors import NotFound, UserError
+from ..index.embedders import Embedder
+from ..index.schema import META_FILE, DocumentInfo
+from ..index.store import Collection, collections_dir, delete_collection, list_collections
+from ..ingest.base import content_id
+from ..ingest.sections import parse_sections, section_at
+from ..models.base import Generator
+from ..options import ChunkingOptions, PatternOptions
+from ..patterns import Pattern, Run
+from ..patterns.base import check_question
+from ..records import Answer, Document, Section
+from .errors import Conflict
+from .jobs import JobBoard, check_upload, display_name, index_upload
+from .schemas import Target
+from .sessions import SessionStore
+from .settings import Settings
+from .worker import ModelWorker, Prepared
+
+#: embedders a client may name for a new collection (a folder path would let it load files of the server's)
+CLIENT_EMBEDDERS = ("minilm", "hashing")
+#: the source name of a pasted text in references
+PASTED = "text"
+
+
+class Service:
+    """What one server process holds. Blocking methods are called from threads, never the event loop."""
+
+    def __init__(self, settings: Settings, generator: Generator | None = None,
+                 embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self._generator = generator
+        self._model_lock = threading.Lock()
+        self._embedders: dict[str, Embedder] = {embedder.name: embedder} if embedder is not None else {}
+        self._embedder_lock = threading.Lock()
+        self.worker = ModelWorker(settings.queue_size)
+        self.jobs = JobBoard(settings.max_jobs)
+        self.sessions = SessionStore(settings.session_ttl, settings.max_sessions)
+
+    # -- what is loaded once ------------------------------------------------------------------------------
+
+    @property
+    def generator(self) -> Generator:
+        """The model, loaded on first use unless one was given."""
+        with self._model_lock:
+            if self._generator is None:
+                s = self.settings
+                self._generator = app.load_model(s.model, home=s.home, device=s.device, backend=s.backend,
+                                                 api_key=s.model_api_key)
+            return self._generator
+
+    @property
+    def model_name(self) -> str | None:
+        return self._generator.name if self._generator is not None else None
+
+    def embedder(self, spec: str | None = None) -> Embedder:
+        """An embedder by spec (default: the server's), loaded once."""
+        spec = spec or self.settings.embedder
+        with self._embedder_lock:
+            if spec not in self._embedders:
+                self._embedders[spec] = app.load_embedder(spec)
+            return self._embedders[spec]
+
+    def shutdown(self) -> None:
+        self.worker.shutdown()
+        self.jobs.shutdown()
+
+    # -- collections ----------------------------------------------------------------------------------------
+
+    def _exists(self, name: str) -> bool:
+        return "/" not in name and (collections_dir(self.settings.home) / name / META_FILE).is_file()
+
+    def open_collection(self, name: str, *, search: bool = False) -> Collection:
+        """An existing collection; with ``search``, holding its embedder (loaded once per process).
+
+        Raises:
+            NotFound: there is no collection by that name.
+        """
+        if not self._exists(name):
+            known = ", ".join(c.name for c in list_collections(self.settings.home)) or "none"
+            raise NotFound(f"no collection named {name!r} (existing: {known}); create it with POST /v1/collections",
+                           "collection", name)
+        store = app.open_collection(name, home=self.settings.home)
+        if not search:
+            return store
+        return Collection.open(name, home=self.settings.home, embedder=self.embedder(store.embedder_name))
+
+    def collections(self) -> list[dict[str, Any]]:
+        return [{"name": c.name, "embedder": c.embedder, "dim": c.dim, "created_at": c.created_at,
+                 "documents": c.n_documents, "chunks": c.n_chunks, "questions": c.n_questions,
+                 "schema_version": c.schema_version} for c in list_collections(self.settings.home)]
+
+    def create_collection(self, name: str, embedder: str | None) -> dict[str, Any]:
+        """Create an empty collection.
+
+        Raises:
+            UserError: a bad name, an embedder clients may not choose, or a collection of that name exists.
+        """
+        if embedder is not None and embedder not in (*CLIENT_EMBEDDERS, self.settings.embedder):
+            raise UserError(f"unknown embedder {embedder!r}; choose {', '.join(CLIENT_EMBEDDERS)}")
+        if self._exists(name):
+            raise Conflict(f"a collection named {name!r} exists already")
+        store = Collection.open(name, home=self.settings.home, create=True, embedder=self.embedder(embedder))
+        return self.describe_collection(store.name, tree=False)
+
+    def describe_collection(self, name: str, tree: bool = True) -> dict[str, Any]:
+        """A collection's settings and documents, each with its section tree."""
+        store = self.open_collection(name)
+        docs = store.documents()
+        return {"name": store.name, "embedder": store.embedder_name, "created_at": store.meta.get("created_at"),
+                "documents": [self._document_dict(store, d, tree) for d in docs],
+                "chunks": sum(d.n_chunks for d in docs), "questions": sum(d.n_questions for d in docs)}
+
+    @staticmethod
+    def _document_dict(store: Collection, info: DocumentInfo, tree: bool) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": info.doc_id, "source": info.source, "title": info.title,
+                                "format": info.format, "chunks": info.n_chunks, "questions": info.n_questions,
+                                "indexed_at": info.indexed_at}
+        if tree:
+            doc = store.document(info.doc_id) if info.format == "pdf" else None  # pages need the text
+            data["sections"] = section_tree(store.sections(info.doc_id), doc)
+        return data
+
+    def delete_collection(self, name: str) -> None:
+        self.open_collection(name)  # NotFound, in the API's words
+        delete_collection(name, home=self.settings.home)
+
+    def find_document(self, store: Collection, name: str) -> DocumentInfo:
+        """A document of a collection by its source or id.
+
+        Raises:
+            NotFound: the collection holds no such document.
+        """
+        for info in store.documents():
+            if name in (info.doc_id, info.source):
+                return info
+        raise NotFound(f"collection {store.name!r} has no document {name!r}; see GET /v1/collections/{store.name}",
+                       "document", name)
+
+    def delete_document(self, collection: str, name: str) -> dict[str, Any]:
+        store = self.open_collection(collection)
+        info = self.find_document(store, name)
+        store.delete_document(info.doc_id)
+        return {"deleted": info.doc_id, "source": info.source, "collection": collection}
+
+    # -- uploads ------------------------------------------------------------------------------------------
+
+    def upload(self, collection: str, filename: str | None, data: bytes,
+               chunking: ChunkingOptions) -> dict[str, Any]:
+        """Check an upload and queue it for indexing; returns the job.
+
+        Raises:
+            NotFound: no such collection.
+            UnsupportedType: the content is not a document marginalia reads.
+        """
+        self.open_collection(collection)
+        name = display_name(filename)
+        suffix = check_upload(name, data)
+        count = self.generator.tokenizer.count
+
+        def store() -> Collection:
+            return self.open_collection(collection, search=True)
+
+        return self.jobs.submit(collection, name, data, suffix,
+                                partial(index_upload, store=store, count_tokens=count, chunking=chunking))
+
+    # -- reading ------------------------------------------------------------------------------------------
+
+    def prepare(self, target: Target, question: str, temperature: float | None = None) -> Prepared:
+        """Check what can be checked at once (the question, the collection, the document) and return what
+        starts the reading in the model's thread, and what places its references in their sections.
+
+        ``target`` is a pasted text, a document of a collection, or a collection.
+        """
+        check_question(question)
+        options = target.options
+        if target.collection is None:
+            text = target.text or ""
+            doc = Document(PASTED, text, content_id(text), format="markdown")
+            return self._read_document(doc, parse_sections(doc), options, question, temperature)
+        store = self.open_collection(target.collection, search=True)
+        if target.document is not None:
+            info = self.find_document(store, target.document)
+            return self._read_document(store.document(info.doc_id), store.sections(info.doc_id), options,
+                                       question, temperature)
+        reading = target.collection_options
+
+        def start() -> Run:
+            reader = app.collection_reader(store, options, reading, generator=self.generator,
+                                           home=self.settings.home)
+            set_temperature(reader, temperature)
+            return reader.ask(question, source=store.name)
+
+        return Prepared(start)
+
+    def _read_document(self, doc: Document, sections: list[Section], options: PatternOptions, question: str,
+                       temperature: float | None) -> Prepared:
+        embedder = self.embedder() if options.pattern == "rag" else None
+
+        def start() -> Run:
+            pattern = app.pattern(options, self.generator, embedder)
+            set_temperature(pattern, temperature)
+            return pattern.run(doc.text, question, source=doc.source)
+
+        return Prepared(start, partial(locate, doc=doc, sections=sections))
+
+
+def set_temperature(pattern: Pattern, temperature: float | None) -> None:
+    """Sample this request's answer at ``temperature`` (the pattern, and a collection reader's inner one,
+    are built for this request alone)."""
+    if temperature is None:
+        return
+    for each in (pattern, getattr(pattern, "inner", None)):
+        if isinstance(each, Pattern):
+            each.answer_params = replace(each.answer_params, temperature=temperature)
+
+
+def locate(answer: Answer, *, doc: Document, sections: list[Section]) -> Answer:
+    """The answer with each reference into ``doc`` given its section path and page, where it has none."""
+    refs = []
+    for ref in answer.references:
+        if ref.source == doc.source and not ref.section_path:
+            section = section_at(sections, ref.start)
+            ref = replace(ref, section_path=section.path if section is not None else (),
+                          page=ref.page if ref.page is not None else doc.page_at(ref.start))
+        refs.append(ref)
+    return replace(answer, references=tuple(refs))
+
+
+def section_tree(sections: list[Section], doc: Document | None = None) -> dict[str, Any]:
+    """A document's sections as nested dicts from the root (title, level, span, page, children)."""
+    nodes: dict[int, dict[str, Any]] = {
+        s.index: {"title": s.title, "level": s.level, "path": list(s.path), "start": s.start, "end": s.end,
+                  "page": doc.page_at(s.start) if doc is not None else None, "children": []}
+        for s in sections}
+    for s in sections:
+        if s.parent is not None:
+            nodes[s.parent]["children"].append(nodes[s.index])
+    roots = [nodes[s.index] for s in sections if s.parent is None]
+    return roots[0] if roots else {"title": "", "level": 0, "path": [], "start": 0, "end": 0, "page": None,
+                                   "children": []}

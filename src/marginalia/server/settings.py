@@ -1,0 +1,91 @@
+"""The service's settings: what the server loads, where it keeps things, its limits and who may call it."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from ..app import DEFAULT_EMBEDDER
+from ..errors import UserError
+
+#: the environment variable that holds the key clients must send (``Authorization: Bearer <key>``)
+ENV_SERVER_KEY = "MARGINALIA_SERVER_KEY"
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How one server runs. Every request gets its own reading state; these are shared by all of them.
+
+    Args:
+        home: marginalia's home directory (collections live under it).
+        model: the model spec (see `marginalia.models.registry`), loaded once per process.
+        device: where an in-process model runs.
+        backend: the engine for GGUF models.
+        model_api_key: the key sent to an ``openai:`` model server (not the key clients send here).
+        embedder: the embedder for new collections and for rag over a pasted text or a document.
+        api_key: the key every route but the health check requires, as a bearer token; None: no check.
+        cors_origins: origins a browser may call from (none: CORS stays off).
+        max_upload_bytes: the largest request body (an uploaded file, a pasted text).
+        queue_size: requests that may wait for the model while one reads; more get 429.
+        session_ttl: seconds a chat session lives without a message.
+        max_sessions: chat sessions kept at once (the least recently used idle one makes room).
+        max_jobs: finished indexing jobs remembered (the oldest are forgotten first).
+        default_collection: the collection the docqa-compatible ``/chat`` answers from.
+    """
+
+    home: str | None = None
+    model: str = "smollm2"
+    device: str = "auto"
+    backend: str = "auto"
+    model_api_key: str | None = None
+    embedder: str = DEFAULT_EMBEDDER
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    max_upload_bytes: int = 50 * MIB
+    queue_size: int = 8
+    session_ttl: float = 30 * 60.0
+    max_sessions: int = 100
+    max_jobs: int = 1000
+    default_collection: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_upload_bytes", "max_sessions", "max_jobs"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.queue_size < 0:
+            raise UserError(f"queue_size must be 0 or more, got {self.queue_size}")
+        if self.session_ttl <= 0:
+            raise UserError(f"session_ttl must be positive, got {self.session_ttl}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise UserError("the server key is empty; give a non-empty key or none")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable only from this machine (``localhost``, ``127.0.0.0/8``, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def check_binding(host: str, api_key: str | None, no_auth: bool) -> str | None:
+    """Refuse to expose an unauthenticated server beyond this machine; return a warning to print, if any.
+
+    Raises:
+        UserError: ``host`` is not a loopback address, no key is given and ``no_auth`` is false.
+    """
+    if api_key and no_auth:
+        raise UserError("give either a server key or --no-auth, not both")
+    if api_key or is_loopback(host):
+        return None
+    if no_auth:
+        return (f"warning: serving on {host} without a key: anyone who can reach this address can read "
+                "and change your collections and use the model")
+    raise UserError(
+        f"binding {host} makes the server reachable from other machines, so it needs a key: pass "
+        f"--server-key KEY (or set ${ENV_SERVER_KEY}) and have clients send 'Authorization: Bearer KEY', "
+        "or pass --no-auth to serve without one"
+    )

@@ -1,0 +1,199 @@
+"""One model per process, used by one reading at a time: a single worker thread, a bounded queue before it,
+and the bridge that relays a reading's events from that thread to the request that waits for them.
+
+The core is synchronous, so a reading runs in the worker thread and the event loop only relays what it
+yields. A request that cannot even wait (the queue is full) is refused at once with `Busy` (HTTP 429).
+A request whose client goes away cancels its reading: a queued one never starts, a running one is stopped
+(`Run.stop()`) and dropped at its next event, so the model is free again within one segment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ..models.base import close_stream
+from ..patterns import Run
+from ..records import Answer, Done, Event, Margin, MarginJudged
+from .errors import Busy
+
+#: seconds between checks that a waiting client is still there
+DISCONNECT_POLL = 0.25
+
+
+class ModelWorker:
+    """Runs blocking jobs one at a time in its own thread; at most ``queue_size`` more may wait."""
+
+    def __init__(self, queue_size: int) -> None:
+        self.queue_size = queue_size
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marginalia-model")
+        self._lock = threading.Lock()
+        self._admitted = 0  # running + waiting
+        self._running = 0
+        self._durations: deque[float] = deque(maxlen=16)
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Queue ``job`` for the model's thread.
+
+        Raises:
+            Busy: the queue is full (the error says when to try again).
+        """
+        with self._lock:
+            if self._admitted >= self.queue_size + 1:
+                raise Busy(self._retry_after(), self._admitted - self._running)
+            self._admitted += 1
+        self._executor.submit(self._timed, job)
+
+    def _timed(self, job: Callable[[], None]) -> None:
+        t0 = time.monotonic()
+        with self._lock:
+            self._running += 1
+        try:
+            job()
+        finally:
+            with self._lock:
+                self._running -= 1
+                self._admitted -= 1
+                self._durations.append(time.monotonic() - t0)
+
+    def _retry_after(self) -> int:
+        """Seconds until a place in the queue is likely free: one typical reading (5 s before any ran)."""
+        if not self._durations:
+            return 5
+        typical = sorted(self._durations)[len(self._durations) // 2]
+        return max(1, min(600, math.ceil(typical)))
+
+    def status(self) -> dict[str, int]:
+        with self._lock:
+            return {"running": self._running, "waiting": self._admitted - self._running,
+                    "queue_size": self.queue_size}
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A reading ready to start: ``start`` builds its run in the model's thread; ``finish`` (if any) is
+    applied to the answer before ``done`` is sent."""
+
+    start: Callable[[], Run]
+    finish: Callable[[Answer], Answer] | None = None
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A reading that raised."""
+
+    error: BaseException
+
+
+_END = object()
+
+
+class Reading:
+    """One request's reading on the model's thread, its events relayed to the event loop as they come.
+
+    Args:
+        worker: the model's worker (raises `Busy` here when its queue is full).
+        prepared: what starts the run, in the model's thread, and what finishes its answer.
+    """
+
+    def __init__(self, worker: ModelWorker, prepared: Prepared) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._cancelled = threading.Event()
+        self._run: Run | None = None
+        self._run_lock = threading.Lock()
+        self._start = prepared.start
+        self._finish = prepared.finish
+        self.finished = False
+        self._asked = 0.0  # when the client was last asked whether it is still there
+        self.margins: list[Margin] = []  # judged so far, for an error that ends the reading early
+        worker.submit(self._work)
+
+    # -- the model's thread ---------------------------------------------------------------------------
+
+    def _emit(self, item: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the event loop is gone (the server is shutting down): nobody listens
+            self._cancelled.set()
+
+    def _work(self) -> None:
+        if self._cancelled.is_set():  # the client left while this waited in the queue
+            self._emit(_END)
+            return
+        run: Run | None = None
+        events = None
+        try:
+            run = self._start()
+            with self._run_lock:
+                self._run = run
+                if self._cancelled.is_set():
+                    run.stop()
+            events = iter(run)
+            for event in events:
+                if isinstance(event, Done) and self._finish is not None:
+                    event = Done(self._finish(event.answer))
+                self._emit(event)
+                if self._cancelled.is_set():  # nobody reads the rest: free the model now
+                    break
+        except Exception as exc:  # noqa: BLE001 - relayed to the request, which answers it
+            self._emit(Failed(exc))
+        finally:
+            if events is not None:
+                close_stream(events)
+            with self._run_lock:
+                self._run = None
+            # the last reference: the pattern's own generator is finalised here, in this thread, so its
+            # streams are closed and its caches rolled back before the next reading starts
+            run = events = None
+            self._emit(_END)
+
+    # -- the event loop -------------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Stop reading: the run stops after its current step, and its events are dropped."""
+        self._cancelled.set()
+        with self._run_lock:
+            if self._run is not None:
+                self._run.stop()
+
+    async def next(self, gone: Callable[[], Awaitable[bool]] | None = None) -> Event | Failed | None:
+        """The next event, a `Failed`, or None at the end. With ``gone``, whether the client has left is
+        asked every `DISCONNECT_POLL` seconds (events may come faster); if it has, the reading is cancelled
+        and `ClientGone` raised."""
+        while True:
+            if gone is not None and time.monotonic() - self._asked >= DISCONNECT_POLL:
+                self._asked = time.monotonic()
+                if await gone():
+                    self.cancel()
+                    raise ClientGone()
+            try:
+                if gone is None:
+                    item = await self._queue.get()
+                else:
+                    item = await asyncio.wait_for(self._queue.get(), DISCONNECT_POLL)
+            except TimeoutError:
+                continue
+            except asyncio.CancelledError:  # the request's task was cancelled (e.g. the server stops)
+                self.cancel()
+                raise
+            if item is _END:
+                self.finished = True
+                return None
+            if isinstance(item, MarginJudged):
+                self.margins.append(item.margin)
+            return item  # type: ignore[no-any-return]
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""

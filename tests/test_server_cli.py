@@ -1,0 +1,116 @@
+"""`marginalia serve`: its options reach the server's settings, and it refuses to expose a server without
+a key beyond this machine."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from marginalia.cli import main
+from marginalia.server.settings import ENV_SERVER_KEY, Settings, check_binding, is_loopback
+
+pytest.importorskip("uvicorn")
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """uvicorn's Server.run replaced by a recorder: what serve would have started, on which socket."""
+    import socket
+
+    import uvicorn
+
+    calls = []
+
+    def run(server, sockets):
+        (sock,) = sockets
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)  # streamed events leave at once
+        host, port = sock.getsockname()[:2]
+        calls.append((server.config.app, {"host": server.config.host, "port": server.config.port,
+                                          "bound": (host, port)}))
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    return calls
+
+
+def serve(*argv: str) -> tuple[int, str]:
+    err = io.StringIO()
+    if "--port" not in argv:
+        argv = (*argv, "--port", str(free_port()))
+    code = main(["serve", "--model", "scripted:ok", *argv], out=io.StringIO(), err=err)
+    return code, err.getvalue()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_serve_binds_loopback_by_default_without_a_key(started):
+    port = free_port()
+    code, err = serve("--port", str(port))
+    assert code == 0 and f"http://127.0.0.1:{port}" in err
+    ((app, kw),) = started
+    assert kw["bound"] == ("127.0.0.1", port)
+    settings = app.state.service.settings
+    assert settings.api_key is None and settings.cors_origins == ()
+    assert settings.max_upload_bytes == Settings().max_upload_bytes
+    assert app.state.service.model_name == "scripted"  # loaded before the server starts
+
+
+def test_serve_refuses_another_address_without_a_key(started):
+    code, err = serve("--host", "0.0.0.0")
+    assert code == 2 and not started
+    assert "--server-key" in err and "--no-auth" in err and ENV_SERVER_KEY in err
+
+
+def test_serve_with_no_auth_warns(started):
+    code, err = serve("--host", "0.0.0.0", "--no-auth")
+    assert code == 0 and "warning" in err and "without a key" in err
+    assert started[0][0].state.service.settings.api_key is None
+
+
+def test_serve_takes_the_key_from_the_option_or_the_environment(started, monkeypatch):
+    assert serve("--host", "0.0.0.0", "--server-key", "sesame")[0] == 0
+    monkeypatch.setenv(ENV_SERVER_KEY, "from-env")
+    assert serve("--host", "::", "--cors-origin", "https://a.example", "--cors-origin", "https://b.example",
+                 "--queue", "3", "--max-upload-mb", "2")[0] == 0
+    first, second = (app.state.service.settings for app, _ in started)
+    assert first.api_key == "sesame" and second.api_key == "from-env"
+    assert second.cors_origins == ("https://a.example", "https://b.example")
+    assert (second.queue_size, second.max_upload_bytes) == (3, 2 * 1024 * 1024)
+    code, err = serve("--server-key", "k", "--no-auth")
+    assert code == 2 and "not both" in err
+
+
+def test_serve_says_when_its_port_is_taken(started):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        code, err = serve("--port", str(taken.getsockname()[1]))
+    assert code == 2 and "cannot listen" in err and "--port" in err and not started
+
+
+def test_the_default_port_is_8000():
+    from marginalia.cli import build_parser
+
+    args = build_parser().parse_args(["serve"])
+    assert (args.host, args.port) == ("127.0.0.1", 8000)
+
+
+def test_serve_checks_its_collection_before_starting(started):
+    code, err = serve("--collection", "nowhere")
+    assert code == 2 and "nowhere" in err and not started
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("localhost", True), ("::1", True), ("[::1]", True), ("127.0.0.2", True),
+    ("0.0.0.0", False), ("::", False), ("192.168.1.4", False), ("example.org", False),
+])
+def test_loopback_addresses(host, loopback):
+    assert is_loopback(host) is loopback
+    if loopback:
+        assert check_binding(host, None, False) is None

@@ -1,0 +1,264 @@
+"""Collections over HTTP: create, upload (checked by content, indexed as a background job), show with the
+section tree, ask a collection or one of its documents, delete; and docqa's /chat over a collection."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from marginalia.index.embedders import HashingEmbedder
+from marginalia.options import CollectionOptions
+from marginalia.server import Settings
+from server_support import ANSWER, FACT, QUESTION, REPORT, index_text, make_client, parse_sse, wait_for
+
+pytest.importorskip("lancedb")
+
+FERRY_HTML = (b"<!doctype html><html><head><title>Ferries</title></head><body><h1>Night ferry</h1>"
+              b"<p>The night ferry to Brackwater leaves from pier 47.</p></body></html>")
+
+
+@pytest.fixture
+def client():
+    return make_client()
+
+
+def test_create_list_show_delete(client):
+    created = client.post("/v1/collections", json={"name": "docs", "embedder": "hashing"})
+    assert created.status_code == 201
+    assert created.json()["name"] == "docs" and created.json()["documents"] == []
+    again = client.post("/v1/collections", json={"name": "docs"})
+    assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
+    (listed,) = client.get("/v1/collections").json()
+    assert (listed["name"], listed["embedder"], listed["documents"]) == ("docs", "hashing", 0)
+    assert client.delete("/v1/collections/docs").json() == {"deleted": "docs"}
+    assert client.get("/v1/collections").json() == []
+    assert client.get("/v1/collections/docs").status_code == 404
+    assert client.delete("/v1/collections/docs").status_code == 404
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({"name": "../escape", "embedder": "hashing"}, 400),
+    ({"name": "ok", "embedder": "st:/etc"}, 400),  # a client may not make the server load a folder
+    ({"name": "ok", "embedder": "hashing", "extra": 1}, 422),
+])
+def test_create_refuses_bad_names_and_embedders(client, body, status):
+    reply = client.post("/v1/collections", json=body)
+    assert reply.status_code == status, reply.text
+    assert "error" in reply.json()
+
+
+def test_upload_is_indexed_as_a_job_and_shown_with_its_section_tree(client):
+    job = index_text(client, "docs", "report.md", REPORT)
+    assert job["status"] == "done" and job["stage"] == "finished"
+    result = job["result"]
+    assert (result["status"], result["source"]) == ("added", "report.md")
+    assert result["chunks"] == job["chunks_done"] == job["chunks_total"] >= 1
+    shown = client.get("/v1/collections/docs").json()
+    (doc,) = shown["documents"]
+    assert (doc["source"], doc["title"], doc["format"]) == ("report.md", "Harbour report", "markdown")
+    tree = doc["sections"]
+    (top,) = tree["children"]
+    assert top["title"] == "Harbour report"
+    assert [c["title"] for c in top["children"]] == ["Dredging", "Ferries", "Lifeboat"]
+    assert top["children"][1]["path"] == ["Harbour report", "Ferries"]
+    assert "sections" not in client.get("/v1/collections/docs?tree=false").json()["documents"][0]
+    # the same content again changes nothing; a new version of the same name replaces it
+    assert index_text(client, "docs", "report.md", REPORT)["result"]["status"] == "unchanged"
+    assert index_text(client, "docs", "report.md", REPORT + "\nMore.\n")["result"]["status"] == "replaced"
+    assert len(client.get("/v1/collections/docs").json()["documents"]) == 1
+
+
+def test_html_without_a_suffix_is_read_as_html(client):
+    job = index_text(client, "docs", "ferry", FERRY_HTML)
+    assert job["status"] == "done", job
+    (doc,) = client.get("/v1/collections/docs").json()["documents"]
+    assert (doc["source"], doc["format"], doc["title"]) == ("ferry", "html", "Ferries")
+
+
+def test_the_file_name_never_becomes_a_path(client, tmp_path):
+    client.post("/v1/collections", json={"name": "docs", "embedder": "hashing"})
+    before = set(os.listdir(tmp_path))
+    job = index_text(client, "docs", "../../../../tmp/evil\\..\\notes.md", "# Notes\n\nplain words\n")
+    assert job["status"] == "done"
+    assert job["document"] == job["result"]["source"] == "notes.md"
+    assert set(os.listdir(tmp_path)) == before
+    assert not any("notes.md" in name for name in os.listdir("/tmp"))
+
+
+@pytest.mark.parametrize(("name", "data", "what"), [
+    ("photo.jpg", b"\xff\xd8\xff\xe0 a jpeg", "unsupported file type"),
+    ("report.pdf", b"# Not a PDF\n\nJust markdown.\n", "not one"),
+    ("notes.txt", b"\x00\x01binary\x00", "binary"),
+    ("notes.md", "caf\u00e9".encode("latin-1") + b" and more", "UTF-8"),
+])
+def test_an_upload_is_checked_by_its_content(client, name, data, what):
+    client.post("/v1/collections", json={"name": "docs", "embedder": "hashing"})
+    reply = client.post("/v1/collections/docs/documents", files={"file": (name, data)})
+    assert reply.status_code == 415, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "unsupported_type" and what in error["message"]
+    assert client.get("/v1/jobs").json() == []
+
+
+def test_a_pdf_by_content_is_read_as_pdf_whatever_its_name(client):
+    pytest.importorskip("pymupdf4llm")
+    from pathlib import Path
+
+    pdf = next(Path(__file__).parent.joinpath("data").rglob("*.pdf"), None)
+    if pdf is None:
+        pytest.skip("no sample PDF in tests/data")
+    job = index_text(client, "docs", "paper.txt", pdf.read_bytes())
+    assert job["status"] == "done", job
+    (doc,) = client.get("/v1/collections/docs").json()["documents"]
+    assert doc["format"] == "pdf"
+
+
+def test_upload_limits_and_unknown_collection():
+    client = make_client(Settings(max_upload_bytes=2000))
+    assert client.post("/v1/collections/nowhere/documents", files={"file": ("a.md", b"# A\n\nx\n")}).status_code == 404
+    client.post("/v1/collections", json={"name": "docs", "embedder": "hashing"})
+    big = client.post("/v1/collections/docs/documents", files={"file": ("a.md", b"word " * 1000)})
+    assert big.status_code == 413 and big.json()["error"]["code"] == "too_large"
+    bad = client.post("/v1/collections/docs/documents?min_tokens=50&max_tokens=20",
+                      files={"file": ("a.md", b"# A\n\nx\n")})
+    assert bad.status_code == 422 and "smallest chunk" in bad.json()["error"]["message"]
+    missing = client.post("/v1/collections/docs/documents", data={"nofile": "x"})
+    assert missing.status_code == 422 and missing.json()["error"]["fields"][0]["field"] == "file"
+
+
+def test_chunking_options_come_from_the_query(client):
+    small = index_text(client, "small", "report.md", REPORT)
+    client.post("/v1/collections", json={"name": "big", "embedder": "hashing"})
+    reply = client.post("/v1/collections/big/documents?min_tokens=400&max_tokens=800",
+                        files={"file": ("report.md", REPORT.encode())})
+    big = wait_for(lambda: (j := client.get(reply.headers["location"]).json())["status"] == "done" and j)
+    assert big["result"]["chunks"] <= small["result"]["chunks"]
+
+
+def test_following_a_job_streams_progress_then_done(client):
+    client.post("/v1/collections", json={"name": "docs", "embedder": "hashing"})
+    reply = client.post("/v1/collections/docs/documents", files={"file": ("report.md", REPORT.encode())})
+    job_id = reply.json()["id"]
+    events = parse_sse(client.get(f"/v1/jobs/{job_id}/events").text)
+    assert events[-1][0] == "done" and events[-1][1]["result"]["status"] == "added"
+    assert all(kind == "progress" for kind, _ in events[:-1])
+    assert client.get("/v1/jobs/nope").status_code == 404
+    assert client.get("/v1/jobs/nope/events").status_code == 404
+
+
+class FailingEmbedder(HashingEmbedder):
+    """Embeds until ``fail`` is set, then fails like a crashed embedding server."""
+
+    fail = False
+
+    def _embed(self, texts, kind):
+        if self.fail and kind == "document":
+            raise RuntimeError("embedding server went away")
+        return super()._embed(texts, kind)
+
+
+def test_a_failed_job_leaves_the_collection_at_its_last_good_state():
+    embedder = FailingEmbedder()
+    client = make_client(embedder=embedder)
+    assert index_text(client, "docs", "first.md", REPORT)["status"] == "done"
+    embedder.fail = True
+    failed = index_text(client, "docs", "second.md", "# Second\n\nAnother document entirely.\n")
+    assert failed["status"] == "failed" and failed["error"]["code"] == "internal_error"
+    assert "went away" not in json.dumps(failed)
+    assert [d["source"] for d in client.get("/v1/collections/docs").json()["documents"]] == ["first.md"]
+    embedder.fail = False
+    again = index_text(client, "docs", "second.md", "# Second\n\nAnother document entirely.\n")
+    assert again["result"]["status"] == "added"
+
+
+def test_ask_a_collection_with_each_pattern(client):
+    index_text(client, "docs", "report.md", REPORT)
+    for pattern in ("wim", "lc", "rag"):
+        reply = client.post("/v1/ask", json={"question": QUESTION, "collection": "docs",
+                                             "reading": {"pattern": pattern}})
+        assert reply.status_code == 200, reply.text
+        data = reply.json()
+        assert data["answer"] == ANSWER and data["retrieval"] == "references" and data["pattern"] == pattern
+        assert all(r["document"] == "report.md" for r in data["references"])
+        assert any(FACT in r["quote"] and r["section_path"] == ["Harbour report", "Ferries"]
+                   for r in data["references"]), data["references"]
+
+
+def test_ask_a_collection_streams_retrieved_before_reading(client):
+    index_text(client, "docs", "report.md", REPORT)
+    reply = client.post("/v1/ask", json={"question": QUESTION, "collection": "docs", "stream": True})
+    events = parse_sse(reply.text)
+    assert [k for k, _ in events[:2]] == ["retrieved", "started"]
+    retrieved = events[0][1]
+    assert retrieved["outcome"] == "references" and isinstance(retrieved["references"], int)
+    assert events[-1][0] == "done" and events[-1][1]["references"]
+
+
+def test_nothing_relevant_found_is_said_not_guessed(client):
+    index_text(client, "docs", "report.md", REPORT)
+    reply = client.post("/v1/ask", json={"question": "zebra quantum marmalade?", "collection": "docs",
+                                         "collection_options": {"uncertain": 0.8, "certain": 0.9}})
+    data = reply.json()
+    assert data["retrieval"] == "none" and "No relevant references" in data["answer"]
+
+
+def test_ask_one_document_of_a_collection(client):
+    index_text(client, "docs", "report.md", REPORT)
+    index_text(client, "docs", "ferry", FERRY_HTML)
+    doc_id = next(d["id"] for d in client.get("/v1/collections/docs").json()["documents"]
+                  if d["source"] == "report.md")
+    for name in ("report.md", doc_id):
+        reply = client.post("/v1/ask", json={"question": QUESTION, "collection": "docs", "document": name,
+                                             "reading": {"pattern": "wim", "segment_tokens": 24}})
+        assert reply.status_code == 200, reply.text
+        (ref,) = reply.json()["references"]
+        assert (ref["document"], ref["section_path"], ref["quote"]) == (
+            "report.md", ["Harbour report", "Ferries"], FACT)
+    missing = client.post("/v1/ask", json={"question": QUESTION, "collection": "docs", "document": "other.md"})
+    assert missing.status_code == 404 and "other.md" in missing.json()["error"]["message"]
+
+
+def test_delete_a_document(client):
+    index_text(client, "docs", "report.md", REPORT)
+    index_text(client, "docs", "ferry", FERRY_HTML)
+    reply = client.delete("/v1/collections/docs/documents/report.md")
+    assert reply.status_code == 200 and reply.json()["source"] == "report.md"
+    assert [d["source"] for d in client.get("/v1/collections/docs").json()["documents"]] == ["ferry"]
+    assert client.delete("/v1/collections/docs/documents/report.md").status_code == 404
+
+
+def test_docqa_chat_answers_from_the_servers_collection():
+    client = make_client(Settings(default_collection="docs"))
+    index_text(client, "docs", "report.md", REPORT)
+    reply = client.post("/chat", json={"message": QUESTION, "temperature": 0.0, "certainty_threshold": 0.95,
+                                       "uncertainty_threshold": 0.1, "openai_model": "gpt-whatever"})
+    assert reply.status_code == 200, reply.text
+    data = reply.json()
+    assert set(data) == {"answer", "references", "metadata"} and data["answer"] == ANSWER
+    assert all({"source", "content"} <= set(r) for r in data["references"])
+    assert any(FACT in r["content"] for r in data["references"])
+    assert data["metadata"]["retrieval"] == "references" and data["metadata"]["model"] == "scripted"
+
+
+def test_docqa_chat_checks_its_thresholds_and_needs_a_collection(client):
+    reply = client.post("/chat", json={"message": "q", "certainty_threshold": 0.2, "uncertainty_threshold": 0.5})
+    assert reply.status_code == 422 and "uncertain" in reply.json()["error"]["message"]
+    no_collection = client.post("/chat", json={"message": "q"})
+    assert no_collection.status_code == 400 and "--collection" in no_collection.json()["error"]["message"]
+
+
+def test_docqa_defaults_are_the_records():
+    from marginalia.server.schemas import DocqaChatRequest
+
+    body = DocqaChatRequest(message="q")
+    assert body.collection_options() == CollectionOptions()
+
+
+def test_a_damaged_pdf_fails_its_job_saying_why(client):
+    pytest.importorskip("pymupdf4llm")
+    job = index_text(client, "docs", "broken.pdf", b"%PDF-1.4\n" + b"\x00garbage" * 100)
+    assert job["status"] == "failed", job
+    assert job["error"]["code"] == "unreadable_document" and "broken.pdf" in job["error"]["message"]
+    assert "/tmp" not in job["error"]["message"]  # the saved copy's path is never shown

@@ -1,0 +1,151 @@
+"""The service under uvicorn on 127.0.0.1 and a free port: the official openai client (streaming and not),
+and clients that go away (their reading stops within a segment and the model is free again)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from marginalia.models.fake import ScriptedGenerator
+from marginalia.server import Settings, create_app
+from server_support import ANSWER, FACT, QUESTION, REPORT, index_text, live_server, make_client, respond, wait_for
+from wim_requests import is_margin
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("uvicorn")
+pytest.importorskip("lancedb")
+
+
+@pytest.fixture
+def served():
+    """A live server over a scripted model, with the report indexed in collection 'docs'."""
+    from marginalia.index.embedders import HashingEmbedder
+
+    app = create_app(Settings(api_key="sesame"), generator=ScriptedGenerator(respond=respond),
+                     embedder=HashingEmbedder())
+    with live_server(app) as url:
+        with httpx.Client(base_url=url, headers={"Authorization": "Bearer sesame"}) as http:
+            index_text(http, "docs", "report.md", REPORT)
+        yield url
+
+
+def test_the_openai_client_lists_collections_as_models(served):
+    client = openai.OpenAI(base_url=f"{served}/v1", api_key="sesame")
+    assert [m.id for m in client.models.list()] == ["marginalia:docs"]
+
+
+def test_the_openai_client_gets_an_answer_and_its_references(served):
+    client = openai.OpenAI(base_url=f"{served}/v1", api_key="sesame")
+    reply = client.chat.completions.create(model="marginalia:docs", temperature=0,
+                                           messages=[{"role": "system", "content": "Be brief."},
+                                                     {"role": "user", "content": QUESTION}])
+    assert reply.choices[0].message.content == ANSWER and reply.choices[0].finish_reason == "stop"
+    assert reply.usage.completion_tokens > 0
+    references = reply.model_extra["references"]
+    assert any(FACT in r["quote"] and r["document"] == "report.md" for r in references)
+
+
+def test_the_openai_client_streams_with_the_references_once_at_the_end(served):
+    client = openai.OpenAI(base_url=f"{served}/v1", api_key="sesame")
+    chunks = list(client.chat.completions.create(
+        model="marginalia:docs", messages=[{"role": "user", "content": QUESTION}], stream=True,
+        stream_options={"include_usage": True}, extra_body={"marginalia": {"reading": {"pattern": "rag"}}}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == ANSWER
+    with_refs = [c for c in chunks if (c.model_extra or {}).get("references")]
+    assert with_refs == [chunks[-1]] and chunks[-1].choices[0].finish_reason == "stop"
+    assert chunks[-1].usage.total_tokens > 0
+
+
+def test_the_openai_client_sees_our_errors(served):
+    client = openai.OpenAI(base_url=f"{served}/v1", api_key="sesame", max_retries=0)
+    with pytest.raises(openai.NotFoundError, match="marginalia:<collection>"):
+        client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.NotFoundError, match="nowhere"):
+        client.chat.completions.create(model="marginalia:nowhere", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{served}/v1", api_key="wrong", max_retries=0).models.list()
+    with pytest.raises(openai.UnprocessableEntityError):
+        client.chat.completions.create(model="marginalia:docs", messages=[{"role": "user", "content": "q"}], n=2)
+
+
+def test_the_openai_client_through_an_in_process_transport():
+    client = make_client()
+    index_text(client, "docs", "report.md", REPORT)
+    oa = openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=client)
+    reply = oa.chat.completions.create(model="marginalia:docs", messages=[{"role": "user", "content": QUESTION}])
+    assert reply.choices[0].message.content == ANSWER
+    streamed = oa.chat.completions.create(model="marginalia:docs", stream=True,
+                                          messages=[{"role": "user", "content": QUESTION}])
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == ANSWER
+
+
+class Slow:
+    """Margins that take ``seconds`` each; counts the margin requests it has seen."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.margins = 0
+
+    def __call__(self, req):
+        if is_margin(req):
+            self.margins += 1
+            time.sleep(self.seconds)
+        return respond(req)
+
+
+LONG = "\n\n".join(f"Paragraph {i}: the weather in Ostervik stayed mild, with light rain." for i in range(60))
+
+
+def slow_server(slow: Slow, **settings):
+    return live_server(create_app(Settings(**settings), generator=ScriptedGenerator(respond=slow)))
+
+
+def test_a_client_that_leaves_a_stream_stops_its_reading_within_a_segment():
+    slow = Slow(0.15)
+    with slow_server(slow) as url, httpx.Client(base_url=url, timeout=30) as http:
+        body = {"question": QUESTION, "text": LONG, "stream": True, "reading": {"segment_tokens": 16}}
+        with http.stream("POST", "/v1/ask", json=body) as reply:
+            lines = reply.iter_lines()
+            started = next(line for line in lines if line.startswith("data:"))
+            assert "segments_total" in started
+            while slow.margins < 2:
+                next(lines)
+        # the connection is closed: the reading stops after the margin in progress
+        wait_for(lambda: http.get("/v1/health").json()["queue"]["running"] == 0, timeout=5)
+        stopped_at = slow.margins
+        assert stopped_at <= 4, stopped_at  # of 60 segments
+        time.sleep(0.5)
+        assert slow.margins == stopped_at
+        t0 = time.monotonic()
+        reply = http.post("/v1/ask", json={"question": QUESTION, "text": REPORT, "reading": {"pattern": "lc"}})
+        assert reply.status_code == 200 and time.monotonic() - t0 < 2
+
+
+def test_a_client_that_leaves_a_json_request_frees_the_model():
+    slow = Slow(0.15)
+    with slow_server(slow) as url:
+        body = {"question": QUESTION, "text": LONG, "reading": {"segment_tokens": 16}}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/v1/ask", json=body, timeout=0.6)
+        with httpx.Client(base_url=url, timeout=30) as http:
+            wait_for(lambda: http.get("/v1/health").json()["queue"]["running"] == 0, timeout=5)
+            assert slow.margins <= 8, slow.margins
+
+
+def test_a_queued_request_whose_client_left_never_reads():
+    slow = Slow(0.3)
+    with slow_server(slow, queue_size=2) as url, httpx.Client(base_url=url, timeout=30) as http:
+        first = threading.Thread(target=lambda: http.post("/v1/ask", json={
+            "question": QUESTION, "text": REPORT, "reading": {"segment_tokens": 24}}))
+        first.start()
+        wait_for(lambda: slow.margins >= 1)
+        with pytest.raises(httpx.ReadTimeout):  # waits behind the first, then gives up
+            httpx.post(f"{url}/v1/ask", json={"question": QUESTION, "text": LONG, "reading": {"segment_tokens": 16}},
+                       timeout=0.3)
+        first.join(30)
+        wait_for(lambda: http.get("/v1/health").json()["queue"] == {"running": 0, "waiting": 0, "queue_size": 2})
+        assert slow.margins < 10  # the first one's margins only: the long text was never read

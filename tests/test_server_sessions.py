@@ -1,0 +1,92 @@
+"""Chat sessions over HTTP: start one over a text, a document or a collection, send messages (JSON and
+events), read its history, end it; idle sessions expire and the store is bounded."""
+
+from __future__ import annotations
+
+import pytest
+
+from marginalia.server import Settings
+from marginalia.server.schemas import SessionRequest
+from marginalia.server.sessions import SessionStore
+from server_support import ANSWER, QUESTION, REPORT, index_text, make_client, parse_sse
+
+
+def test_a_session_over_a_text_answers_each_message_and_keeps_the_history():
+    client = make_client()
+    created = client.post("/v1/sessions", json={"text": REPORT, "reading": {"pattern": "lc"}})
+    assert created.status_code == 201
+    session = created.json()
+    assert session["pattern"] == "lc" and session["history"] == []
+    url = f"/v1/sessions/{session['id']}"
+    first = client.post(f"{url}/messages", json={"message": QUESTION})
+    assert first.status_code == 200 and first.json()["answer"] == ANSWER
+    streamed = client.post(f"{url}/messages", json={"message": "And the lifeboat?", "stream": True})
+    assert parse_sse(streamed.text)[-1][0] == "done"
+    history = client.get(url).json()["history"]
+    assert [h["question"] for h in history] == [QUESTION, "And the lifeboat?"]
+    assert all(h["answer"] == ANSWER for h in history)
+    assert client.delete(url).json() == {"deleted": session["id"]}
+    gone = client.post(f"{url}/messages", json={"message": QUESTION})
+    assert gone.status_code == 404 and "POST /v1/sessions" in gone.json()["error"]["message"]
+
+
+def test_a_session_over_a_collection_or_a_document():
+    pytest.importorskip("lancedb")
+    client = make_client()
+    index_text(client, "docs", "report.md", REPORT)
+    for body in ({"collection": "docs"}, {"collection": "docs", "document": "report.md"}):
+        sid = client.post("/v1/sessions", json=body).json()["id"]
+        reply = client.post(f"/v1/sessions/{sid}/messages", json={"message": QUESTION})
+        assert reply.status_code == 200 and reply.json()["references"], reply.text
+    assert client.post("/v1/sessions", json={"collection": "nowhere"}).status_code == 404
+    assert client.post("/v1/sessions", json={"collection": "docs", "document": "x.md"}).status_code == 404
+
+
+def test_a_failed_message_leaves_the_session_usable():
+    client = make_client(generator=None)
+    sid = client.post("/v1/sessions", json={"text": "word " * 10}).json()["id"]
+    empty = client.post(f"/v1/sessions/{sid}/messages", json={"message": ""})
+    assert empty.status_code == 422
+    assert client.post(f"/v1/sessions/{sid}/messages", json={"message": QUESTION}).status_code == 200
+
+
+def test_the_server_bounds_its_sessions():
+    client = make_client(Settings(max_sessions=2))
+    ids = [client.post("/v1/sessions", json={"text": REPORT}).json()["id"] for _ in range(3)]
+    assert client.get(f"/v1/sessions/{ids[0]}").status_code == 404  # the least recently used made room
+    assert all(client.get(f"/v1/sessions/{sid}").status_code == 200 for sid in ids[1:])
+    assert client.get("/v1/health").json()["sessions"] == 2
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_idle_sessions_expire_and_busy_ones_do_not():
+    clock = Clock()
+    store = SessionStore(ttl=60, limit=3, clock=clock)
+    target = SessionRequest(text="t")
+    idle, busy = store.create(target), store.create(target)
+    held = store.acquire(busy.id)
+    clock.now += 61
+    with pytest.raises(Exception, match="expired"):
+        store.get(idle.id)
+    assert store.get(busy.id) is held  # answering a message: never expired under it
+    store.release(held)
+    clock.now += 30
+    assert store.get(busy.id) is held  # used 30 s ago
+    clock.now += 61
+    assert len(store) == 0
+
+
+def test_a_full_store_of_busy_sessions_refuses_a_new_one():
+    store = SessionStore(ttl=60, limit=1)
+    store.acquire(store.create(SessionRequest(text="t")).id)
+    from marginalia.server.errors import Busy
+
+    with pytest.raises(Busy):
+        store.create(SessionRequest(text="t"))
