@@ -90,3 +90,16 @@ def test_a_full_store_of_busy_sessions_refuses_a_new_one():
 
     with pytest.raises(Busy):
         store.create(SessionRequest(text="t"))
+
+
+def test_a_wim_session_reads_its_document_once():
+    pytest.importorskip("lancedb")
+    client = make_client()
+    index_text(client, "docs", "report.md", REPORT)
+    sid = client.post("/v1/sessions", json={"collection": "docs", "document": "report.md",
+                                            "reading": {"pattern": "wim", "segment_tokens": 64}}).json()["id"]
+    first = client.post(f"/v1/sessions/{sid}/messages", json={"message": QUESTION}).json()
+    second = client.post(f"/v1/sessions/{sid}/messages", json={"message": "And the lifeboat?"}).json()
+    assert first["stats"]["prefilled_context_tokens"] == first["stats"]["context_tokens"] > 0
+    assert second["stats"]["prefilled_context_tokens"] == 0
+    assert second["stats"]["cached_context_tokens"] == first["stats"]["context_tokens"]

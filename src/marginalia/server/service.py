@@ -21,7 +21,7 @@ from ..index.store import Collection, collections_dir, delete_collection, list_c
 from ..ingest.base import content_id
 from ..ingest.sections import parse_sections, section_at
 from ..models.base import Generator
-from ..options import ChunkingOptions, PatternOptions
+from ..options import ChunkingOptions, PatternOptions, WimOptions
 from ..patterns import Pattern, Run
 from ..patterns.base import check_question
 from ..records import Answer, Document, Section
@@ -48,6 +48,8 @@ class Service:
         self._model_lock = threading.Lock()
         self._embedders: dict[str, Embedder] = {embedder.name: embedder} if embedder is not None else {}
         self._embedder_lock = threading.Lock()
+        #: full WiM readings of documents, so a follow-up question costs only its margins
+        self.readings = app.document_cache(settings.home)
         self.worker = ModelWorker(settings.queue_size)
         self.jobs = JobBoard(settings.max_jobs)
         self.sessions = SessionStore(settings.session_ttl, settings.max_sessions)
@@ -213,6 +215,11 @@ class Service:
         embedder = self.embedder() if options.pattern == "rag" else None
 
         def start() -> Run:
+            if isinstance(options, WimOptions):  # from a stored reading when there is one
+                reader = app.reader(doc.text, options, generator=self.generator, source=doc.source,
+                                    cache=self.readings)
+                set_temperature(reader.wim, temperature)
+                return reader.ask(question)
             pattern = app.pattern(options, self.generator, embedder)
             set_temperature(pattern, temperature)
             return pattern.run(doc.text, question, source=doc.source)

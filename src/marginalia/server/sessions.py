@@ -1,7 +1,7 @@
 """Chat sessions: a source and how to read it, kept between questions, expiring when idle.
 
-Today each message reads the source again; a session is where a read-once reader (WiM's cache over the
-document, kept between questions) will live, so `Session.start` is the one place that changes then.
+A WiM session over a document reads it once: the first message stores the full reading (see
+`Service.readings`), and each later one writes only its margins from it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Session:
 
     def prepare(self, question: str, temperature: float | None,
                 read: Callable[[Target, str, float | None], Prepared]) -> Prepared:
-        """Prepare the answer to ``question``: today ``read`` reads the session's source again."""
+        """Prepare the answer to ``question`` (``read`` starts from a stored reading of the source where one is)."""
         return read(self.target, question, temperature)
 
     def remember(self, question: str, answer: str) -> None:
