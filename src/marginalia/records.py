@@ -125,6 +125,10 @@ class Stats:
     prefilled_context_tokens: int = 0
     #: context tokens taken from a kept or stored cache of the document instead of prefilled (WiM)
     cached_context_tokens: int = 0
+    #: context tokens dropped from the cache to make room for the rest of a long document (WiM)
+    dropped_context_tokens: int = 0
+    #: the most tokens the cache held at once: the document part, a prompt and what it generated (WiM)
+    peak_cache_tokens: int = 0
     prefilled_other_tokens: int = 0
     generated_margin_tokens: int = 0
     generated_answer_tokens: int = 0
@@ -197,6 +201,18 @@ class SegmentRead:
 
 
 @dataclass(frozen=True)
+class SegmentsDropped:
+    """Segments ``[first, last)`` left the cache to make room (a document longer than the window); their
+    margins judged relevant are still carried to the answer."""
+
+    first: int
+    last: int
+    tokens: int
+    cache_tokens: int  # what the cache holds after the drop
+    kind: Literal["segments_dropped"] = "segments_dropped"
+
+
+@dataclass(frozen=True)
 class MarginWritten:
     segment_index: int
     text: str
@@ -223,7 +239,7 @@ class Done:
     kind: Literal["done"] = "done"
 
 
-Event = Started | Retrieved | SegmentRead | MarginWritten | MarginJudged | AnswerDelta | Done
+Event = Started | Retrieved | SegmentRead | SegmentsDropped | MarginWritten | MarginJudged | AnswerDelta | Done
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

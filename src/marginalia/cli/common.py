@@ -203,6 +203,9 @@ class Reporter:
         elif kind == "segment_read" and self.bar is None:
             seg = event.segment
             self.log(f"  retrieved chunk {seg.index + 1}/{event.total}: {snippet(seg.text)}")
+        elif kind == "segments_dropped":
+            self.log(f"  (segments {event.first + 1}-{event.last} left the cache to make room: "
+                     f"{event.tokens} tokens; their relevant margins are kept)")
         elif kind == "margin_judged":
             m = event.margin
             mark = "+" if m.relevant else "-"

@@ -181,6 +181,9 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
             s = answer.stats
             extra = f", stopped after {answer.segments_read}/{answer.segments_total} segments" \
                 if answer.stopped_early else ""
+            if s.dropped_context_tokens:
+                extra += (f", {s.dropped_context_tokens} context tokens dropped to make room "
+                          f"(the cache held {s.peak_cache_tokens} at most)")
             cached = f" ({s.cached_context_tokens} more from the stored reading)" if s.cached_context_tokens else ""
             reporter.log(
                 f"{answer.pattern}: {s.prefilled_context_tokens} context{cached} + "

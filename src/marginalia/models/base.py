@@ -253,6 +253,27 @@ class CachingGenerator(Generator):
         """What decides the contents of this model's cache besides its tokens (for stored caches)."""
         return f"{type(self).__name__}:{self.name}"
 
+    def drop(self, start: int, end: int) -> None:
+        """Remove the cached tokens ``[start, end)``; the later ones move down to close the gap, as if the
+        dropped ones had never been read (the default prefills the later ones again; backends that can
+        shift cached positions override it).
+
+        Raises:
+            BackendError: the range is not within the cache.
+        """
+        self.check_drop(start, end)
+        tail = self.cached_tokens()[end:]
+        self.rollback(start)
+        self.prefill(tail)
+
+    def check_drop(self, start: int, end: int) -> None:
+        if not 0 <= start <= end <= self.length:
+            raise BackendError(f"cannot drop tokens {start} to {end}: the cache holds {self.length}")
+
+    def cached_tokens(self) -> list[int]:
+        """The token ids the cache holds, in order."""
+        return list(self.snapshot().ids)
+
     def state_bytes(self, snapshot: CacheSnapshot) -> bytes:
         """A snapshot's backend state as bytes, to store on disk (empty where the ids are all there is)."""
         return b""

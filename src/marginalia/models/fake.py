@@ -137,6 +137,13 @@ class ScriptedGenerator(CachingGenerator):
         self.check_rollback(length)
         del self.ids[length:]
 
+    def cached_tokens(self) -> list[int]:
+        return list(self.ids)
+
+    def drop(self, start: int, end: int) -> None:
+        self.check_drop(start, end)
+        del self.ids[start:end]
+
     def snapshot(self) -> CacheSnapshot:
         return CacheSnapshot(tuple(self.ids))
 

@@ -294,6 +294,27 @@ class LlamaCppGenerator(CachingGenerator):
         return (f"llama.cpp {importlib.metadata.version('llama_cpp_python')}:{path.resolve()}:{stat.st_size}:"
                 f"{int(stat.st_mtime)}:type_k={self._shared.options['type_k']}:n_ctx={self.context_window}")
 
+    def cached_tokens(self) -> list[int]:
+        return list(self._ids)
+
+    def drop(self, start: int, end: int) -> None:
+        """Remove cells ``[start, end)`` of sequence 0 and shift the later ones down by ``end - start``
+        positions (llama.cpp re-rotates their keys, as its own context shift does)."""
+        self.check_drop(start, end)
+        if start == end:
+            return
+        llama_cpp = import_llama_cpp()
+        self._sync()
+        llm = self._shared.llm
+        memory = llama_cpp.llama_get_memory(llm._ctx.ctx)
+        if not llama_cpp.llama_memory_seq_rm(memory, 0, start, end):
+            raise BackendError(f"llama.cpp could not remove cached tokens {start} to {end}")
+        llama_cpp.llama_memory_seq_add(memory, 0, end, -1, start - end)
+        del self._ids[start:end]
+        llm.input_ids[: len(self._ids)] = self._ids
+        llm.n_tokens = len(self._ids)
+        self._logits, self._logits_at = None, -1
+
     def state_bytes(self, snapshot: CacheSnapshot) -> bytes:
         return snapshot.state if isinstance(snapshot.state, bytes) else b""
 

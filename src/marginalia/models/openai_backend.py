@@ -234,6 +234,15 @@ class OpenAIGenerator(CachingGenerator):
         self.check_rollback(length)
         del self._ids[length:]
 
+    def cached_tokens(self) -> list[int]:
+        return list(self._ids)
+
+    def drop(self, start: int, end: int) -> None:
+        """Remove ``[start, end)`` from the local prefix: the server evaluates the tail again on the next
+        request, under new positions (its prefix cache serves only what comes before ``start``)."""
+        self.check_drop(start, end)
+        del self._ids[start:end]
+
     def snapshot(self) -> CacheSnapshot:
         return CacheSnapshot(tuple(self._ids))  # the server caches the prefix itself
 

@@ -39,6 +39,7 @@ from ..records import (
     Reference,
     Segment,
     SegmentRead,
+    SegmentsDropped,
     Started,
 )
 from .base import Framing, Pattern, Run, check_question, make_stats, relay_answer, resolve_options
@@ -227,6 +228,10 @@ class WimReader:
         self.ends = ends  # the cache's length once each segment is read
         self.worker = gen.fork(keep_cache=False)
         self.read = 0  # segments the worker's cache (or `full`) holds
+        self.dropped = 0  # segments dropped from the front of the cache to make room (a long document)
+        self.dropped_tokens = 0
+        self._drops: list[SegmentsDropped] = []  # drops not yet reported
+        self._reserve = 0  # what the prompts after a segment need (set per question)
         self.full: CacheSnapshot | None = None  # a copy of the cache holding every segment read
         self.key = snapshot_key(gen, self.framing.head, self.segments) if store is not None else ""
 
@@ -258,14 +263,31 @@ class WimReader:
                 worker.restore(self.full)
             worker.rollback(self.ends[k])
             return True
-        start = self.ends[k] - segment.n_tokens
+        start = self.ends[k] - segment.n_tokens - self.dropped_tokens
         if worker.length < start and self.full is not None:
             worker.restore(self.full)
         if worker.length > start:
             worker.rollback(start)
+        self._make_room(segment)
         worker.prefill(segment.token_ids)
         self.read = k + 1
         return False
+
+    def _make_room(self, segment: Segment) -> None:
+        """Drop the oldest segments still cached until ``segment`` and the prompts after it fit the window
+        (the intro stays; their margins judged relevant are carried to the answer all the same)."""
+        worker, head = self.worker, len(self.framing.head)
+        window = self.wim.cache_gen.context_window
+        first = self.dropped
+        while worker.length + segment.n_tokens + self._reserve > window and self.dropped < segment.index:
+            self.dropped += 1
+        if self.dropped == first:
+            return
+        tokens = sum(s.n_tokens for s in self.segments[first:self.dropped])
+        worker.drop(head, head + tokens)
+        self.dropped_tokens += tokens
+        self.full = None  # the kept copy no longer holds the whole reading
+        self._drops.append(SegmentsDropped(first, self.dropped, tokens, worker.length))
 
     def _events(self, run: Run, question: str) -> Iterator[Event]:
         wim, gen, framing, segments = self.wim, self.wim.cache_gen, self.framing, self.segments
@@ -277,14 +299,20 @@ class WimReader:
         reserve = max(len(margin_suffix) + wim.margin_params.max_new_tokens,
                       answer_base + NOTES_RESERVED * wim.margin_params.max_new_tokens
                       + wim.answer_params.max_new_tokens)
-        gen.check_fits(len(framing.head) + n_context + reserve,
-                       what="the document with WiM's prompts and answer")
+        longest = max(s.n_tokens for s in segments)
+        gen.check_fits(len(framing.head) + longest + reserve,
+                       what="the intro, a segment and WiM's prompts and answer")
+        self._reserve = reserve
         before = gen.usage.snapshot()
+        if self.dropped:  # a long document is read anew for each question: its cache holds only the end
+            self.worker.rollback(len(framing.head))
+            self.read = self.dropped = self.dropped_tokens = 0
         self._load()
         yield Started(wim.name, len(segments), n_context)
         worker = self.worker
         if worker.length == 0 and self.full is None:
             worker.prefill(framing.head)
+        peak = worker.length
         held_before = self.read  # segments in the kept copy: their margins come from it
         margins: list[Margin] = []
         cited: set[tuple[int, int]] = set()
@@ -306,7 +334,10 @@ class WimReader:
             steps = write(run, worker, segments, len(segments), self._place, margin_suffix, clock)
         for item in steps:
             if isinstance(item, SegmentRead):
+                yield from self._drops
+                self._drops.clear()
                 cached_tokens += item.segment.n_tokens if item.cached else 0
+                peak = max(peak, worker.length + len(margin_suffix) + wim.margin_params.max_new_tokens)
                 yield item
                 continue
             segment, raw = item.segment, item.raw
@@ -328,10 +359,10 @@ class WimReader:
             yield MarginJudged(margin, clock())
 
         # the answer reads everything read so far: the kept copy, and what this run read after it
-        target = self.ends[self.read - 1] if self.read else len(framing.head)
+        target = (self.ends[self.read - 1] if self.read else len(framing.head)) - self.dropped_tokens
         if worker.length < target and self.full is not None:
             worker.restore(self.full)
-        if self.read > held_before:
+        if self.read > held_before and not self.dropped:
             self.full = worker.snapshot()
             if self.store is not None and self.read == len(segments):
                 self.store.put(self.key, self.full, gen)
@@ -353,7 +384,9 @@ class WimReader:
             margin_seconds=margin_seconds, answer_seconds=clock() - t_answer,
             time_to_first_margin=first_margin, time_to_first_answer_token=first_token,
         )
-        stats = replace(stats, cached_context_tokens=cached_tokens)
+        peak = max(peak, worker.length + answer_base + len(gen.tokenizer.encode(notes)) + answer_tokens)
+        stats = replace(stats, cached_context_tokens=cached_tokens, dropped_context_tokens=self.dropped_tokens,
+                        peak_cache_tokens=min(peak, gen.context_window))
         yield Done(Answer(
             question=question, text=text.strip(), pattern=wim.name, model=gen.name,
             references=tuple(cite(m, segments, self.context, self.source) for m in kept),

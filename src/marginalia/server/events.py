@@ -1,6 +1,7 @@
 """What the service sends for each reading event and answer: plain JSON-ready dicts.
 
 Every step the Python API yields becomes one typed event (``started``, ``retrieved``, ``segment_read``,
+``segments_dropped`` (a long document: the oldest segments left the cache to make room),
 ``margin_written``, ``margin_judged``, ``answer_delta``, ``done``). References are sent once, in ``done``;
 ``retrieved`` says only how many were gathered, and ``segment_read`` says where a segment lies, not its text
 (in the text read: for a collection, the retrieved references joined under their headings).
@@ -22,6 +23,7 @@ from ..records import (
     Reference,
     Retrieved,
     SegmentRead,
+    SegmentsDropped,
     Started,
 )
 
@@ -65,7 +67,10 @@ def event_payload(event: Event) -> dict[str, Any]:
     if isinstance(event, SegmentRead):
         seg = event.segment
         return {"index": seg.index, "total": event.total, "start": seg.start, "end": seg.end,
-                "tokens": seg.n_tokens, "elapsed": event.elapsed}
+                "tokens": seg.n_tokens, "elapsed": event.elapsed, "cached": event.cached}
+    if isinstance(event, SegmentsDropped):
+        return {"first": event.first, "last": event.last, "tokens": event.tokens,
+                "cache_tokens": event.cache_tokens}
     if isinstance(event, MarginWritten):
         return {"segment_index": event.segment_index, "text": event.text, "elapsed": event.elapsed}
     if isinstance(event, MarginJudged):

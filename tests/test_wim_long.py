@@ -1,0 +1,96 @@
+"""Documents longer than the window: WiM drops the oldest segments from the cache (the intro stays),
+carries every relevant margin to the answer, reports the drops, and never holds more than the window."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from marginalia.errors import ContextOverflow
+from marginalia.models.fake import Request, ScriptedGenerator
+from marginalia.patterns.wim import WiM
+from marginalia.records import Done, SegmentRead, SegmentsDropped
+from wim_requests import is_margin
+
+FACT = "The night ferry to Brackwater leaves from pier 47."
+QUESTION = "Which pier does the night ferry to Brackwater leave from?"
+ANSWER_MARK = "Notes taken while reading the document:"
+
+
+def reader(req: Request) -> str:
+    """Notes the fact when the newest segment holds it; answers from the notes alone."""
+    if is_margin(req):
+        return FACT if FACT in req.prefix[-700:] else "NONE"
+    if ANSWER_MARK in req.suffix:
+        return "Pier 47." if "pier 47" in req.suffix.split(ANSWER_MARK, 1)[1] else "I do not know."
+    return "I do not know."
+
+
+@pytest.fixture
+def long_doc(make_haystack: Callable[..., str]) -> str:
+    return make_haystack(160, FACT, 0.1)  # the fact early, many segments after it
+
+
+def test_a_document_longer_than_the_window_is_read_to_the_end(long_doc: str) -> None:
+    gen = ScriptedGenerator(reader, context_window=1200)
+    wim = WiM(gen, segment_tokens=150)
+    events = list(wim.run(long_doc, QUESTION))
+    answer = next(e for e in events if isinstance(e, Done)).answer
+    n_context = answer.stats.context_tokens
+    assert n_context > 3 * gen.context_window
+    drops = [e for e in events if isinstance(e, SegmentsDropped)]
+    assert drops and answer.stats.dropped_context_tokens == sum(d.tokens for d in drops)
+    reads = [e for e in events if isinstance(e, SegmentRead)]
+    assert len(reads) == answer.segments_total == answer.segments_read and not answer.stopped_early
+    assert answer.stats.prefilled_context_tokens == n_context  # every segment read once
+    assert 0 < answer.stats.peak_cache_tokens <= gen.context_window
+    # every request the model saw fit the window
+    assert all(len(r.prefix_ids) + len(r.suffix_ids) + r.params.max_new_tokens <= gen.context_window
+               for r in gen.requests)
+    # the fact's margin, written before its segment left the cache, reaches the answer
+    assert answer.text == "Pier 47." and any(m.relevant for m in answer.margins)
+    fact_at = long_doc.index(FACT)
+    assert any(r.start <= fact_at < r.end for r in answer.references)
+    # drops come in order, and the intro stays at the front of every prompt
+    assert [d.first for d in drops] == sorted(d.first for d in drops)
+    head = wim.framing().head
+    assert all(list(r.prefix_ids[:len(head)]) == head for r in gen.requests if is_margin(r))
+
+
+def test_a_long_document_is_read_anew_for_each_question(long_doc: str) -> None:
+    gen = ScriptedGenerator(reader, context_window=1200)
+    r = WiM(gen, segment_tokens=150).reader(long_doc)
+    first, second = r.answer(QUESTION), r.answer(QUESTION)
+    assert second.stats.prefilled_context_tokens == first.stats.prefilled_context_tokens > 0
+    assert second.text == first.text == "Pier 47."
+
+
+def test_an_intro_and_segment_that_do_not_fit_alone_are_refused(long_doc: str) -> None:
+    gen = ScriptedGenerator(reader, context_window=400)
+    with pytest.raises(ContextOverflow) as info:
+        WiM(gen, segment_tokens=300).answer(long_doc, QUESTION)
+    assert info.value.window == 400 and info.value.needed > 400
+
+
+def test_llamacpp_drop_matches_a_fresh_prefill(smollm2_llamacpp: Any) -> None:
+    """Removing cells and shifting the later ones down gives nearly the logits of prefilling the kept
+    tokens at their new positions (not exactly: the kept cells were computed while the dropped ones were
+    there, as in llama.cpp's own context shift)."""
+    import numpy as np
+
+    gen = smollm2_llamacpp.fork(keep_cache=False)
+    tok = gen.tokenizer
+    head = tok.encode("Notes on the harbour.")
+    middle = tok.encode(" The weather was mild all week and the market was busy.")
+    tail = tok.encode(" The night ferry leaves from pier")
+    gen.prefill(head + middle + tail)
+    gen.drop(len(head), len(head) + len(middle))
+    assert gen.length == len(head) + len(tail)
+    shifted = gen._pending_logits().copy()
+    fresh = smollm2_llamacpp.fork(keep_cache=False)
+    fresh.prefill(head + tail)
+    expected = fresh._pending_logits()
+    assert int(np.argmax(shifted)) == int(np.argmax(expected))
+    assert np.corrcoef(shifted, expected)[0, 1] > 0.98
