@@ -94,3 +94,34 @@ def test_llamacpp_drop_matches_a_fresh_prefill(smollm2_llamacpp: Any) -> None:
     expected = fresh._pending_logits()
     assert int(np.argmax(shifted)) == int(np.argmax(expected))
     assert np.corrcoef(shifted, expected)[0, 1] > 0.98
+
+
+# -- stopping once the answer is found ------------------------------------------------------------------
+
+
+def test_reading_stops_within_one_segment_of_a_margin_that_meets_the_score(make_haystack: Callable[..., str]) -> None:
+    from marginalia.records import MarginJudged, ReadingStopped
+
+    doc = make_haystack(60, FACT, 0.3)
+    gen = ScriptedGenerator(reader)
+    events = list(WiM(gen, segment_tokens=100, stop_at_score=1.0).run(doc, QUESTION))
+    answer = next(e for e in events if isinstance(e, Done)).answer
+    judged = [e.margin for e in events if isinstance(e, MarginJudged)]
+    trigger = next(m for m in judged if m.relevant and (m.score or 0) >= 1.0)
+    stop = next(e for e in events if isinstance(e, ReadingStopped))
+    assert stop.reason == "found" == answer.stop_reason and answer.stopped_early
+    assert stop.after <= trigger.segment_index + 1 and answer.segments_read <= trigger.segment_index + 2
+    assert answer.segments_read < answer.segments_total and answer.text == "Pier 47."
+    full = WiM(ScriptedGenerator(reader), segment_tokens=100).answer(doc, QUESTION)
+    assert full.stop_reason == "" and not full.stopped_early
+    assert answer.stats.prefilled_context_tokens < full.stats.prefilled_context_tokens
+
+
+def test_a_margin_below_the_score_does_not_stop_reading(make_haystack: Callable[..., str]) -> None:
+    doc = make_haystack(30, FACT, 0.3)
+    # the margin adds a word the text does not hold: relevant by the grounded judge, with a lower score
+    gen = ScriptedGenerator(lambda r: FACT.replace("night ", "late night ") if is_margin(r) and FACT in
+                            r.prefix[-700:] else reader(r))
+    answer = WiM(gen, segment_tokens=100, stop_at_score=1.0).answer(doc, QUESTION)
+    assert answer.stop_reason == "" and answer.segments_read == answer.segments_total
+    assert any(m.relevant and m.score is not None and m.score < 1.0 for m in answer.margins)

@@ -76,6 +76,11 @@ class WimOptions(PatternOptions):
     grounding_threshold: float = Field(
         default=0.5, ge=0.0, le=1.0,
         description="wim, grounded judge: share of a margin's new words one sentence read must hold")
+    stop_at_score: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="wim: stop reading once a margin is judged relevant with at least this score (the "
+                    "judge's own: grounded, the share of its words found in one sentence; fused and separate, "
+                    "1 for YES); off when not given")
 
 
 PATTERN_OPTIONS: dict[str, type[PatternOptions]] = {"wim": WimOptions, "lc": LcOptions, "rag": RagOptions}

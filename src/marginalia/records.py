@@ -161,6 +161,9 @@ class Answer:
     segments_read: int = 0
     segments_total: int = 0
     stopped_early: bool = False
+    #: why reading stopped before the end: "asked" (the reader said stop) or "found" (a margin met the
+    #: options' stop_at_score); empty when every segment was read
+    stop_reason: str = ""
     #: for questions over a collection: how the retrieval policy decided —
     #: "direct" (a question-bank answer), "none" (nothing relevant found) or "references"
     retrieval: str = ""
@@ -213,6 +216,16 @@ class SegmentsDropped:
 
 
 @dataclass(frozen=True)
+class ReadingStopped:
+    """Reading ended before the last segment: ``after`` is the last segment read (its index)."""
+
+    after: int
+    reason: str  # "asked" or "found"
+    elapsed: float
+    kind: Literal["reading_stopped"] = "reading_stopped"
+
+
+@dataclass(frozen=True)
 class MarginWritten:
     segment_index: int
     text: str
@@ -239,7 +252,8 @@ class Done:
     kind: Literal["done"] = "done"
 
 
-Event = Started | Retrieved | SegmentRead | SegmentsDropped | MarginWritten | MarginJudged | AnswerDelta | Done
+Event = (Started | Retrieved | SegmentRead | SegmentsDropped | MarginWritten | MarginJudged | ReadingStopped
+         | AnswerDelta | Done)
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

@@ -206,6 +206,8 @@ class Reporter:
         elif kind == "segments_dropped":
             self.log(f"  (segments {event.first + 1}-{event.last} left the cache to make room: "
                      f"{event.tokens} tokens; their relevant margins are kept)")
+        elif kind == "reading_stopped" and event.reason == "found":
+            self.log(f"  stopped reading after segment {event.after + 1}: a margin met --stop-at-score")
         elif kind == "margin_judged":
             m = event.margin
             mark = "+" if m.relevant else "-"

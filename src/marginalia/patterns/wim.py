@@ -36,6 +36,7 @@ from ..records import (
     Margin,
     MarginJudged,
     MarginWritten,
+    ReadingStopped,
     Reference,
     Segment,
     SegmentRead,
@@ -85,6 +86,7 @@ class WiM(Pattern):
             )
         self.cache_gen: CachingGenerator = generator
         self.segment_tokens = opts.segment_tokens
+        self.stop_at_score = opts.stop_at_score
         self.judge = make_judge(opts.judge, generator, opts.grounding_threshold)
         self.margin_params = GenerationParams(
             max_new_tokens=opts.margin_tokens, stop=() if opts.judge == "fused" else ("\n\n",),
@@ -314,6 +316,7 @@ class WimReader:
             worker.prefill(framing.head)
         peak = worker.length
         held_before = self.read  # segments in the kept copy: their margins come from it
+        found = False  # reading was stopped by a margin that met stop_at_score
         margins: list[Margin] = []
         cited: set[tuple[int, int]] = set()
         margin_tokens = 0
@@ -357,7 +360,16 @@ class WimReader:
                             verdict.score, reason, verdict.evidence)
             margins.append(margin)
             yield MarginJudged(margin, clock())
+            threshold = wim.stop_at_score
+            if threshold is not None and margin.relevant and (margin.score or 0.0) >= threshold \
+                    and not run.stop_requested:
+                run.stop()
+                found = True
 
+        stop_reason = "" if written >= len(segments) else "found" if found else "asked"
+        if stop_reason:
+            last = margins[-1].segment_index if margins else -1
+            yield ReadingStopped(last, stop_reason, clock())
         # the answer reads everything read so far: the kept copy, and what this run read after it
         target = (self.ends[self.read - 1] if self.read else len(framing.head)) - self.dropped_tokens
         if worker.length < target and self.full is not None:
@@ -391,7 +403,7 @@ class WimReader:
             question=question, text=text.strip(), pattern=wim.name, model=gen.name,
             references=tuple(cite(m, segments, self.context, self.source) for m in kept),
             margins=tuple(margins), stats=stats, segments_read=self.read,
-            segments_total=len(segments), stopped_early=written < len(segments),
+            segments_total=len(segments), stopped_early=written < len(segments), stop_reason=stop_reason,
         ))
 
 

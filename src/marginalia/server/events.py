@@ -2,7 +2,8 @@
 
 Every step the Python API yields becomes one typed event (``started``, ``retrieved``, ``segment_read``,
 ``segments_dropped`` (a long document: the oldest segments left the cache to make room),
-``margin_written``, ``margin_judged``, ``answer_delta``, ``done``). References are sent once, in ``done``;
+``margin_written``, ``margin_judged``, ``reading_stopped`` (before the end: asked, or the answer was found),
+``answer_delta``, ``done``). References are sent once, in ``done``;
 ``retrieved`` says only how many were gathered, and ``segment_read`` says where a segment lies, not its text
 (in the text read: for a collection, the retrieved references joined under their headings).
 """
@@ -20,6 +21,7 @@ from ..records import (
     Margin,
     MarginJudged,
     MarginWritten,
+    ReadingStopped,
     Reference,
     Retrieved,
     SegmentRead,
@@ -52,7 +54,8 @@ def answer_dict(answer: Answer) -> dict[str, Any]:
         "references": [reference_dict(r) for r in answer.references],
         "margins": [margin_dict(m) for m in answer.margins], "stats": asdict(answer.stats),
         "segments_read": answer.segments_read, "segments_total": answer.segments_total,
-        "stopped_early": answer.stopped_early, "retrieval": answer.retrieval or None,
+        "stopped_early": answer.stopped_early, "stop_reason": answer.stop_reason or None,
+        "retrieval": answer.retrieval or None,
     }
 
 
@@ -71,6 +74,8 @@ def event_payload(event: Event) -> dict[str, Any]:
     if isinstance(event, SegmentsDropped):
         return {"first": event.first, "last": event.last, "tokens": event.tokens,
                 "cache_tokens": event.cache_tokens}
+    if isinstance(event, ReadingStopped):
+        return {"after": event.after, "reason": event.reason, "elapsed": event.elapsed}
     if isinstance(event, MarginWritten):
         return {"segment_index": event.segment_index, "text": event.text, "elapsed": event.elapsed}
     if isinstance(event, MarginJudged):
