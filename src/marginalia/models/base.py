@@ -123,6 +123,8 @@ class Generator(ABC):
     #: How many requests may be in flight at once (forks included). In-process backends
     #: compute one at a time; a server may batch several (see `OpenAIGenerator`).
     concurrency: int = 1
+    #: Whether requests go to a server whose prefix cache decides what a request costs (HTTP backends)
+    remote: bool = False
     #: Whether `GenerationParams.first_choices` is enforced (patterns that need it check
     #: this when they are made; a backend without it refuses such requests).
     supports_first_choices: bool = False

@@ -138,6 +138,8 @@ class OpenAIGenerator(CachingGenerator):
             without ``--interrupt_requests false``, cuts the running stream off).
     """
 
+    remote = True
+
     def __init__(
         self,
         base_url: str,

@@ -16,6 +16,7 @@ still extends the prompt before it.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections import deque
@@ -44,7 +45,9 @@ from ..records import (
     Started,
 )
 from .base import Framing, Pattern, Run, check_question, make_stats, relay_answer, resolve_options
-from .judges import make_judge
+from .judges import SeparateJudge, Verdict, make_judge
+
+log = logging.getLogger(__name__)
 
 #: puts the worker's cache at a segment's end; True when it came from a kept copy, not a prefill
 Place = Callable[[Segment], bool]
@@ -84,6 +87,10 @@ class WiM(Pattern):
                 f"segment size {opts.segment_tokens} does not fit the model's window of "
                 f"{generator.context_window} tokens; use smaller segments"
             )
+        if opts.judge == "separate" and generator.remote:
+            log.warning("the separate judge sends a request of its own after each margin: a server with one "
+                        "cache slot (llama-cpp-python's) then reads the document again for every margin; "
+                        "servers with a block prefix cache (vLLM, SGLang, llama-server with slots) keep both")
         self.cache_gen: CachingGenerator = generator
         self.segment_tokens = opts.segment_tokens
         self.stop_at_score = opts.stop_at_score
@@ -317,6 +324,33 @@ class WimReader:
         peak = worker.length
         held_before = self.read  # segments in the kept copy: their margins come from it
         found = False  # reading was stopped by a margin that met stop_at_score
+        judge = wim.judge
+        overlap: ThreadPoolExecutor | None = None
+        judging: deque[tuple[Segment, str, Any]] = deque()
+        if judge.mode == "separate":  # classify on a fork of its own, beside the reading
+            judge_gen = gen.fork(keep_cache=False)
+            judge_gen.usage = Usage()
+            judge = SeparateJudge(judge_gen)
+            overlap = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wim-judge")
+
+        def settle(segment: Segment, raw: str, verdict: Verdict | Future[Verdict]) -> Iterator[Event]:
+            nonlocal found
+            if isinstance(verdict, Future):
+                verdict = verdict.result()
+            relevant, reason = verdict.relevant, verdict.reason
+            if relevant and verdict.evidence is not None and verdict.evidence in cited:
+                relevant, reason = False, "repeats an earlier note"
+            if relevant and verdict.evidence is not None:
+                cited.add(verdict.evidence)
+            margin = Margin(segment.index, verdict.text, relevant, judge.mode, verdict.score, reason,
+                            verdict.evidence)
+            margins.append(margin)
+            yield MarginJudged(margin, clock())
+            threshold = wim.stop_at_score
+            if threshold is not None and margin.relevant and (margin.score or 0.0) >= threshold \
+                    and not run.stop_requested:
+                run.stop()
+                found = True
         margins: list[Margin] = []
         cited: set[tuple[int, int]] = set()
         margin_tokens = 0
@@ -350,21 +384,19 @@ class WimReader:
             if first_margin is None:
                 first_margin = clock()
             yield MarginWritten(segment.index, raw, clock())
-            verdict = wim.judge.judge(question, raw, segment, self.context[:segment.end])
-            relevant, reason = verdict.relevant, verdict.reason
-            if relevant and verdict.evidence is not None and verdict.evidence in cited:
-                relevant, reason = False, "repeats an earlier note"
-            if relevant and verdict.evidence is not None:
-                cited.add(verdict.evidence)
-            margin = Margin(segment.index, verdict.text, relevant, wim.judge.mode,
-                            verdict.score, reason, verdict.evidence)
-            margins.append(margin)
-            yield MarginJudged(margin, clock())
-            threshold = wim.stop_at_score
-            if threshold is not None and margin.relevant and (margin.score or 0.0) >= threshold \
-                    and not run.stop_requested:
-                run.stop()
-                found = True
+            if overlap is None:
+                yield from settle(segment, raw, judge.judge(question, raw, segment, self.context[:segment.end]))
+                continue
+            # the separate judge's request for this margin runs while the next segment is read
+            while judging:
+                yield from settle(*judging.popleft())
+            judging.append((segment, raw, overlap.submit(judge.judge, question, raw, segment,
+                                                         self.context[:segment.end])))
+        while judging:
+            yield from settle(*judging.popleft())
+        if overlap is not None:
+            overlap.shutdown()
+            gen.usage.add(judge_gen.usage)
 
         stop_reason = "" if written >= len(segments) else "found" if found else "asked"
         if stop_reason:
