@@ -10,8 +10,9 @@ The front door is a handful of use-cases and the options records they take::
         ...
     answer = run.answer()
 
-Use-cases: `load_model`, `load_embedder`, `read_file`, `ask_text`, `ask_file`, `ask_collection`,
-`collection_reader`, `index_paths`, `generate_questions`, `demo`. Options: `WimOptions`, `LcOptions`,
+Use-cases: `load_model`, `load_embedder`, `read_file`, `ask_text`, `ask_file`, `reader` (a document read
+once with WiM, asked many questions), `document_cache`, `ask_collection`, `collection_reader`,
+`index_paths`, `generate_questions`, `demo`. Options: `WimOptions`, `LcOptions`,
 `RagOptions`, `CollectionOptions`, `ChunkingOptions`. Lower layers: `make_pattern`, `segment_text`.
 
 Importing the package is cheap (no torch); backends load when a model is asked for.
@@ -23,8 +24,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_APP = ("load_model", "load_embedder", "read_file", "ask_text", "ask_file", "ask_collection", "collection_reader",
-        "index_paths", "generate_questions", "demo")
+_APP = ("load_model", "load_embedder", "read_file", "ask_text", "ask_file", "reader", "document_cache",
+        "ask_collection", "collection_reader", "index_paths", "generate_questions", "demo")
 _OPTIONS = ("WimOptions", "LcOptions", "RagOptions", "CollectionOptions", "ChunkingOptions")
 _LAZY = {
     **{name: ("marginalia.app", name) for name in _APP},
