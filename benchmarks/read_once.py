@@ -2,10 +2,10 @@
 
 A reader reads the report for a first question, then answers a second one from its kept cache: document
 tokens prefilled and wall time against the first question's (goals: at most 0.05x the document and 0.25x
-the first question's time). The second question's margins are written as batched branches (the default)
-and, on a model loaded without branches, one after another from the kept cache; goal: the batched
-margin phase at most 0.5x the sequential one, and how many margins came out the same. Then a fresh
-process answers the second question from the reading stored on disk.
+the first question's time). The second question's margins are written one after another from the kept
+cache (the default: the same margins as a fresh reading) and, with ``batch_margins``, as branches decoded
+side by side; goal: the batched margin phase at most 0.5x the sequential one, and how many margins came
+out the same. Then a fresh process answers the second question from the reading stored on disk, batched.
 
     python benchmarks/read_once.py [--segment-tokens 512] [--questions 0 1] [--rounds 3]
 """
@@ -55,7 +55,7 @@ def child(store_dir: str, segment_tokens: int, question: str) -> None:
 
     text, _ = demo()
     gen = load(16)
-    reader = WiM(gen, segment_tokens=segment_tokens).reader(text, store=SnapshotStore(store_dir))
+    reader = WiM(gen, segment_tokens=segment_tokens, batch_margins=True).reader(text, store=SnapshotStore(store_dir))
     print(json.dumps(timed(reader, question)))
 
 
@@ -79,7 +79,8 @@ def main() -> None:
     t_start = time.perf_counter()
     store_dir = tempfile.mkdtemp(prefix="read-once-")
     batched_gen, sequential_gen = load(16), load(0)
-    batched = WiM(batched_gen, segment_tokens=args.segment_tokens).reader(text, store=SnapshotStore(store_dir))
+    batched = WiM(batched_gen, segment_tokens=args.segment_tokens, batch_margins=True).reader(
+        text, store=SnapshotStore(store_dir))
     sequential = WiM(sequential_gen, segment_tokens=args.segment_tokens).reader(text)
     first = timed(batched, q1)
     print(f"first question: {first['wall_s']:.1f} s, {first['prefilled_context']} context tokens prefilled", flush=True)
@@ -104,6 +105,7 @@ def main() -> None:
     b, s = runs["batched"][0], runs["sequential"][0]
     same = sum(x == y for x, y in zip(b["margins"], s["margins"], strict=True))
     wall_ratio = med("batched", "wall_s") / first["wall_s"]
+    default_ratio = med("sequential", "wall_s") / first["wall_s"]
     fresh_ratio = fresh["wall_s"] / first["wall_s"]
     margin_ratio = med("batched", "margin_s") / med("sequential", "margin_s")
 
@@ -112,11 +114,11 @@ def main() -> None:
 
     rows = [
         ("first question (reads the report)", first),
-        ("second question, batched margins (median)", {**b, "wall_s": med("batched", "wall_s"),
+        ("second question, batch_margins (median)", {**b, "wall_s": med("batched", "wall_s"),
                                                        "margin_s": med("batched", "margin_s")}),
-        ("second question, margins one after another (median)", {**s, "wall_s": med("sequential", "wall_s"),
+        ("second question, margins one after another, the default (median)", {**s, "wall_s": med("sequential", "wall_s"),
                                                                   "margin_s": med("sequential", "margin_s")}),
-        ("second question, fresh process, stored reading", fresh),
+        ("second question, fresh process, stored reading, batch_margins", fresh),
     ]
     body = "\n".join([
         "## Read once, ask many (`benchmarks/read_once.py`)",
@@ -137,12 +139,13 @@ def main() -> None:
         f"- Document tokens prefilled by the second question: {b['prefilled_context'] / doc:.3f}x the document "
         f"(goal at most 0.05x: {verdict(b['prefilled_context'] <= 0.05 * doc)}); from a fresh process "
         f"{fresh['prefilled_context'] / doc:.3f}x ({verdict(fresh['prefilled_context'] <= 0.05 * doc)}).",
-        f"- Wall time of the second question: {wall_ratio:.2f}x the first's (goal at most 0.25x: "
-        f"{verdict(wall_ratio <= 0.25)}); from a fresh process {fresh_ratio:.2f}x ({verdict(fresh_ratio <= 0.25)}).",
+        f"- Wall time of the second question: by default {default_ratio:.2f}x the first's (goal at most 0.25x: "
+        f"{verdict(default_ratio <= 0.25)}); with batch_margins {wall_ratio:.2f}x ({verdict(wall_ratio <= 0.25)}); "
+        f"from a fresh process, batch_margins, {fresh_ratio:.2f}x ({verdict(fresh_ratio <= 0.25)}).",
         f"- Margin phase, batched against one after another: {margin_ratio:.2f}x (goal at most 0.5x: "
         f"{verdict(margin_ratio <= 0.5)}). Margins the same, word for word: {same}/{len(b['margins'])} "
         "(batched branches round differently from single requests, so a greedy margin may change where two "
-        "tokens were nearly tied).",
+        "tokens were nearly tied: why batching is an option, not the default).",
         f"- Answers: batched {b['answer']!r}; one after another {s['answer']!r}.",
     ])
     write_section("read_once", body)

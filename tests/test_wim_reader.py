@@ -182,24 +182,14 @@ def test_tiny_llama_stored_state_round_trips(make_tiny: Callable[..., Any], tmp_
     assert [m.text for m in second.margins] == [m.text for m in expected.margins] and second.text == expected.text
 
 
-@pytest.fixture(scope="module")
-def smollm2_one_branch() -> Any:
-    """SmolLM2 on llama.cpp writing one margin branch at a time (batched branches round differently)."""
-    pytest.importorskip("llama_cpp")
-    from marginalia.models.llamacpp_backend import LlamaCppGenerator
-    from marginalia.models.loaders import embedded_gguf
-
-    return LlamaCppGenerator(embedded_gguf(), "smollm2", n_branches=1)
-
-
-def test_smollm2_llamacpp_oracle(smollm2_one_branch: Any, make_haystack: Callable[..., str], tmp_path: Path) -> None:
+def test_smollm2_llamacpp_oracle(smollm2_llamacpp: Any, make_haystack: Callable[..., str], tmp_path: Path) -> None:
     """In memory, and from a stored state in a new reader: the same greedy margins and answer."""
     doc = make_haystack(14, FACT, 0.5)
     opts = {"segment_tokens": 128, "margin_tokens": 24, "max_new_tokens": 24}
     store = SnapshotStore(tmp_path / "cache")
 
     def wim() -> WiM:
-        return WiM(smollm2_one_branch.fork(keep_cache=False), **opts)
+        return WiM(smollm2_llamacpp.fork(keep_cache=False), **opts)
 
     reader = wim().reader(doc, store=store)
     reader.answer(Q1)
@@ -220,7 +210,7 @@ def test_smollm2_llamacpp_batched_branches_keep_the_cache(smollm2_llamacpp: Any,
     doc = make_haystack(14, FACT, 0.5)
     gen = smollm2_llamacpp.fork(keep_cache=False)
     assert gen.max_branches > 1
-    reader = WiM(gen, segment_tokens=128, margin_tokens=24, max_new_tokens=24).reader(doc)
+    reader = WiM(gen, segment_tokens=128, margin_tokens=24, max_new_tokens=24, batch_margins=True).reader(doc)
     reader.answer(Q1)
     length = reader.worker.length
     second = reader.answer(Q2)

@@ -76,6 +76,10 @@ class WimOptions(PatternOptions):
     grounding_threshold: float = Field(
         default=0.5, ge=0.0, le=1.0,
         description="wim, grounded judge: share of a margin's new words one sentence read must hold")
+    batch_margins: bool = Field(
+        default=False,
+        description="wim: write a stored reading's margins side by side (on llama.cpp about twice as fast; "
+                    "a greedy margin may then differ where two tokens were nearly tied)")
     stop_at_score: float | None = Field(
         default=None, ge=0.0, le=1.0,
         description="wim: stop reading once a margin is judged relevant with at least this score (the "

@@ -94,6 +94,7 @@ class WiM(Pattern):
         self.cache_gen: CachingGenerator = generator
         self.segment_tokens = opts.segment_tokens
         self.stop_at_score = opts.stop_at_score
+        self.batch_margins = opts.batch_margins
         self.judge = make_judge(opts.judge, generator, opts.grounding_threshold)
         self.margin_params = GenerationParams(
             max_new_tokens=opts.margin_tokens, stop=() if opts.judge == "fused" else ("\n\n",),
@@ -360,7 +361,7 @@ class WimReader:
         margin_seconds = 0.0
         write = wim._pipelined if gen.concurrency > 1 else wim._sequential
         steps: Iterator[SegmentRead | _Written]
-        if held_before and gen.max_branches > 1 and self.full is not None:
+        if held_before and wim.batch_margins and gen.max_branches > 1 and self.full is not None:
             # the kept reading's margins as batched branches, then read on as usual
             if worker.length < len(self.full.ids):
                 worker.restore(self.full)
