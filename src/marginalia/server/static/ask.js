@@ -258,13 +258,15 @@ export class Asker {
     delete els.answer.dataset.streaming;
     els.cost.textContent = costLine(data.stats);
     const total = data.segments_total;
-    const read = total ? ` ${data.segments_read} of ${total} segment${total === 1 ? "" : "s"} read.` : "";
+    const unit = data.pattern === "rag" ? "chunk" : "segment";
+    const read = total > 1 ? ` ${data.segments_read} of ${total} ${unit}s read.` : "";
     this.status((data.stopped_early ? "Stopped early; answered from what was read." : "Done.") + read);
     els.referencesTitle.hidden = !data.references.length;
     els.references.replaceChildren(...data.references.map((ref) => this.referenceItem(ref)));
   }
 
   referenceItem(ref) {
+    if (this.reading.kind === "paste") ref = { ...ref, document: "pasted text" };
     const li = document.createElement("li");
     const button = document.createElement("button");
     button.type = "button";

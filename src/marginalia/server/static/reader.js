@@ -132,12 +132,12 @@ export class DocumentView {
     this.rows.get(margin.segment_index).classList.remove("current");
   }
 
-  /** Mark a reading as over: rows still waiting for a margin say they were not read to the end. */
+  /** Mark a reading as over: a row still waiting for its margin says it got none. */
   finish() {
     for (const row of this.rows.values()) {
       row.classList.remove("current");
-      const el = row.querySelector(".margin.pending, .margin.written");
-      if (el && el.classList.contains("pending")) el.textContent = "no margin (stopped)";
+      const el = row.querySelector(".margin.pending");
+      if (el) el.textContent = "no margin";
     }
   }
 
