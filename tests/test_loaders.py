@@ -15,7 +15,7 @@ import pytest
 from marginalia.errors import BadInput, MissingDependency
 from marginalia.ingest.html import html_to_markdown
 from marginalia.ingest.loaders import LoadReport, Skipped, content_id, load_document, load_paths, read_document
-from marginalia.ingest.pdf import RawHeading, _Box, _two_column_order, heading_levels, numbering_depth
+from marginalia.ingest.pdf import RawHeading, _Box, _two_column_order, heading_levels, numbering_depth, split_byline
 from marginalia.ingest.sections import parse_sections
 from marginalia.records import Document
 
@@ -271,6 +271,17 @@ def test_two_column_order() -> None:
     assert _two_column_order(given) == given
 
 
+def test_split_byline_cuts_where_the_titles_words_end() -> None:
+    markdown = "**PaSa: An LLM Agent** for Search Yichen He<sup>\u2217</sup><sup>1</sup> Guanhua Huang<sup>1</sup>"
+    assert split_byline(markdown, "PaSa: An LLM Agent for Search") == (
+        "**PaSa: An LLM Agent** for Search", "Yichen He<sup>\u2217</sup><sup>1</sup> Guanhua Huang<sup>1</sup>")
+    assert split_byline("Title<sup>*</sup> Ada Lovelace", "Title*") == ("Title<sup>*</sup>", "Ada Lovelace")
+    # words that do not line up, a title that is the whole heading, or no title: nothing is cut
+    assert split_byline(markdown, "PaSa: A different title") is None
+    assert split_byline("Only a Title", "Only a Title") is None
+    assert split_byline("Only a Title", "") is None
+
+
 # -- PDF files (pymupdf) ------------------------------------------------------------
 
 W, H, MARGIN, GUTTER = 595.0, 842.0, 56.0, 18.0
@@ -412,6 +423,41 @@ def test_two_column_paper_pages(paper: Document) -> None:
     assert paper.page_at(paper.text.index("# References")) == 3
     last_words = _squash(paragraph(22, 3))[-40:]
     assert paper.page_at(paper.text.index(last_words[-20:])) == 3
+
+
+def test_a_title_box_holding_the_byline_keeps_only_the_title(pdf_libs: Any, tmp_path: Path) -> None:
+    """An arXiv-style first page whose title and author line (affiliation marks as superscripts) the layout
+    model puts in one title box: the byline becomes text under the title, not part of every section path."""
+    pymupdf = pdf_libs
+    doc = pymupdf.open()
+    page = doc.new_page(width=612, height=792)
+    page.insert_text((100, 90), "PaSa: An LLM Agent for Comprehensive", fontsize=17, fontname="hebo")
+    page.insert_text((150, 111), "Academic Paper Search", fontsize=17, fontname="hebo")
+    x = 110.0
+    for name, mark in [("Yichen He", "*1"), ("Guanhua Huang", "1"), ("Peiyuan Feng", "2")]:
+        page.insert_text((x, 124), name, fontsize=11, fontname="helv")
+        x += pymupdf.get_text_length(name, "helv", 11) + 1
+        page.insert_text((x, 120.15), mark, fontsize=7.15, fontname="helv")
+        x += pymupdf.get_text_length(mark, "helv", 7.15) + 8
+    page.insert_text((140, 139), "1 ByteDance Research  2 Peking University", fontsize=10, fontname="helv")
+    page.insert_text((72, 179), "Abstract", fontsize=12, fontname="hebo")
+    for i in range(12):
+        page.insert_text((72, 197 + 13 * i), f"We introduce PaSa, an advanced paper search agent powered by "
+                                             f"models, line {i}.", fontsize=10, fontname="helv")
+    path = tmp_path / "pasa.pdf"
+    doc.save(path)
+    import pymupdf4llm
+
+    raw = pymupdf4llm.to_markdown(str(path), page_chunks=True, header=True, footer=True, show_progress=False)
+    assert "Search** Yichen He<sup>*1</sup> Guanhua" in raw[0]["text"]  # one heading, as on the real paper
+
+    loaded = load_document(path)
+    title = "PaSa: An LLM Agent for Comprehensive Academic Paper Search"
+    assert loaded.title == title
+    sections = parse_sections(loaded)
+    assert [s.path for s in sections[1:]] == [(title,), (title, "Abstract")]
+    byline = loaded.text[sections[1].body_start:sections[1].body_end]
+    assert byline.startswith("Yichen He<sup>*1</sup> Guanhua Huang") and "Peking University" in byline
 
 
 def _image_page(pymupdf: Any, doc: Any) -> None:

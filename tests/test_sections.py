@@ -111,6 +111,16 @@ def test_clean_heading() -> None:
     assert clean_heading("#") == ""
 
 
+def test_clean_heading_drops_superscript_marks_and_inline_html() -> None:
+    """PDF converters write a title's footnote and affiliation marks as <sup>, and styling as inline HTML."""
+    assert clean_heading("PaSa: An LLM Agent Yichen He<sup>\u2217</sup><sup>1</sup> Guanhua Huang<sup>1</sup>") == (
+        "PaSa: An LLM Agent Yichen He Guanhua Huang")
+    assert clean_heading("A Title<sup>*,\u2020</sup>") == "A Title"
+    assert clean_heading("H<sub>2</sub>O and <u>under</u> <mark>marked</mark><br>next") == "H2O and under marked next"
+    assert clean_heading("x<sup>n</sup> grows") == "xn grows"  # a superscript that is not a mark keeps its text
+    assert clean_heading("Using <div> in HTML") == "Using <div> in HTML"  # other tags are text
+
+
 def test_heading_rules() -> None:
     text = ("#\n\n# Real\n\n####### seven is text\n\n   ### Indented three\n\n"
             "Setext one\n==========\n\nSetext two\n---\n\nA paragraph of\ntwo lines\n---\n\n- item\n---\n")

@@ -238,9 +238,9 @@ def test_a_full_queue_answers_429_with_retry_after():
     assert ask(client, reading={"pattern": "lc"}).status_code == 200
 
 
-def test_root_is_a_placeholder_that_links_the_api():
+def test_root_is_the_page_that_links_the_api():
     reply = make_client().get("/")
-    assert reply.status_code == 200 and "docs" in reply.text
+    assert reply.status_code == 200 and 'href="/docs"' in reply.text
     assert make_client().get("/openapi.json").json()["info"]["title"] == "marginalia"
 
 

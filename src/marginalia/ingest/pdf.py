@@ -2,7 +2,7 @@
 
 pymupdf4llm (with pymupdf-layout) classifies each block of a page (text, section header,
 title, list item, table, page header/footer ...) and ranks header levels by font size alone.
-This module takes its per-page boxes and adds three things:
+This module takes its per-page boxes and adds four things:
 
 * **Reading order on two-column pages.** pymupdf4llm sometimes puts a column's last short
   block after the other column (a block whose vertical extent touches nothing in the other
@@ -13,6 +13,9 @@ This module takes its per-page boxes and adds three things:
   cut by a column or page break (it ends without a full stop and the next block starts in
   lower case) is joined again.
 * **Heading levels from the outline, not only from font sizes** (:func:`heading_levels`).
+* **A title's byline is not part of the title.** The layout model may put a paper's title and
+  its author list (with affiliation marks) in one title box; the lines in the title's font
+  stay the heading and the smaller lines after them become text (:func:`split_byline`).
 * **Running heads, running feet and page numbers are dropped** (see :func:`_drop_running_heads`),
   and a damaged, encrypted, empty or image-only file is refused with a message that says what to do.
 """
@@ -43,6 +46,10 @@ _LETTERED = re.compile(r"^[A-Z]((?:\.\d{1,3}){1,5})\.?\s+\S")  # A.1, B.2.3
 _ARABIC = re.compile(r"^(\d{1,2}(?:\.\d{1,3}){0,5})\.?\s+\S")  # 2, 2.1, 2.1.3, "3." too
 _ROMAN = re.compile(r"^[IVX]{1,5}\.\s+\S")  # II. METHOD
 _SENTENCE_END = re.compile(r"[.!?:;\"'\u201d)\]]$")
+_TAG = re.compile(r"<[^<>]*>")
+_NOT_WORD = re.compile(r"[\W_]+")
+#: font sizes (points) closer than this are one size: a title's lines are all in its largest font
+SIZE_SLACK = 0.5
 
 
 def _import_pdf_libraries() -> tuple[Any, Any]:
@@ -218,8 +225,82 @@ def _two_column_order(boxes: list[_Box]) -> list[_Box]:
     return ordered
 
 
-def _page_boxes(chunk: dict[str, Any], page: int) -> list[_Box]:
-    """A page's non-empty boxes with their markdown, in pymupdf4llm's order, headings parsed."""
+@dataclass(frozen=True)
+class _Line:
+    """A line of a PDF page: its text, its font size (superscripts aside) and its box."""
+
+    text: str
+    size: float
+    bbox: tuple[float, float, float, float]
+
+
+def _lines_in(pdf_page: Any, bbox: tuple[float, float, float, float]) -> list[_Line]:
+    """The text lines inside ``bbox`` on a pymupdf page, top to bottom."""
+    lines = []
+    for block in pdf_page.get_text("dict", clip=bbox).get("blocks", []):
+        for line in block.get("lines", []):
+            spans = [s for s in line.get("spans", []) if s.get("text", "").strip()]
+            sizes = [s["size"] for s in spans if not s.get("flags", 0) & 1]  # flag 1: superscript
+            if spans and sizes:
+                lines.append(_Line("".join(s["text"] for s in spans), max(sizes), tuple(line["bbox"])))
+    return sorted(lines, key=lambda ln: (ln.bbox[1], ln.bbox[0]))
+
+
+def _union(lines: Sequence[_Line]) -> tuple[float, float, float, float]:
+    return (min(ln.bbox[0] for ln in lines), min(ln.bbox[1] for ln in lines),
+            max(ln.bbox[2] for ln in lines), max(ln.bbox[3] for ln in lines))
+
+
+def split_byline(markdown: str, title: str) -> tuple[str, str] | None:
+    """A heading's markdown cut where the words of ``title`` (its plain text, as the page has it) end:
+    (the title's markdown, the rest), or None when the words do not line up (nothing is cut then).
+
+    Emphasis, tags and punctuation are ignored in the comparison, so ``**PaSa:** An Agent Yichen
+    He<sup>*</sup>`` cut after "PaSa: An Agent" gives ``**PaSa:** An Agent`` and ``Yichen He<sup>*</sup>``.
+    """
+    def letters(text: str) -> str:
+        return _NOT_WORD.sub("", _TAG.sub("", text)).casefold()
+
+    target = letters(title)
+    tokens = markdown.split()
+    seen = ""
+    for i, token in enumerate(tokens[:-1]):
+        seen += letters(token)
+        if seen == target and target:
+            return " ".join(tokens[:i + 1]), " ".join(tokens[i + 1:])
+        if not target.startswith(seen):
+            return None
+    return None
+
+
+def _heading_boxes(box: _Box, match: re.Match[str], page: int, pdf_page: Any) -> list[_Box]:
+    """A title or section header box as a heading, and its byline as text when the box holds one: lines
+    after the heading's own in a smaller font (an author list under a paper's title)."""
+    markdown = " ".join(match.group(2).split())
+    byline: _Box | None = None
+    if pdf_page is not None:
+        lines = _lines_in(pdf_page, box.bbox)
+        largest = max((ln.size for ln in lines), default=0.0)
+        head = 0
+        while head < len(lines) and lines[head].size >= largest - SIZE_SLACK:
+            head += 1
+        if 0 < head < len(lines):
+            cut = split_byline(markdown, " ".join(ln.text for ln in lines[:head]))
+            if cut is not None:
+                markdown = cut[0]
+                byline = _Box("text", _union(lines[head:]), cut[1])
+                box.bbox = _union(lines[:head])
+    title = clean_heading(markdown)
+    if not title:
+        box.kind = "text"
+        return [box]
+    box.heading = RawHeading(len(match.group(1)), title, page)
+    return [box] if byline is None else [box, byline]
+
+
+def _page_boxes(chunk: dict[str, Any], page: int, pdf_page: Any = None) -> list[_Box]:
+    """A page's non-empty boxes with their markdown, in pymupdf4llm's order, headings parsed (with
+    ``pdf_page``, the pymupdf page, a title's byline is split from it)."""
     text = chunk["text"]
     boxes = []
     for info in chunk.get("page_boxes") or []:
@@ -230,11 +311,10 @@ def _page_boxes(chunk: dict[str, Any], page: int) -> list[_Box]:
         box = _Box(info["class"], tuple(info["bbox"]), piece)
         if box.kind in ("title", "section-header"):
             match = _HEADING_BOX.match(piece)
-            title = clean_heading(" ".join(match.group(2).split())) if match else ""
-            if match and title:
-                box.heading = RawHeading(len(match.group(1)), title, page)
-            else:
-                box.kind = "text"
+            if match:
+                boxes += _heading_boxes(box, match, page, pdf_page)
+                continue
+            box.kind = "text"
         boxes.append(box)
     if not boxes and text.strip():  # no box information: keep the page's text as one block
         boxes.append(_Box("text", (0.0, 0.0, 0.0, 0.0), text.strip("\n")))
@@ -437,7 +517,7 @@ class PdfLoader(Loader):
         if captured.getvalue().strip():
             log.debug("pymupdf4llm on %s: %s", source, captured.getvalue().strip())
 
-        pages = _drop_running_heads([_page_boxes(chunk, i + 1) for i, chunk in enumerate(chunks)])
+        pages = _drop_running_heads([_page_boxes(chunk, i + 1, doc[i]) for i, chunk in enumerate(chunks)])
         headings = [b.heading for boxes in pages for b in boxes if b.heading is not None]
         levels, title_index = heading_levels(headings)
         text, page_starts = assemble(pages, levels)

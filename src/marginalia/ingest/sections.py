@@ -17,6 +17,11 @@ _CLOSING_HASHES = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _WRAPPED = re.compile(r"(?<![\w*])([*_])(?=\S)(.+?)(?<=\S)\1(?![\w*])")
 _ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>~])")
+# footnote and affiliation marks set as superscripts (PDF converters write them as <sup>): "Title<sup>*</sup>"
+_MARK_SUP = re.compile(r"<sup>[\s\d,;*\u2217\u2020\u2021\u00a7\u00b6\u22c6\u2605#\u2013-]*</sup>", re.IGNORECASE)
+# inline HTML that converters use for styling (a heading's text keeps what they wrap)
+_INLINE_TAG = re.compile(r"</?(?:sup|sub|u|mark|b|i|em|strong|s|small|span)(?:\s[^<>]*)?>", re.IGNORECASE)
+_BREAK_TAG = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -33,9 +38,13 @@ def clean_heading(raw: str) -> str:
     """A heading's text without markdown decoration.
 
     Drops an ATX closing sequence (``## Title ##``), emphasis markers, code backticks,
-    link targets and backslash escapes, and collapses whitespace.
+    link targets and backslash escapes, footnote marks set as superscripts (``<sup>*1</sup>``)
+    and the tags of inline HTML styling (``<sup>``, ``<u>``, ``<mark>`` ..., keeping what they
+    wrap), and collapses whitespace.
     """
     text = _CLOSING_HASHES.sub("", raw.strip())
+    text = _MARK_SUP.sub("", text)
+    text = _INLINE_TAG.sub("", _BREAK_TAG.sub(" ", text))
     text = _LINK.sub(r"\1", text)
     text = text.replace("**", "").replace("__", "").replace("`", "")
     text = _WRAPPED.sub(r"\2", text)

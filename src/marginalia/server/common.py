@@ -20,6 +20,8 @@ from .worker import ClientGone, Failed, Reading
 
 #: what a client sees when a client closed its request (nginx's convention; nobody reads it)
 CLIENT_CLOSED = 499
+#: the response header of a stream that names its reading (for POST /v1/readings/{id}/stop)
+READING_HEADER = "Marginalia-Reading-Id"
 
 _bearer = HTTPBearer(auto_error=False, description="the server's key (marginalia serve --server-key)")
 
@@ -52,6 +54,8 @@ async def answer(reading: Reading, request: Request, stream: bool,
 
     Errors before the first event keep their HTTP status (the stream waits for that event before it
     starts); a later one becomes an ``error`` event with the margins judged so far, and ends the stream.
+    A stream names its reading in the `READING_HEADER` header, so that its client can stop it and still
+    get the answer.
     ``on_answer`` sees the answer; ``done`` runs when the reading is over, either way; ``render`` makes
     the JSON reply of an answer.
     """
@@ -63,7 +67,7 @@ async def answer(reading: Reading, request: Request, stream: bool,
         if isinstance(first, Failed):
             return error_response(first.error)
         handed_over = True
-        return EventSourceResponse(_events(reading, first, on_answer, done))
+        return EventSourceResponse(_events(reading, first, on_answer, done), headers={READING_HEADER: reading.id})
     except ClientGone:
         return Response(status_code=CLIENT_CLOSED)
     finally:

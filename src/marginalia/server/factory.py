@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import HTMLResponse
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
 from ..index.embedders import Embedder
 from ..models.base import Generator
 from . import errors
-from .common import get_service, require_key
+from .common import READING_HEADER, get_service, require_key
 from .routes import collections, docqa, openai, reading
 from .service import Service
 from .settings import Settings
@@ -29,11 +31,8 @@ long context (lc) or retrieval (rag), over a pasted text, a document of a collec
 Every route but `/v1/health` needs the server's key when it has one: `Authorization: Bearer <key>`.
 Errors are `{"error": {"code", "message"}}`."""
 
-PLACEHOLDER = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>marginalia</title></head>
-<body><h1>marginalia</h1><p>The web page comes later. The API is described at <a href="docs">/docs</a>
-(OpenAPI: <a href="openapi.json">/openapi.json</a>).</p></body></html>
-"""
+#: the web page: plain HTML, CSS and JavaScript modules, served as they are (no build step, nothing from elsewhere)
+STATIC = Path(__file__).parent / "static"
 
 
 def create_app(settings: Settings | None = None, generator: Generator | None = None,
@@ -62,11 +61,15 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
     errors.install(app, max_body)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_credentials=False,
-                           allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"])
+                           allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"],
+                           expose_headers=[READING_HEADER])
 
+    # the page and its files need no key (they hold nothing); the page sends the key on its API calls
     @app.get("/", include_in_schema=False)
-    def root() -> HTMLResponse:
-        return HTMLResponse(PLACEHOLDER)
+    def root() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/v1/health", tags=["meta"], summary="Whether the server is up, its model, and its queue")
     def health(request: Request) -> dict[str, Any]:

@@ -154,6 +154,17 @@ class Service:
         raise NotFound(f"collection {store.name!r} has no document {name!r}; see GET /v1/collections/{store.name}",
                        "document", name)
 
+    def show_document(self, collection: str, name: str) -> dict[str, Any]:
+        """A document of a collection with its text (references' character spans index it), the offset
+        where each page begins, and its section tree."""
+        store = self.open_collection(collection)
+        info = self.find_document(store, name)
+        doc = store.document(info.doc_id)
+        data = self._document_dict(store, info, tree=False)
+        data.update(text=doc.text, page_starts=list(doc.page_starts),
+                    sections=section_tree(store.sections(info.doc_id), doc))
+        return data
+
     def delete_document(self, collection: str, name: str) -> dict[str, Any]:
         store = self.open_collection(collection)
         info = self.find_document(store, name)

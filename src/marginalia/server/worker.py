@@ -4,7 +4,9 @@ and the bridge that relays a reading's events from that thread to the request th
 The core is synchronous, so a reading runs in the worker thread and the event loop only relays what it
 yields. A request that cannot even wait (the queue is full) is refused at once with `Busy` (HTTP 429).
 A request whose client goes away cancels its reading: a queued one never starts, a running one is stopped
-(`Run.stop()`) and dropped at its next event, so the model is free again within one segment.
+(`Run.stop()`) and dropped at its next event, so the model is free again within one segment. A client that
+only wants it to stop reading asks for that by the reading's id (`ModelWorker.reading`, then `Reading.stop`):
+the run stops after its current step and still answers, from what it has read.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import asyncio
 import math
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import NotFound
 from ..models.base import close_stream
 from ..patterns import Run
 from ..records import Answer, Done, Event, Margin, MarginJudged
@@ -38,6 +42,7 @@ class ModelWorker:
         self._admitted = 0  # running + waiting
         self._running = 0
         self._durations: deque[float] = deque(maxlen=16)
+        self._readings: dict[str, Reading] = {}  # admitted and not yet over, by id
 
     def submit(self, job: Callable[[], None]) -> None:
         """Queue ``job`` for the model's thread.
@@ -70,6 +75,28 @@ class ModelWorker:
         typical = sorted(self._durations)[len(self._durations) // 2]
         return max(1, min(600, math.ceil(typical)))
 
+    def track(self, reading: Reading) -> None:
+        """Know ``reading`` by its id until it is over (`forget`)."""
+        with self._lock:
+            self._readings[reading.id] = reading
+
+    def forget(self, reading: Reading) -> None:
+        with self._lock:
+            self._readings.pop(reading.id, None)
+
+    def reading(self, reading_id: str) -> Reading:
+        """A reading that is waiting or running, by its id.
+
+        Raises:
+            NotFound: no such reading, or it is over.
+        """
+        with self._lock:
+            found = self._readings.get(reading_id)
+        if found is None:
+            raise NotFound(f"no reading {reading_id!r} is waiting or running (it may be over already)",
+                           "reading", reading_id)
+        return found
+
     def status(self) -> dict[str, int]:
         with self._lock:
             return {"running": self._running, "waiting": self._admitted - self._running,
@@ -101,6 +128,8 @@ _END = object()
 class Reading:
     """One request's reading on the model's thread, its events relayed to the event loop as they come.
 
+    ``id`` names it while it waits or runs, so that a client can stop it (`stop`) and still get its answer.
+
     Args:
         worker: the model's worker (raises `Busy` here when its queue is full).
         prepared: what starts the run, in the model's thread, and what finishes its answer.
@@ -110,6 +139,7 @@ class Reading:
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._cancelled = threading.Event()
+        self._stop = threading.Event()
         self._run: Run | None = None
         self._run_lock = threading.Lock()
         self._start = prepared.start
@@ -117,7 +147,14 @@ class Reading:
         self.finished = False
         self._asked = 0.0  # when the client was last asked whether it is still there
         self.margins: list[Margin] = []  # judged so far, for an error that ends the reading early
-        worker.submit(self._work)
+        self.id = uuid.uuid4().hex
+        self._worker = worker
+        worker.track(self)  # before it can run, and so end
+        try:
+            worker.submit(self._work)
+        except BaseException:
+            worker.forget(self)
+            raise
 
     # -- the model's thread ---------------------------------------------------------------------------
 
@@ -129,6 +166,7 @@ class Reading:
 
     def _work(self) -> None:
         if self._cancelled.is_set():  # the client left while this waited in the queue
+            self._worker.forget(self)
             self._emit(_END)
             return
         run: Run | None = None
@@ -137,7 +175,7 @@ class Reading:
             run = self._start()
             with self._run_lock:
                 self._run = run
-                if self._cancelled.is_set():
+                if self._cancelled.is_set() or self._stop.is_set():
                     run.stop()
             events = iter(run)
             for event in events:
@@ -153,12 +191,21 @@ class Reading:
                 close_stream(events)
             with self._run_lock:
                 self._run = None
+            self._worker.forget(self)
             # the last reference: the pattern's own generator is finalised here, in this thread, so its
             # streams are closed and its caches rolled back before the next reading starts
             run = events = None
             self._emit(_END)
 
     # -- the event loop -------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop reading after the current step; the run still answers from what it has read (and a reading
+        still queued answers from nothing read)."""
+        self._stop.set()
+        with self._run_lock:
+            if self._run is not None:
+                self._run.stop()
 
     def cancel(self) -> None:
         """Stop reading: the run stops after its current step, and its events are dropped."""

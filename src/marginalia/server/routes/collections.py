@@ -61,6 +61,12 @@ async def upload_document(name: str, file: Annotated[UploadFile, File(descriptio
     return JSONResponse(job, status_code=status.HTTP_202_ACCEPTED, headers={"Location": f"/v1/jobs/{job['id']}"})
 
 
+@router.get("/collections/{name}/documents/{document:path}",
+            summary="One document of a collection: its text (which references' spans index), pages and sections")
+def show_document(name: str, document: str, service: ServiceDep) -> dict[str, Any]:
+    return service.show_document(name, document)
+
+
 @router.delete("/collections/{name}/documents/{document:path}", summary="Delete one document of a collection")
 def delete_document(name: str, document: str, service: ServiceDep) -> dict[str, Any]:
     return service.delete_document(name, document)

@@ -22,7 +22,9 @@ EVENTS_DOC = (
     "`retrieved` (collections), `segment_read`, `margin_written`, `margin_judged` (wim), `answer_delta`, "
     "and `done` with the whole answer, its references (document, section path, page, character span, "
     "quoted text) and stats. An `error` event, with the margins judged so far, ends a stream that failed. "
-    "Disconnecting stops the reading within one segment."
+    "The stream's `Marginalia-Reading-Id` header names the reading: `POST /v1/readings/{id}/stop` stops it "
+    "and the answer still comes, from what was read. Disconnecting stops the reading within one segment "
+    "and sends nothing more."
 )
 
 
@@ -31,6 +33,15 @@ EVENTS_DOC = (
 async def ask(body: AskRequest, request: Request, service: ServiceDep) -> Response:
     prepared = await run_in_threadpool(service.prepare, body, body.question, body.temperature)
     return await answer(Reading(service.worker, prepared), request, body.stream)
+
+
+@router.post("/readings/{reading_id}/stop", summary="Stop a reading; it answers from what it has read",
+             description="The reading's id is the `Marginalia-Reading-Id` header of its stream. It finishes the "
+                         "step in progress, reads nothing more and answers: its stream goes on to `done`, "
+                         "which says `stopped_early`. 404 when no such reading waits or runs.")
+def stop_reading(reading_id: str, service: ServiceDep) -> dict[str, Any]:
+    service.worker.reading(reading_id).stop()
+    return {"stopping": reading_id}
 
 
 @router.post("/sessions", status_code=status.HTTP_201_CREATED, tags=["sessions"],

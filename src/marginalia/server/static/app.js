@@ -1,0 +1,157 @@
+// The page: wires the library, the reading options, the document view and asking together.
+
+import { ApiError, call, part, serverKey, setServerKey } from "./api.js";
+import { Asker } from "./ask.js";
+import { Library } from "./library.js";
+import { ReadingOptions } from "./options.js";
+import { DocumentView } from "./reader.js";
+
+const $ = (id) => document.getElementById(id);
+
+const view = new DocumentView($("doc"), $("doc-title"), $("doc-meta"));
+const options = new ReadingOptions($("patterns"), $("options"), $("options-summary"));
+const documents = new Map(); // "collection/source/indexed_at" -> the document with its text
+let busy = false;
+
+function showError(err) {
+  if (err instanceof ApiError && err.status === 401) {
+    askForKey(serverKey() ? "The server refused that key; check it and try again."
+      : "This server needs its key (marginalia serve --server-key).");
+    return;
+  }
+  const box = $("error");
+  box.textContent = err.message || String(err);
+  box.hidden = false;
+}
+
+function status(text) {
+  $("status").textContent = text;
+}
+
+function askForKey(message) {
+  const form = $("key-form");
+  form.hidden = false;
+  $("server").textContent = message;
+  $("key").focus();
+}
+
+/** Show a document of a collection in the view (its text fetched once per indexing). */
+async function openDocument(collection, source, section) {
+  const info = library.detail && library.detail.name === collection
+    ? library.detail.documents.find((d) => d.source === source) : null;
+  const key = `${collection}/${source}/${info ? info.indexed_at : ""}`;
+  let doc = documents.get(key);
+  if (!doc) {
+    doc = await call("GET", `/v1/collections/${part(collection)}/documents/${part(source)}`);
+    documents.set(key, doc);
+  }
+  if (view.source !== doc.source || view.collection !== collection) {
+    const pages = doc.page_starts.length ? `, ${doc.page_starts.length} pages` : "";
+    view.show(doc.source, doc.text, doc.title || doc.source,
+              `${doc.source} · ${doc.format}${pages} · ${doc.chunks} chunks`);
+    view.collection = collection;
+  }
+  if (section) view.scrollTo(section.start, section.end);
+}
+
+const library = new Library({
+  collection: $("collection"), create: $("new-collection"), createName: $("new-collection-name"),
+  createBox: $("new-collection-box"), upload: $("upload"), files: $("files"), jobs: $("jobs"),
+  documents: $("documents"),
+}, {
+  collection: (detail) => fillSources(detail),
+  open: async (source, section) => {
+    if (busy) {
+      status("A reading is going: stop it (Escape) or wait before opening another document.");
+      return;
+    }
+    try {
+      await openDocument(library.name, source, section);
+      $("source").value = `document:${source}`;
+      sourceChanged();
+    } catch (err) {
+      showError(err);
+    }
+  },
+  error: showError,
+  status,
+});
+
+/** The source choices: each document of the collection, the whole collection, or a pasted text. */
+function fillSources(detail) {
+  const select = $("source");
+  const before = select.value;
+  const choices = [];
+  if (detail && detail.documents.length) {
+    const group = document.createElement("optgroup");
+    group.label = `Collection ${detail.name}`;
+    group.append(new Option(`the whole collection (${detail.documents.length} documents)`, "collection"));
+    for (const doc of detail.documents) group.append(new Option(doc.source, `document:${doc.source}`));
+    choices.push(group);
+  }
+  choices.push(new Option("a pasted text", "paste"));
+  select.replaceChildren(...choices);
+  const values = [...select.options].map((o) => o.value);
+  const keep = values.includes(before) && (before !== "paste" || select.dataset.chosen);
+  select.value = keep ? before : values.find((v) => v.startsWith("document:")) || values[0];
+  sourceChanged();
+}
+
+function currentSource() {
+  const value = $("source").value;
+  if (value === "paste") return { kind: "paste" };
+  if (value === "collection") return { kind: "collection", collection: library.name };
+  return { kind: "document", collection: library.name, document: value.slice("document:".length) };
+}
+
+function sourceChanged() {
+  const source = currentSource();
+  $("paste-box").hidden = source.kind !== "paste";
+  options.setCollection(source.kind === "collection");
+  if (source.kind === "document" && !busy) {
+    openDocument(source.collection, source.document).catch(showError);
+  }
+}
+
+$("source").addEventListener("change", () => {
+  $("source").dataset.chosen = "true"; // the reader's choice is kept when the documents change
+  sourceChanged();
+});
+
+const asker = new Asker({
+  form: $("ask"), question: $("question"), paste: $("paste"), ask: $("ask-button"), stop: $("stop-button"),
+  status: $("status"), progress: $("progress"), error: $("error"), answerBox: $("answer-box"),
+  answer: $("answer"), cost: $("cost"), references: $("references"), referencesTitle: $("references-title"),
+  marginList: $("margin-list"), collectionMargins: $("collection-margins"),
+}, view, options, {
+  source: currentSource,
+  open: (collection, source) => openDocument(collection, source),
+  error: showError,
+  busy: (on) => {
+    busy = on;
+  },
+});
+
+$("key-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  setServerKey($("key").value);
+  $("key-form").hidden = true;
+  start();
+});
+
+async function start() {
+  try {
+    const health = await call("GET", "/v1/health");
+    const queue = health.queue;
+    $("server").textContent = `model ${health.model || "loading"} · v${health.version}`
+      + (queue.running || queue.waiting ? ` · ${queue.running} reading, ${queue.waiting} waiting` : "");
+    await options.load();
+    await library.load();
+    document.body.dataset.ready = "true";
+  } catch (err) {
+    showError(err);
+  }
+}
+
+window.marginalia = { view, asker, library, options }; // for the console (and the page's tests)
+start();

@@ -1,0 +1,214 @@
+// The reading options, built from the server's own request schema (/openapi.json): the patterns and each
+// one's options come from the options records, with their defaults, bounds and descriptions. Only values
+// changed from a default are sent, so the server fills in the rest.
+
+import { call } from "./api.js";
+
+function deref(schema, spec) {
+  const ref = spec && spec.$ref;
+  return ref ? schema.components.schemas[ref.split("/").pop()] : spec;
+}
+
+/** The field's own schema (the non-null branch of `X | None`) and whether it may be left empty. */
+function unwrap(spec) {
+  if (spec.anyOf) {
+    const inner = spec.anyOf.find((s) => s.type !== "null") || {};
+    return { type: inner, nullable: spec.anyOf.some((s) => s.type === "null") };
+  }
+  return { type: spec, nullable: false };
+}
+
+function label(name) {
+  const text = name.replace(/_/g, " ");
+  return text[0].toUpperCase() + text.slice(1);
+}
+
+/** A description without the record's "wim: " prefix (the pattern is chosen already). */
+function hint(spec) {
+  return (spec.description || "").replace(/^(wim|lc|rag)(?=[:,])[:,]?\s*/, "");
+}
+
+class Field {
+  constructor(prefix, name, spec) {
+    this.name = name;
+    const { type, nullable } = unwrap(spec);
+    this.type = type;
+    this.nullable = nullable;
+    this.default = spec.default === undefined ? null : spec.default;
+    const id = `opt-${prefix}-${name}`;
+    this.el = document.createElement("div");
+    this.el.className = "option";
+    const lab = document.createElement("label");
+    lab.htmlFor = id;
+    lab.textContent = label(name);
+    const help = document.createElement("p");
+    help.className = "hint";
+    help.id = `${id}-hint`;
+    help.textContent = hint(spec);
+    this.input = this.build(id);
+    this.input.setAttribute("aria-describedby", help.id);
+    if (type.type === "boolean") {
+      lab.prepend(this.input);
+      this.el.classList.add("check");
+      this.el.append(lab, help);
+    } else {
+      this.el.append(lab, this.input, help);
+    }
+  }
+
+  build(id) {
+    const t = this.type;
+    let input;
+    if (t.enum) {
+      input = document.createElement("select");
+      if (this.nullable) input.append(new Option("default", ""));
+      for (const value of t.enum) input.append(new Option(value, value));
+      input.value = this.default === null ? "" : this.default;
+    } else if (t.type === "boolean") {
+      input = document.createElement("input");
+      input.type = "checkbox";
+      input.checked = Boolean(this.default);
+    } else {
+      input = document.createElement("input");
+      input.type = t.type === "integer" || t.type === "number" ? "number" : "text";
+      input.step = t.type === "integer" ? "1" : "any";
+      const min = t.minimum ?? (t.exclusiveMinimum !== undefined && t.type === "integer"
+        ? t.exclusiveMinimum + 1 : t.exclusiveMinimum);
+      if (min !== undefined) input.min = String(min);
+      if (t.maximum !== undefined) input.max = String(t.maximum);
+      input.value = this.default === null ? "" : String(this.default);
+      if (this.nullable) input.placeholder = "default";
+    }
+    input.id = id;
+    input.name = this.name;
+    return input;
+  }
+
+  /** The value to send, or undefined when it is the default (the server fills those in). */
+  value() {
+    let v;
+    if (this.type.type === "boolean") v = this.input.checked;
+    else if (this.input.value === "") return undefined;
+    else if (this.type.type === "integer" || this.type.type === "number") v = Number(this.input.value);
+    else v = this.input.value;
+    return v === this.default ? undefined : v;
+  }
+}
+
+function group(prefix, legendText, schema, skip) {
+  const fieldset = document.createElement("fieldset");
+  fieldset.className = "option-group";
+  const legend = document.createElement("legend");
+  legend.textContent = legendText;
+  fieldset.append(legend);
+  const fields = Object.entries(schema.properties || {})
+    .filter(([name]) => !skip.includes(name))
+    .map(([name, spec]) => new Field(prefix, name, spec));
+  fieldset.append(...fields.map((f) => f.el));
+  return { fieldset, fields };
+}
+
+function collect(fields) {
+  const out = {};
+  for (const f of fields) {
+    const v = f.value();
+    if (v !== undefined) out[f.name] = v;
+  }
+  return out;
+}
+
+export class ReadingOptions {
+  constructor(patternsEl, optionsEl, summaryEl) {
+    this.patternsEl = patternsEl;
+    this.optionsEl = optionsEl;
+    this.summaryEl = summaryEl;
+    this.patterns = new Map(); // name -> {description, group}
+    this.collection = null;
+    this.general = null;
+  }
+
+  async load() {
+    if (this.patterns.size) return; // loaded already (before the server's key was asked for, say)
+    const schema = await call("GET", "/openapi.json");
+    const ask = schema.components.schemas.AskRequest;
+    for (const spec of ask.properties.reading.oneOf) {
+      const reading = deref(schema, spec);
+      const name = reading.properties.pattern.const;
+      const description = (reading.description || name).replace(/, with its options\.?$/, "");
+      this.patterns.set(name, { description, ...group(name, `${name}: ${description}`, reading, ["pattern"]) });
+    }
+    this.general = group("ask", "Answer", { properties: { temperature: ask.properties.temperature } }, []);
+    this.collection = group("collection", "Reading a collection",
+                            deref(schema, ask.properties.collection_options), []);
+    this.renderPatterns();
+    this.optionsEl.replaceChildren(...[...this.patterns.values()].map((p) => p.fieldset),
+                                   this.general.fieldset, this.collection.fieldset);
+    this.optionsEl.addEventListener("input", () => this.summarise());
+    this.optionsEl.addEventListener("change", () => this.summarise());
+    this.select(this.patterns.keys().next().value);
+  }
+
+  renderPatterns() {
+    const items = [];
+    for (const [name, p] of this.patterns) {
+      const id = `pattern-${name}`;
+      const input = document.createElement("input");
+      input.type = "radio";
+      input.name = "pattern";
+      input.value = name;
+      input.id = id;
+      input.addEventListener("change", () => this.select(name));
+      const lab = document.createElement("label");
+      lab.htmlFor = id;
+      lab.title = p.description;
+      lab.textContent = name;
+      const desc = document.createElement("span");
+      desc.className = "visually-hidden";
+      desc.textContent = `: ${p.description}`;
+      lab.append(desc);
+      items.push(input, lab);
+    }
+    this.patternsEl.replaceChildren(...items);
+  }
+
+  get pattern() {
+    const checked = this.patternsEl.querySelector("input:checked");
+    return checked ? checked.value : "wim";
+  }
+
+  select(name) {
+    const radio = this.patternsEl.querySelector(`input[value="${name}"]`);
+    if (radio) radio.checked = true;
+    for (const [other, p] of this.patterns) p.fieldset.hidden = other !== name;
+    this.summarise();
+  }
+
+  /** Show the collection's options only when a whole collection is read. */
+  setCollection(on) {
+    if (this.collection) this.collection.fieldset.hidden = !on;
+    this.collectionOn = on;
+    this.summarise();
+  }
+
+  /** The request's parts: `reading`, `collection_options` and `temperature` where they differ. */
+  values() {
+    const pattern = this.pattern;
+    const body = { reading: { pattern, ...collect(this.patterns.get(pattern).fields) } };
+    Object.assign(body, collect(this.general.fields));
+    if (this.collectionOn) {
+      const options = collect(this.collection.fields);
+      if (Object.keys(options).length) body.collection_options = options;
+    }
+    return body;
+  }
+
+  summarise() {
+    if (!this.patterns.size) return;
+    const body = this.values();
+    const changed = { ...body.reading, ...(body.collection_options || {}) };
+    delete changed.pattern;
+    if (body.temperature !== undefined) changed.temperature = body.temperature;
+    const parts = Object.entries(changed).map(([k, v]) => `${k.replace(/_/g, " ")} ${v}`);
+    this.summaryEl.textContent = parts.length ? `(${parts.join(", ")})` : "(defaults)";
+  }
+}
