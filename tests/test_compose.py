@@ -29,6 +29,7 @@ from marginalia.compose import (  # noqa: E402
     MemoryItem,
     MemoryRequest,
     TakeawayMemory,
+    forks_share_cache,
     token_distance,
 )
 from marginalia.compose.client import strip_trailing  # noqa: E402
@@ -549,4 +550,49 @@ def test_composer_end_to_end_with_fakes_retrieves_and_uses_memory() -> None:
     for kind in ("memory_requested", "memory_started", "memory_updated", "memory_prepared", "memory_swapped",
                  "suggested"):
         assert kind in kinds
+    composer.close()
+
+
+# -- the real embedded model on llama.cpp -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def second_smollm2(smollm2_llamacpp: Any) -> Any:
+    """A second llama.cpp load of SmolLM2: forks of the first share its one context."""
+    from marginalia.models import load_generator
+
+    return load_generator("smollm2", backend="llamacpp")
+
+
+def test_real_smollm2_reuses_its_cache_and_swaps_memory_in(smollm2_llamacpp: Any, second_smollm2: Any) -> None:
+    from marginalia.compose.client import common_prefix
+
+    gen = smollm2_llamacpp.fork(keep_cache=False)
+    assert forks_share_cache(gen)
+    with pytest.raises(UserError, match="load the model a second time"):
+        CompletionClient(gen)
+    standby = second_smollm2.fork(keep_cache=False)
+    fetched: list[MemoryRequest] = []
+
+    def fetch(r: MemoryRequest) -> list[MemoryItem]:
+        fetched.append(r)
+        return [item("The ferry to Lindholm leaves Ostervik harbour at seven every morning.", "harbour")]
+
+    client = CompletionClient(gen, standby=standby, suggestion_tokens=8)
+    composer = Composer(client, fetch, threshold=6, memory_size=3)
+    text = "Every morning in Ostervik, the harbour"
+    first = composer.suggest(text)
+    assert first.text.strip() and first.generated_tokens <= 8 and first.memory_version == 0
+    assert composer.wait_idle(60) and len(fetched) == 1 and fetched[0].query == text
+    before = client.encode(text)
+    text += " fills with boats"
+    after = client.encode(text)
+    typed = composer.suggest(text)  # the first completion after memory was prepared swaps it in
+    assert typed.memory_version == 1 and typed.text.strip()
+    # the standby had caught up with the text it saw; only the words typed since were prefilled
+    assert typed.prefilled_tokens == len(after) - common_prefix(before, after)
+    more = client.encode(text + " and")
+    again = composer.suggest(text + " and")
+    assert again.prefilled_tokens == len(more) - common_prefix(after, more)
+    assert any(e.kind == "memory_swapped" for e in composer.events)
     composer.close()
