@@ -596,3 +596,23 @@ def test_real_smollm2_reuses_its_cache_and_swaps_memory_in(smollm2_llamacpp: Any
     assert again.prefilled_tokens == len(more) - common_prefix(after, more)
     assert any(e.kind == "memory_swapped" for e in composer.events)
     composer.close()
+
+
+def test_background_threads_run_nicer_than_the_caller() -> None:
+    import os
+    import sys
+
+    from marginalia.compose.threads import BACKGROUND_NICE, start_background
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("threads have nice values of their own on Linux")
+    seen: list[int] = []
+
+    def probe() -> None:  # and a background thread started by a background thread
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        if len(seen) == 1:
+            start_background(probe, "probe-2").join(5)
+
+    start_background(probe, "probe").join(5)
+    main = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    assert seen == [min(19, main + BACKGROUND_NICE)] * 2

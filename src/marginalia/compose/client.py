@@ -33,6 +33,7 @@ from ..errors import ContextOverflow, UserError
 from ..models.base import CachingGenerator, GenerationParams, Generator, Usage, close_stream
 from ..prompts import render
 from .events import ComposeEvent, MemoryItem, MemoryPrepared, MemorySwapped, Suggested
+from .threads import start_background
 
 log = logging.getLogger(__name__)
 
@@ -351,8 +352,7 @@ class CompletionClient:
                 return
             self._target = memory
             if self._worker is None:
-                self._worker = threading.Thread(target=self._prepare_loop, name="compose-prepare", daemon=True)
-                self._worker.start()
+                self._worker = start_background(self._prepare_loop, "compose-prepare")
             self._state.notify_all()
 
     def preparing(self) -> bool:

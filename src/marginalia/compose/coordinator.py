@@ -27,6 +27,7 @@ from .events import (
     MemoryStarted,
     MemoryUpdated,
 )
+from .threads import start_background
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +148,7 @@ class AugmentationCoordinator:
 
     def _ensure_worker(self) -> None:
         if self._worker is None:
-            self._worker = threading.Thread(target=self._work, name="compose-memory", daemon=True)
-            self._worker.start()
+            self._worker = start_background(self._work, "compose-memory")
 
     def _take(self) -> MemoryRequest | None:
         """Wait for a pending request and mark it in flight (None once closed)."""
