@@ -134,8 +134,8 @@ def compose_suggest(composer: Any) -> Any:
 
     class ComposeSuggest(AutoSuggest):
         def get_suggestion(self, buffer: Any, document: Any) -> Suggestion | None:
-            if not document.is_cursor_at_the_end or not document.text.strip():
-                return None
+            if not document.is_cursor_at_the_end or not document.text.strip() or buffer.text != document.text:
+                return None  # (typed on since: prompt_toolkit asks again for the newer text)
             result = composer.suggest(document.text)
             if result.cancelled or not result.text:
                 return None
