@@ -149,7 +149,8 @@ def baseline(store: Any, memory_gen: Any, client: Any, texts: list[str], hits: i
             if first is None:
                 first = time.perf_counter() - t0
         n = memory_gen.usage.generated_tokens - generated
-        out.append((first if first is not None else float("nan"), time.perf_counter() - t0, n))
+        total = time.perf_counter() - t0
+        out.append((first if first is not None else total, total, n))  # an empty completion arrives at its end
     return out
 
 
@@ -213,6 +214,7 @@ def main() -> None:
     events = list(composer.events)
     drafted = [i for e in events if e.kind == "memory_updated" for i in e.added if i.source == str(draft)]
     kinds = [e.kind for e in events]
+    replaced = sum(1 for e in events if e.kind == "memory_requested" and e.replaces is not None)
     updates = [e for e in events if e.kind == "memory_updated"]
     print(f"replayed {len(typed)} keystrokes in {replay_s:.0f} s: {len(measured)} suggestions, "
           f"{kinds.count('memory_updated')} memory updates", flush=True)
@@ -251,7 +253,7 @@ def main() -> None:
         f"article's body, {len(others)} other articles and the whole article as the draft being written "
         f"(excluded), {n_chunks} chunks. {len(measured)} suggestions started, "
         f"{sum(not m.cancelled for m in measured)} ran to their end; {kinds.count('memory_requested')} memory "
-        f"requests made, {kinds.count('memory_started')} sent (the others replaced while one was in flight), "
+        f"requests made, {kinds.count('memory_started')} sent ({replaced} replaced while another was in flight), "
         f"{len(updates)} memory updates, {kinds.count('memory_failed')} failures, "
         f"{kinds.count('memory_swapped')} swaps into the client; memory items drawn from the draft: "
         f"{len(drafted)}. Baseline at {len(picks)} word ends: retrieve {options.hits} chunks for the text's "

@@ -244,11 +244,6 @@ class CompletionClient:
         with self._state:
             return self._memory.version
 
-    @property
-    def usage(self) -> Usage:
-        """What the completions cost (the caches they ran on; the background preparation not counted)."""
-        return self._active.gen.usage
-
     def encode(self, text: str) -> list[int]:
         """The context tokens of ``text`` (see `strip_trailing`)."""
         with self._tok_lock:
