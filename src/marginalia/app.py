@@ -1,5 +1,5 @@
 """The use-cases, written once: load a model, ask a text, a file or a collection, index paths, generate
-questions. The CLI, the benchmark runner and the HTTP service only translate to and from these functions.
+questions, compose. The CLI, the benchmark runner and the HTTP service only translate to and from these functions.
 
 Every way of reading takes its options record (`WimOptions`, `LcOptions`, `RagOptions`, and
 `CollectionOptions` for what a collection contributes); long work reports progress through callbacks.
@@ -14,16 +14,26 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import NotFound, UserError
+from .errors import BackendError, NotFound, UserError
 from .models.base import Generator
-from .options import ChunkingOptions, CollectionOptions, LcOptions, PatternOptions, RagOptions, WimOptions
+from .options import (
+    ChunkingOptions,
+    CollectionOptions,
+    ComposeOptions,
+    LcOptions,
+    PatternOptions,
+    RagOptions,
+    WimOptions,
+)
 from .records import Chunk, Document, Section
 
 if TYPE_CHECKING:
+    from .compose import Composer
+    from .compose.events import Listener
     from .index.embedders import Embedder
     from .index.policy import Piece, Retrieval
     from .index.question_bank import BankReport
-    from .index.schema import AddResult
+    from .index.schema import AddResult, DocumentInfo
     from .index.store import Collection
     from .ingest.loaders import Note, Skipped
     from .models.snapshots import SnapshotStore
@@ -378,3 +388,85 @@ def generate_questions(
         if on_written:
             on_written(written)
     return out
+
+
+# -- composing -------------------------------------------------------------------------------------------
+
+
+def compose(collection: Collection | str, options: ComposeOptions | None = None, *, generator: Generator,
+            standby: Generator | None = None, memory_generator: Generator | None = None,
+            loader: Callable[[str], Generator] | None = None, home: str | Path | None = None,
+            exclude: Sequence[str] = (), listeners: Sequence[Listener] = ()) -> Composer:
+    """Suggestions for a text being written, from ``generator``, with a memory drawn from a collection.
+
+    Call ``composer.edit(text)`` as the text changes and ``composer.suggest(text)`` (or ``stream``) for a
+    suggestion; new memory is asked for, written and prepared in the background. Close it when done.
+
+    Args:
+        collection: the collection (or its name) memory is retrieved from.
+        options: thresholds, memory and suggestion options.
+        generator: the client model (one that keeps a KV cache).
+        standby: a second load of the client model for preparing new memory beside the completions; made
+            with ``loader`` when the client's forks share one cache (llama.cpp), else a fork.
+        memory_generator: the model that writes memory; by default ``options.memory_model`` (else the
+            client's spec) loaded with ``loader``.
+        loader: loads a model spec (default: `load_model` under ``home``).
+        exclude: the document being written, by path, source or id: never retrieved.
+        listeners: called with every event (from background threads too).
+
+    Raises:
+        UserError: an empty collection, one that holds only the document being written, a client model
+            without a KV cache, a model that cannot be loaded (the message names which).
+        BackendError: a model failed while loading.
+    """
+    from .compose import MEMORY_MODES, CompletionClient, Composer, forks_share_cache
+    from .models.base import CachingGenerator
+
+    options = options if options is not None else ComposeOptions()
+    store = open_collection(collection, home=home) if isinstance(collection, str) else collection
+    documents = store.documents()
+    if not documents:
+        raise UserError(f"collection {store.name!r} holds no documents; index some into it first")
+    excluded = {d.doc_id for d in documents if _names(d, exclude)}
+    if len(excluded) == len(documents):
+        raise UserError(f"collection {store.name!r} holds only the document being written; index other "
+                        "documents into it to draw memory from")
+    if not isinstance(generator, CachingGenerator):
+        raise UserError(f"composition needs a client model whose KV cache it can reuse between keystrokes; "
+                        f"{generator.name} does not offer one")
+    load = loader or (lambda spec: load_model(spec, home=home))
+    if standby is None and forks_share_cache(generator):
+        standby = _load_role(load, generator.name, "a second copy of the client model")
+    if memory_generator is None:
+        memory_generator = _load_role(load, options.memory_model or generator.name, "the memory model")
+    if memory_generator is generator or memory_generator is standby:
+        raise UserError("the memory model writes beside the client: give it a model object of its own")
+    client = CompletionClient(generator, standby=standby, suggestion_tokens=options.suggestion_tokens)
+    memory = MEMORY_MODES[options.memory_mode](
+        store, memory_generator, hits=options.hits, search=options.search, min_similarity=options.min_similarity,
+        exclude={*excluded, *exclude}, item_tokens=options.item_tokens)
+    return Composer(client, memory, threshold=options.threshold, memory_size=options.memory_size,
+                    memory_timeout=options.memory_timeout, debounce=options.debounce, listeners=listeners)
+
+
+def _names(document: DocumentInfo, given: Sequence[str]) -> bool:
+    """Whether one of ``given`` (a path, source or document id) names this document."""
+    for name in given:
+        if name in (document.doc_id, document.source):
+            return True
+        try:
+            if Path(name).expanduser().resolve() == Path(document.source).expanduser().resolve():
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def _load_role(load: Callable[[str], Generator], spec: str, role: str) -> Generator:
+    """Load a model for a role, saying which role a failure is about."""
+    try:
+        return load(spec)
+    except UserError as exc:
+        raise UserError(f"{role} ({spec}) could not be loaded: {exc}") from exc
+    except BackendError as exc:
+        raise BackendError(f"{role} ({spec}) could not be loaded: {exc}") from exc

@@ -19,12 +19,14 @@ JudgeMode = Literal["grounded", "fused", "separate"]
 RagSplit = Literal["tokens", "paragraphs"]
 Scope = Literal["sections", "chunks", "documents"]
 SearchMode = Literal["hybrid", "dense", "bm25"]
+MemoryMode = Literal["takeaways", "margins"]
 
 PATTERNS: tuple[str, ...] = get_args(PatternName)
 JUDGE_MODES: tuple[str, ...] = get_args(JudgeMode)
 RAG_SPLITS: tuple[str, ...] = get_args(RagSplit)
 SCOPES: tuple[str, ...] = get_args(Scope)
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
+MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
 
 
 class Options(BaseModel):
@@ -132,6 +134,35 @@ class CollectionOptions(Options):
     def scope_for(self, pattern: str) -> str:
         """The scope a pattern reads: as given, else chunks for rag and sections for lc and wim."""
         return self.scope or ("chunks" if pattern == "rag" else "sections")
+
+
+class ComposeOptions(Options):
+    """Composition assistance: when memory is refreshed, what it holds, and the suggestions."""
+
+    threshold: int = Field(
+        default=20, gt=0,
+        description="ask for new memory once the text is this many token edits (Levenshtein, on the client "
+                    "model's tokens) away from the text at the last request")
+    memory_size: int = Field(default=6, gt=0, description="the most memory items kept; the oldest go first")
+    memory_mode: MemoryMode = Field(
+        default="takeaways",
+        description="how retrieved chunks become memory: a key takeaway the memory model writes per chunk, or "
+                    "WiM margins (the supporting sentence, exactly as the source has it)")
+    memory_model: str | None = Field(
+        default=None, description="the model that writes memory, a spec (default: the client's model, loaded "
+                                  "again)")
+    hits: int = Field(default=3, gt=0, description="how many retrieved chunks each memory request compresses")
+    search: SearchMode = Field(default="hybrid", description="how the collection is searched for memory")
+    min_similarity: float = Field(
+        default=0.2, ge=-1.0, le=1.0,
+        description="retrieved chunks less similar than this to the new text (cosine) are not used")
+    item_tokens: int = Field(default=48, gt=0, description="the most tokens the memory model writes per item")
+    memory_timeout: float = Field(
+        default=60.0, gt=0.0,
+        description="seconds a memory request may take; past it, suggestions go on without its memory")
+    suggestion_tokens: int = Field(default=15, gt=0, description="the most tokens per suggestion")
+    debounce: float = Field(default=0.15, ge=0.0, le=5.0,
+                            description="seconds of no typing before a suggestion is written")
 
 
 def pattern_options(pattern: str, **values: Any) -> PatternOptions:

@@ -13,7 +13,7 @@ from typing import TextIO
 
 from .. import __version__
 from ..errors import ContextOverflow, MarginaliaError
-from . import documents, reading, serve
+from . import compose, documents, reading, serve
 from .bench import add_bench_parser, cmd_bench
 from .common import Formatter, common_options
 from .reading import demo_files, run_pattern, serve_command
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     reading.register(sub, common)
     documents.register(sub, common)
     serve.register(sub, common)
+    compose.register(sub, common)
     add_bench_parser(sub, [common], Formatter).set_defaults(handler=cmd_bench)
     return parser
 

@@ -1,0 +1,283 @@
+"""Composition latency: SmolLM2 suggests as a WikiText article's lead is typed keystroke by keystroke, with
+memory refreshed in the background, against a synchronous "retrieve, then the larger model writes the
+completion" baseline measured in the same run.
+
+The collection holds the article's body (its sections after the lead), a few other articles as
+distractors, and the whole article as the draft being written (excluded: memory must never come from it).
+A typist types the lead's first words one character at a time (``--char-delay``, with a pause after each
+word); every keystroke starts a suggestion and cancels the one in progress. Reported: time to the first
+suggestion token, time to a full 15-token suggestion, and both while a memory refresh is in flight or
+being prepared; then, at every ``--baseline-every``-th word end, the baseline retrieves chunks for the
+text and has the memory model write the 15 tokens from them, stateless.
+
+    python benchmarks/compose_latency.py [--article 0] [--words 80] [--distractors 6] [--memory-mode takeaways]
+
+The texts are read at run time from ../shared/data (``--data``); nothing of them is kept in the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import ROOT, command_line, git_commit, machine, write_section  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data" / "wikitext-test-articles.part1.jsonl"
+_HEADING = re.compile(r"^\s*(=(?: =)*) (.+?) \1\s*$")
+
+
+def clean(text: str) -> str:
+    """WikiText's tokenised text as markdown: its ``@-@`` markers and spaced punctuation undone, ``= = X = =``
+    lines as headings."""
+    lines = []
+    for line in text.split("\n"):
+        m = _HEADING.match(line)
+        if m:
+            lines.append("#" * (m.group(1).count("=") + 1) + " " + m.group(2).strip())
+            continue
+        line = line.strip()
+        for a, b in ((" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."), (" ,", ","), (" .", "."), (" ;", ";"),
+                     (" :", ":"), (" 's", "'s"), ("( ", "("), (" )", ")")):
+            line = line.replace(a, b)
+        lines.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "\n\n".join(lines)).strip() + "\n"
+
+
+def split_lead(markdown: str) -> tuple[str, str]:
+    """The text before the first heading, and the rest."""
+    at = markdown.find("\n#")
+    return (markdown, "") if at < 0 else (markdown[:at].strip(), markdown[at:].strip() + "\n")
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+@dataclass
+class Measured:
+    chars: int
+    first: float | None
+    total: float
+    tokens: int
+    cancelled: bool
+    refreshing: bool
+
+
+def replay(composer: Any, text: str, char_delay: float, word_pause: float) -> tuple[list[Measured], list[str]]:
+    """Type ``text`` one character at a time; a worker suggests for each newest text (cancelled by the next
+    keystroke). Returns every suggestion's measurements and the texts at word ends."""
+    latest: list[str | None] = [None]
+    done = threading.Event()
+    cond = threading.Condition()
+    measured: list[Measured] = []
+
+    def refreshing() -> bool:
+        return composer.coordinator.busy() or composer.client.preparing()
+
+    def suggest() -> None:
+        seen = None
+        while True:
+            with cond:
+                while latest[0] == seen and not done.is_set():
+                    cond.wait()
+                if latest[0] == seen:
+                    return
+                seen = latest[0]
+            assert seen is not None
+            busy = refreshing()
+            completion = composer.stream(seen)
+            for _ in completion:
+                pass
+            completion.close()
+            r = completion.result
+            if r is not None:
+                measured.append(Measured(r.context_chars, r.first_token_seconds, r.seconds, r.generated_tokens,
+                                         r.cancelled, busy or refreshing()))
+
+    worker = threading.Thread(target=suggest, name="suggest")
+    worker.start()
+    ends = []
+    for i in range(1, len(text) + 1):
+        typed = text[:i]
+        composer.edit(typed)
+        with cond:
+            latest[0] = typed
+            cond.notify_all()
+        time.sleep(char_delay)
+        if text[i - 1] == " ":
+            ends.append(typed)
+            time.sleep(word_pause)
+    time.sleep(word_pause)
+    done.set()
+    with cond:
+        cond.notify_all()
+    worker.join()
+    return measured, ends
+
+
+def baseline(store: Any, memory_gen: Any, client: Any, texts: list[str], hits: int, tokens: int,
+             exclude: set[str]) -> list[tuple[float, float, int]]:
+    """Retrieve for each text, then the memory model writes the continuation from the chunks (stateless):
+    (time to first token, total, tokens) per text."""
+    from marginalia.compose import MemoryItem
+    from marginalia.models.base import GenerationParams
+
+    out = []
+    params = GenerationParams(max_new_tokens=tokens, stop=("\n",))
+    for text in texts:
+        t0 = time.perf_counter()
+        query = " ".join(text.split()[-60:])
+        found = [h for h in store.search(query, k=hits + 4, kinds=("chunk",)) if h.source not in exclude][:hits]
+        passages = tuple(MemoryItem(h.text, h.source, h.doc_id, h.section_path, h.start, h.end, "margin")
+                         for h in found)
+        ids = client.prompt_ids(client.encode(text), memory=passages)
+        first, n = None, 0
+        generated = memory_gen.usage.generated_tokens
+        for _ in memory_gen.stream_prompt(ids, params):
+            if first is None:
+                first = time.perf_counter() - t0
+        n = memory_gen.usage.generated_tokens - generated
+        total = time.perf_counter() - t0
+        out.append((first if first is not None else total, total, n))  # an empty completion arrives at its end
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--article", type=int, default=0, help="which article's lead is typed")
+    ap.add_argument("--words", type=int, default=80, help="how many words of the lead are typed")
+    ap.add_argument("--distractors", type=int, default=6, help="other articles in the collection")
+    ap.add_argument("--char-delay", type=float, default=0.05, help="seconds between keystrokes")
+    ap.add_argument("--word-pause", type=float, default=0.6, help="extra seconds after each word")
+    ap.add_argument("--memory-mode", choices=("takeaways", "margins"), default="takeaways")
+    ap.add_argument("--threshold", type=int, default=20)
+    ap.add_argument("--embedder", default="minilm")
+    ap.add_argument("--baseline-every", type=int, default=2, help="a baseline completion at every n-th word end")
+    args = ap.parse_args()
+    if not args.data.is_file():
+        sys.exit(f"no data at {args.data}; give --data")
+
+    from marginalia import app
+    from marginalia.options import ComposeOptions
+
+    t_start = time.perf_counter()
+    load_before = os.getloadavg()
+    articles = [json.loads(line) for line in args.data.read_text("utf-8").splitlines() if line.strip()]
+    article = articles[args.article]
+    markdown = clean(article["text"])
+    lead, body = split_lead(markdown)
+    typed = " ".join(lead.split()[: args.words]) + " "
+    home = Path(tempfile.mkdtemp(prefix="compose-latency-"))
+    docs = home / "docs"
+    docs.mkdir()
+    draft = docs / "draft.md"
+    draft.write_text(f"# {article['title']}\n\n{markdown}")
+    (docs / "reference.md").write_text(f"# {article['title']}\n\n{body}")
+    others = [a for i, a in enumerate(articles) if i != args.article][: args.distractors]
+    for i, other in enumerate(others):
+        (docs / f"other-{i}.md").write_text(f"# {other['title']}\n\n{clean(other['text'])}")
+
+    def load(spec: str) -> Any:
+        return app.load_model(spec, home=home, backend="llamacpp")
+
+    client = load("smollm2")
+    t0 = time.perf_counter()
+    report = app.index_paths([docs], "sources", count_tokens=client.tokenizer.count, home=home,
+                             embedder=args.embedder)
+    index_s = time.perf_counter() - t0
+    store = app.open_collection("sources", home=home)
+    n_chunks = sum(d.n_chunks for d in store.documents())
+    print(f"indexed {len(report.indexed)} documents, {n_chunks} chunks in {index_s:.0f} s", flush=True)
+    options = ComposeOptions(threshold=args.threshold, memory_mode=args.memory_mode, suggestion_tokens=15,
+                             debounce=0.0)
+    memory_gen = load("smollm2")
+    composer = app.compose(store, options, generator=client, memory_generator=memory_gen, loader=load,
+                           exclude=[str(draft)])
+    t_replay = time.perf_counter()
+    measured, ends = replay(composer, typed, args.char_delay, args.word_pause)
+    composer.wait_idle(300)
+    composer.close()
+    replay_s = time.perf_counter() - t_replay
+    events = list(composer.events)
+    drafted = [i for e in events if e.kind == "memory_updated" for i in e.added if i.source == str(draft)]
+    kinds = [e.kind for e in events]
+    replaced = sum(1 for e in events if e.kind == "memory_requested" and e.replaces is not None)
+    updates = [e for e in events if e.kind == "memory_updated"]
+    print(f"replayed {len(typed)} keystrokes in {replay_s:.0f} s: {len(measured)} suggestions, "
+          f"{kinds.count('memory_updated')} memory updates", flush=True)
+
+    picks = ends[args.baseline_every - 1:: args.baseline_every]
+    base = baseline(store, memory_gen, composer.client, picks, options.hits, 15, {str(draft)})
+    load_after = os.getloadavg()
+
+    firsts = [m.first for m in measured if m.first is not None]
+    full = [m.total for m in measured if not m.cancelled and m.tokens >= 15]
+    refresh_full = [m.total for m in measured if not m.cancelled and m.tokens >= 15 and m.refreshing]
+    refresh_first = [m.first for m in measured if m.first is not None and m.refreshing]
+    calm_full = [m.total for m in measured if not m.cancelled and m.tokens >= 15 and not m.refreshing]
+    base_first = [b[0] for b in base]
+    base_full = [b[1] for b in base if b[2] >= 15]
+
+    def row(label: str, values: list[float]) -> str:
+        return (f"| {label} | {pct(values, 50) * 1000:.0f} | {pct(values, 90) * 1000:.0f} | "
+                f"{pct(values, 99) * 1000:.0f} | {len(values)} |")
+
+    ratio_first = pct(base_first, 50) / pct(firsts, 50)
+    ratio_full = pct(base_full, 50) / pct(full, 50)
+    body_md = "\n".join([
+        "## Composition latency (`benchmarks/compose_latency.py`)",
+        "",
+        f"Command: `{command_line()}` · commit {git_commit()} · client and memory model: SmolLM2-135M on "
+        f"llama.cpp in process (the memory model is the same weights, loaded a third time: no larger model is "
+        f"available offline here) · memory: {args.memory_mode}, threshold {args.threshold} token edits, "
+        f"{options.hits} chunks per request · embedder {args.embedder} · machine: {machine()} · load average "
+        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after (the machine was shared with another "
+        f"benchmark) · total {(time.perf_counter() - t_start) / 60:.1f} min",
+        "",
+        f"Typed: the first {args.words} words of the lead of WikiText's {article['title']!r} "
+        f"({len(typed)} keystrokes, {args.char_delay * 1000:.0f} ms apart, {args.word_pause * 1000:.0f} ms more "
+        f"after each word; every keystroke starts a suggestion and cancels the one in progress). Collection: the "
+        f"article's body, {len(others)} other articles and the whole article as the draft being written "
+        f"(excluded), {n_chunks} chunks. {len(measured)} suggestions started, "
+        f"{sum(not m.cancelled for m in measured)} ran to their end; {kinds.count('memory_requested')} memory "
+        f"requests made, {kinds.count('memory_started')} sent ({replaced} replaced while another was in flight), "
+        f"{len(updates)} memory updates, {kinds.count('memory_failed')} failures, "
+        f"{kinds.count('memory_swapped')} swaps into the client; memory items drawn from the draft: "
+        f"{len(drafted)}. Baseline at {len(picks)} word ends: retrieve {options.hits} chunks for the text's "
+        "last 60 words, then the memory model writes 15 tokens from them, stateless (llama.cpp still reuses "
+        "the shared instruction prefix between its requests).",
+        "",
+        "| ms | p50 | p90 | p99 | n |",
+        "|---|---:|---:|---:|---:|",
+        row("compose: time to the first suggestion token", firsts),
+        row("compose: full 15-token suggestion", full),
+        row("compose: first token, during a memory refresh", refresh_first),
+        row("compose: full suggestion, during a memory refresh", refresh_full),
+        row("compose: full suggestion, no refresh in progress", calm_full),
+        row("baseline: retrieve + write, time to the first token", base_first),
+        row("baseline: retrieve + write, full 15 tokens", base_full),
+        "",
+        f"- The baseline takes {ratio_first:.1f}x compose's median time to the first token and "
+        f"{ratio_full:.1f}x its median full suggestion.",
+        f"- Memory updates took {pct([u.seconds for u in updates], 50):.1f} s (median) from request to items; "
+        "suggestions never waited for them.",
+    ])
+    write_section("compose_latency", body_md)
+    print(body_md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""The memory generator: retrieves what the collection holds about the new text, and compresses it into a
+few short memory items with a (larger) model.
+
+Two ways to compress:
+
+- ``takeaways``: for each retrieved chunk, the model writes the one fact that would help the writer go on
+  (abstractive; the item spans the chunk it came from).
+- ``margins``: WiM reads the retrieved chunks with the new text as its question; each margin judged
+  relevant becomes an item whose text is the supporting sentence, exactly as the source has it, with its
+  character span in the source document.
+
+The document being written is never its own source: chunks of excluded documents (by id or source) and
+chunks that the text being written already holds word for word are left out of what is retrieved.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
+
+from ..index.policy import Searchable
+from ..index.schema import Hit
+from ..models.base import CachingGenerator, GenerationParams, Generator, close_stream
+from ..options import WimOptions
+from ..patterns.judges import is_empty_margin
+from ..patterns.wim import WiM
+from ..prompts import render
+from .events import MemoryItem, MemoryRequest
+
+#: characters of the text's end a query falls back on when nothing new was typed (the writer deleted)
+FALLBACK_QUERY_CHARS = 300
+#: the most characters of new text a query holds (its end)
+MAX_QUERY_CHARS = 2000
+#: words of the new text WiM's question holds (its end)
+QUESTION_WORDS = 80
+#: a chunk this long or longer that the text being written holds word for word is the text itself
+SELF_MATCH_CHARS = 40
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|note:|fact:)\s*", re.IGNORECASE)
+
+
+class MemoryGenerator(ABC):
+    """Retrieve chunks for a memory request, then compress them into items (`__call__`).
+
+    Args:
+        collection: what to search (a `Collection`, or anything with its ``search``).
+        generator: the memory model.
+        hits: how many retrieved chunks a request compresses.
+        search: ``hybrid``, ``dense`` or ``bm25``.
+        min_similarity: chunks less similar than this to the query (cosine) are left out.
+        exclude: document ids and sources never to retrieve from (the document being written).
+        item_tokens: the most tokens the model writes per item.
+    """
+
+    kind: ClassVar[str]
+
+    def __init__(self, collection: Searchable, generator: Generator, *, hits: int = 3, search: str = "hybrid",
+                 min_similarity: float = 0.0, exclude: Iterable[str] = (), item_tokens: int = 48) -> None:
+        self.collection = collection
+        self.generator = generator
+        self.hits = hits
+        self.search = search
+        self.min_similarity = min_similarity
+        self.exclude = frozenset(exclude)
+        self.item_tokens = item_tokens
+
+    def __call__(self, request: MemoryRequest) -> list[MemoryItem]:
+        hits = self.retrieve(request)
+        return self.compress(request, hits) if hits else []
+
+    @staticmethod
+    def query_of(request: MemoryRequest) -> str:
+        """What to search with: the new text, or the text's end when nothing new was typed."""
+        query = request.query.strip() or request.context[-FALLBACK_QUERY_CHARS:].strip()
+        return query[-MAX_QUERY_CHARS:]
+
+    def excluded(self, hit: Hit, context: str) -> bool:
+        """Whether a hit comes from the text being written (by document, or word for word)."""
+        if hit.doc_id in self.exclude or hit.source in self.exclude:
+            return True
+        text = hit.text.strip()
+        return len(text) >= SELF_MATCH_CHARS and text in context
+
+    def retrieve(self, request: MemoryRequest) -> list[Hit]:
+        """The best ``hits`` chunks for the request that are not the text being written."""
+        query = self.query_of(request)
+        if not query:
+            return []
+        k = 2 * self.hits + 4
+        for _ in range(2):
+            found = list(self.collection.search(query, k=k, mode=self.search, kinds=("chunk",)))
+            kept = [h for h in found if not self.excluded(h, request.context)
+                    and (math.isnan(h.similarity) or h.similarity >= self.min_similarity)]
+            if len(kept) >= self.hits or len(found) < k:
+                break
+            k *= 4  # many hits were the text itself: look deeper once
+        return kept[: self.hits]
+
+    @abstractmethod
+    def compress(self, request: MemoryRequest, hits: Sequence[Hit]) -> list[MemoryItem]:
+        """Memory items from the retrieved chunks (best first)."""
+
+
+def _score(hit: Hit) -> float | None:
+    return None if math.isnan(hit.similarity) else round(hit.similarity, 4)
+
+
+class TakeawayMemory(MemoryGenerator):
+    """One key takeaway per retrieved chunk, written by the memory model (our ``compose_takeaway`` prompt)."""
+
+    kind = "takeaways"
+
+    def compress(self, request: MemoryRequest, hits: Sequence[Hit]) -> list[MemoryItem]:
+        params = GenerationParams(max_new_tokens=self.item_tokens, stop=("\n",))
+        system = render("compose_takeaway_system").strip()
+        text = self.query_of(request)
+        items = []
+        for hit in hits:
+            where = " > ".join((hit.source, *hit.section_path))
+            reply = self.generator.generate([
+                {"role": "system", "content": system},
+                {"role": "user", "content": render("compose_takeaway", text=text, where=where, passage=hit.text)},
+            ], params)
+            note = _BULLET.sub("", reply.strip().splitlines()[0] if reply.strip() else "").strip().strip('"')
+            if is_empty_margin(note) or len(note.split()) < 2:
+                continue
+            items.append(MemoryItem(note, hit.source, hit.doc_id, hit.section_path, hit.start, hit.end,
+                                    "takeaway", _score(hit)))
+        return items
+
+
+class MarginMemory(MemoryGenerator):
+    """WiM margins over the retrieved chunks, with the new text as the question; each relevant margin's
+    supporting sentence, exactly as the source has it, is an item.
+
+    Args:
+        segment_tokens: WiM's segment size over the retrieved chunks.
+        judge: WiM's margin judge (``grounded`` needs no extra request, and finds the supporting sentence).
+        (the others as for `MemoryGenerator`)
+
+    Raises:
+        UserError: the memory model keeps no KV cache (WiM needs one).
+    """
+
+    kind = "margins"
+
+    def __init__(self, collection: Searchable, generator: Generator, *, hits: int = 3, search: str = "hybrid",
+                 min_similarity: float = 0.0, exclude: Iterable[str] = (), item_tokens: int = 48,
+                 segment_tokens: int = 256, judge: str = "grounded") -> None:
+        super().__init__(collection, generator, hits=hits, search=search, min_similarity=min_similarity,
+                         exclude=exclude, item_tokens=item_tokens)
+        # the answer is never read: one token bounds it should the run get that far
+        options = WimOptions.build(segment_tokens=segment_tokens, judge=judge, margin_tokens=item_tokens,
+                                   max_new_tokens=1)
+        self.wim = WiM(generator, options)
+        self.cache_gen: CachingGenerator = self.wim.cache_gen
+
+    def compress(self, request: MemoryRequest, hits: Sequence[Hit]) -> list[MemoryItem]:
+        pieces, starts, at = [], [], 0
+        for hit in hits:
+            starts.append(at)
+            pieces.append(hit.text)
+            at += len(hit.text) + 2
+        context = "\n\n".join(pieces)
+        words = self.query_of(request).split()
+        question = " ".join(words[-QUESTION_WORDS:])
+        items: list[MemoryItem] = []
+        seen: set[tuple[str, int, int]] = set()
+        events = iter(self.wim.run(context, question, source="memory"))
+        total, judged = None, 0
+        try:
+            for event in events:
+                if event.kind == "started":
+                    total = event.segments_total
+                elif event.kind == "margin_judged":
+                    judged += 1
+                    margin = event.margin
+                    if margin.relevant and margin.evidence is not None:
+                        item = _span_item(margin.evidence, context, hits, starts, margin.score)
+                        if item is not None and (item.doc_id, item.start, item.end) not in seen:
+                            seen.add((item.doc_id, item.start, item.end))
+                            items.append(item)
+                    if total is not None and judged >= total:
+                        break  # every margin is in: the answer is not needed
+        finally:
+            close_stream(events)
+        return items
+
+
+def _span_item(evidence: tuple[int, int], context: str, hits: Sequence[Hit], starts: Sequence[int],
+               score: float | None) -> MemoryItem | None:
+    """The item for a supporting sentence at ``evidence`` (a span of the joined chunks), as a span of its
+    source document; None when it is not inside one chunk."""
+    start, end = evidence
+    while start < end and context[start].isspace():
+        start += 1
+    while end > start and context[end - 1].isspace():
+        end -= 1
+    if start >= end:
+        return None
+    for hit, offset in zip(hits, starts, strict=True):
+        if offset <= start and end <= offset + len(hit.text):
+            a, b = hit.start + start - offset, hit.start + end - offset
+            return MemoryItem(context[start:end], hit.source, hit.doc_id, hit.section_path, a, b, "margin",
+                              score)
+    return None
+
+
+MEMORY_MODES: dict[str, type[MemoryGenerator]] = {"takeaways": TakeawayMemory, "margins": MarginMemory}
