@@ -288,12 +288,12 @@ class WimReader:
         (the intro stays; their margins judged relevant are carried to the answer all the same)."""
         worker, head = self.worker, len(self.framing.head)
         window = self.wim.cache_gen.context_window
-        first = self.dropped
-        while worker.length + segment.n_tokens + self._reserve > window and self.dropped < segment.index:
+        first, tokens = self.dropped, 0
+        while worker.length - tokens + segment.n_tokens + self._reserve > window and self.dropped < segment.index:
+            tokens += self.segments[self.dropped].n_tokens
             self.dropped += 1
         if self.dropped == first:
             return
-        tokens = sum(s.n_tokens for s in self.segments[first:self.dropped])
         worker.drop(head, head + tokens)
         self.dropped_tokens += tokens
         self.full = None  # the kept copy no longer holds the whole reading
