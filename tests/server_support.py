@@ -51,6 +51,20 @@ def respond(req: Request) -> str:
     return ANSWER
 
 
+class Slow:
+    """The scripted replies, with margins that take ``seconds`` each; counts the margin requests."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.margins = 0
+
+    def __call__(self, req: Request) -> str:
+        if is_margin(req):
+            self.margins += 1
+            time.sleep(self.seconds)
+        return respond(req)
+
+
 def scripted(respond_with: Callable[[Request], str] = respond, **kw: Any) -> ScriptedGenerator:
     return ScriptedGenerator(respond=respond_with, **kw)
 

@@ -11,8 +11,7 @@ import pytest
 
 from marginalia.models.fake import ScriptedGenerator
 from marginalia.server import Settings, create_app
-from server_support import ANSWER, FACT, QUESTION, REPORT, index_text, live_server, make_client, respond, wait_for
-from wim_requests import is_margin
+from server_support import ANSWER, FACT, QUESTION, REPORT, Slow, index_text, live_server, make_client, respond, wait_for
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
@@ -83,18 +82,6 @@ def test_the_openai_client_through_an_in_process_transport():
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == ANSWER
 
 
-class Slow:
-    """Margins that take ``seconds`` each; counts the margin requests it has seen."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.margins = 0
-
-    def __call__(self, req):
-        if is_margin(req):
-            self.margins += 1
-            time.sleep(self.seconds)
-        return respond(req)
 
 
 LONG = "\n\n".join(f"Paragraph {i}: the weather in Ostervik stayed mild, with light rain." for i in range(60))

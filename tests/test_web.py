@@ -5,7 +5,6 @@ that margins arriving while the document is read, and stopping mid-reading, can 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,8 +17,7 @@ from marginalia.index.embedders import HashingEmbedder
 from marginalia.models.fake import ScriptedGenerator
 from marginalia.server import Settings, create_app
 from marginalia.server.factory import STATIC
-from server_support import ANSWER, FACT, MARGIN, QUESTION, REPORT, index_text, live_server, make_client, respond
-from wim_requests import is_margin
+from server_support import ANSWER, FACT, MARGIN, QUESTION, REPORT, Slow, index_text, live_server, make_client, respond
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -80,16 +78,6 @@ def browser() -> Iterator[Any]:
         chromium.close()
 
 
-class Slow:
-    """The scripted model, with margins that take ``seconds`` each (the answer streams word by word)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def __call__(self, req: Any) -> str:
-        if is_margin(req):
-            time.sleep(self.seconds)
-        return respond(req)
 
 
 @contextmanager

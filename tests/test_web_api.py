@@ -4,15 +4,13 @@ streamed reading that still answers, from what it has read."""
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
 
 from marginalia.models.fake import ScriptedGenerator
 from marginalia.server import Settings, create_app
-from server_support import ANSWER, FACT, QUESTION, REPORT, index_text, live_server, make_client, respond
-from wim_requests import is_margin
+from server_support import ANSWER, FACT, QUESTION, REPORT, Slow, index_text, live_server, make_client
 
 pytest.importorskip("lancedb")
 
@@ -42,18 +40,6 @@ def test_an_unknown_document_is_404():
     assert client.get("/v1/collections/nowhere/documents/report.md").status_code == 404
 
 
-class Slow:
-    """Margins that take ``seconds`` each; counts the margin requests."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.margins = 0
-
-    def __call__(self, req):
-        if is_margin(req):
-            self.margins += 1
-            time.sleep(self.seconds)
-        return respond(req)
 
 
 LONG = "\n\n".join(f"Paragraph {i}: the weather in Ostervik stayed mild, with light rain." for i in range(40))
