@@ -128,3 +128,19 @@ def test_a_margin_below_the_score_does_not_stop_reading(make_haystack: Callable[
     answer = WiM(gen, segment_tokens=100, stop_at_score=1.0).answer(doc, QUESTION)
     assert answer.stop_reason == "" and answer.segments_read == answer.segments_total
     assert any(m.relevant and m.score is not None and m.score < 1.0 for m in answer.margins)
+
+
+def test_the_default_drop_prefills_the_kept_tail_again(make_tiny: Callable[..., Any]) -> None:
+    """Backends without a position shift (transformers) drop by prefilling the kept tail at its new
+    positions: the same cache as reading the kept tokens alone."""
+    import torch
+
+    gen = make_tiny()
+    ids = gen.tokenizer.encode("The harbour opens at dawn. Rain fell all week. Fact 17: the value is 1717.")
+    gen.prefill(ids)
+    gen.drop(3, 9)
+    assert gen.cached_ids == tuple(ids[:3] + ids[9:])
+    fresh = make_tiny()
+    fresh.prefill(ids[:3] + ids[9:])
+    # equal up to float rounding: the tail is prefilled in chunks that start elsewhere
+    assert torch.allclose(gen._pending_logits(), fresh._pending_logits(), atol=1e-5)

@@ -9,6 +9,8 @@ import sys
 from types import FrameType
 from typing import Any, TextIO
 
+import annotated_types
+
 from .. import app
 from ..errors import MarginaliaError, UserError
 from ..models.snapshots import DEFAULT_MAX_BYTES
@@ -16,6 +18,7 @@ from ..options import PATTERN_OPTIONS, PATTERNS, CollectionOptions, LcOptions, P
 from .common import (
     Formatter,
     Reporter,
+    _checked,
     _model_help,
     add_record_options,
     load_model,
@@ -41,23 +44,14 @@ def reading_options() -> argparse.ArgumentParser:
     reading.add_argument("--no-cache", action="store_true",
                          help="wim: neither use nor keep a stored reading of the document (by default a "
                               "full reading is stored, so the next question about it reads no document token)")
-    reading.add_argument("--cache-size", type=_gigabytes, default=DEFAULT_MAX_BYTES / 2**30, metavar="GB",
+    reading.add_argument("--cache-size", type=_checked(float, [annotated_types.Gt(0)]),
+                         default=DEFAULT_MAX_BYTES / 2**30, metavar="GB",
                          help="wim: the most disk the stored readings take; the least recently used go first")
     reading.add_argument("--json", action="store_true",
                          help="print the answer, margins, references and stats as one JSON object")
     reading.add_argument("-q", "--quiet", action="store_true",
                          help="no margins or progress on stderr")
     return reading
-
-
-def _gigabytes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of gigabytes, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
-    return value
 
 
 def pattern_from_args(args: argparse.Namespace) -> PatternOptions:

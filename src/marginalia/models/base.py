@@ -264,7 +264,7 @@ class CachingGenerator(Generator):
             BackendError: the range is not within the cache.
         """
         self.check_drop(start, end)
-        tail = self.cached_tokens()[end:]
+        tail = list(self.cached_ids[end:])
         self.rollback(start)
         self.prefill(tail)
 
@@ -272,9 +272,10 @@ class CachingGenerator(Generator):
         if not 0 <= start <= end <= self.length:
             raise BackendError(f"cannot drop tokens {start} to {end}: the cache holds {self.length}")
 
-    def cached_tokens(self) -> list[int]:
-        """The token ids the cache holds, in order."""
-        return list(self.snapshot().ids)
+    @property
+    def cached_ids(self) -> tuple[int, ...]:
+        """The token ids the cache holds, in order (backends that keep them at hand override this)."""
+        return self.snapshot().ids
 
     def state_bytes(self, snapshot: CacheSnapshot) -> bytes:
         """A snapshot's backend state as bytes, to store on disk (empty where the ids are all there is)."""

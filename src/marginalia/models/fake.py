@@ -137,8 +137,9 @@ class ScriptedGenerator(CachingGenerator):
         self.check_rollback(length)
         del self.ids[length:]
 
-    def cached_tokens(self) -> list[int]:
-        return list(self.ids)
+    @property
+    def cached_ids(self) -> tuple[int, ...]:
+        return tuple(self.ids)
 
     def drop(self, start: int, end: int) -> None:
         self.check_drop(start, end)

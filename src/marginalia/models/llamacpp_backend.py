@@ -294,8 +294,9 @@ class LlamaCppGenerator(CachingGenerator):
         return (f"llama.cpp {importlib.metadata.version('llama_cpp_python')}:{path.resolve()}:{stat.st_size}:"
                 f"{int(stat.st_mtime)}:type_k={self._shared.options['type_k']}:n_ctx={self.context_window}")
 
-    def cached_tokens(self) -> list[int]:
-        return list(self._ids)
+    @property
+    def cached_ids(self) -> tuple[int, ...]:
+        return tuple(self._ids)
 
     def drop(self, start: int, end: int) -> None:
         """Remove cells ``[start, end)`` of sequence 0 and shift the later ones down by ``end - start``

@@ -236,8 +236,9 @@ class OpenAIGenerator(CachingGenerator):
         self.check_rollback(length)
         del self._ids[length:]
 
-    def cached_tokens(self) -> list[int]:
-        return list(self._ids)
+    @property
+    def cached_ids(self) -> tuple[int, ...]:
+        return tuple(self._ids)
 
     def drop(self, start: int, end: int) -> None:
         """Remove ``[start, end)`` from the local prefix: the server evaluates the tail again on the next

@@ -170,9 +170,6 @@ class TransformersGenerator(CachingGenerator):
             self._cache.crop(length - len(self._ids))  # transformers 5: negative = tokens to drop
         del self._ids[length:]
 
-    def cached_tokens(self) -> list[int]:
-        return list(self._ids)
-
     def snapshot(self) -> CacheSnapshot:
         """A copy of the KV tensors of every layer (keys, values)."""
         cache: Any = self._cache  # a DynamicCache of full-attention layers (keys, values per layer)

@@ -96,8 +96,7 @@ class Pattern(ABC):
     def run(self, context: str, question: str, source: str = "context") -> Run:
         """Start reading; iterate the returned `Run` for events."""
         question = check_question(question)
-        if not context.strip():
-            raise UserError("the context is empty; give a document with some text")
+        check_context(context)
         return Run(self, context, question, source)
 
     def answer(self, context: str, question: str, source: str = "context") -> Answer:
@@ -121,6 +120,11 @@ def relay_answer(
         text += delta
         yield AnswerDelta(delta)
     return text, first
+
+
+def check_context(context: str) -> None:
+    if not context.strip():
+        raise UserError("the context is empty; give a document with some text")
 
 
 def check_question(question: str) -> str:

@@ -44,7 +44,7 @@ from ..records import (
     SegmentsDropped,
     Started,
 )
-from .base import Framing, Pattern, Run, check_question, make_stats, relay_answer, resolve_options
+from .base import Framing, Pattern, Run, check_context, check_question, make_stats, relay_answer, resolve_options
 from .judges import SeparateJudge, Verdict, make_judge
 
 log = logging.getLogger(__name__)
@@ -222,8 +222,7 @@ class WimReader:
     """
 
     def __init__(self, wim: WiM, context: str, source: str = "context", store: SnapshotStore | None = None) -> None:
-        if not context.strip():
-            raise UserError("the context is empty; give a document with some text")
+        check_context(context)
         self.wim = wim
         self.context = context
         self.source = source
