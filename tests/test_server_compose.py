@@ -6,64 +6,45 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
-from marginalia.errors import BackendError, UserError
+from marginalia.errors import BackendError
 from marginalia.index.embedders import HashingEmbedder
-from marginalia.models.fake import Request, ScriptedGenerator
+from marginalia.models.fake import Request
 from marginalia.server import Settings, create_app
-from server_support import FACT, REPORT, index_text, parse_sse, scripted, wait_for
+from server_support import (
+    COMPOSE_SETTINGS,
+    FACT,
+    REPORT,
+    SUGGESTION,
+    TAKEAWAY,
+    ComposeModels,
+    index_text,
+    parse_sse,
+    scripted,
+    wait_for,
+)
 
 pytest.importorskip("lancedb")
 pytest.importorskip("rapidfuzz")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-SUGGESTION = " leaves from pier 47."
-TAKEAWAY = "The night ferry leaves from pier 47."
 TEXT = "The night ferry to Brackwater"
 #: refresh memory after a few tokens, from every chunk, with no wait before suggesting
 OPTIONS = {"threshold": 4, "min_similarity": -1.0, "debounce": 0.0}
 
 
-def takeaway(req: Request) -> str:
-    """The memory model: a takeaway from the passage about the ferry, NONE from the others."""
-    return TAKEAWAY if "pier 47" in req.prompt else "NONE"
-
-
-class Models:
-    """What the server loads compose models with: scripted 'client' and 'memory' models, each load kept."""
-
-    def __init__(self, client: Callable[[Request], str] | None = None,
-                 memory: Callable[[Request], str] = takeaway) -> None:
-        self.client = client
-        self.memory = memory
-        self.loaded: list[tuple[str, ScriptedGenerator]] = []
-
-    def __call__(self, spec: str) -> ScriptedGenerator:
-        if spec == "client":
-            model = ScriptedGenerator(self.client, default=SUGGESTION, name="client")
-        elif spec == "memory":
-            model = ScriptedGenerator(self.memory, name="memory")
-        else:
-            raise UserError(f"unknown model spec {spec!r}")
-        self.loaded.append((spec, model))
-        return model
-
-    def of(self, spec: str) -> list[ScriptedGenerator]:
-        return [m for s, m in self.loaded if s == spec]
-
-
 @contextmanager
-def composing(models: Models | None = None, documents: bool = True, **settings: Any) -> Iterator[TestClient]:
+def composing(models: ComposeModels | None = None, documents: bool = True, **settings: Any) -> Iterator[TestClient]:
     """The app with 'report.md' indexed in 'docs', compose models from ``models``; shut down after."""
-    settings = {"model": "client", "compose_memory_model": "memory", "embedder": "hashing", **settings}
+    settings = {**COMPOSE_SETTINGS, **settings}
     app = create_app(Settings(**settings),
-                     generator=scripted(), embedder=HashingEmbedder(), loader=models or Models())
+                     generator=scripted(), embedder=HashingEmbedder(), loader=models or ComposeModels())
     with TestClient(app) as client:
         if documents:
             assert index_text(client, "docs", "report.md", REPORT)["status"] == "done"
@@ -81,7 +62,7 @@ def suggest(client: TestClient, sid: str, text: str, **more: Any) -> Any:
 
 
 def test_a_suggestion_continues_the_text_and_memory_comes_with_its_sources():
-    models = Models()
+    models = ComposeModels()
     with composing(models) as client:
         sid = start(client)
         reply = suggest(client, sid, TEXT)
@@ -138,7 +119,7 @@ class Gate:
 
 def test_a_newer_request_cancels_the_suggestion_in_flight():
     gate = Gate()
-    models = Models(client=gate)
+    models = ComposeModels(client=gate)
     with composing(models) as client:
         sid = start(client, threshold=1000)
         replies: dict[str, Any] = {}
@@ -163,7 +144,7 @@ def test_a_newer_request_cancels_the_suggestion_in_flight():
 
 
 def test_an_empty_collection_is_refused_before_any_model_loads():
-    models = Models()
+    models = ComposeModels()
     with composing(models, documents=False) as client:
         assert client.post("/v1/collections", json={"name": "empty", "embedder": "hashing"}).status_code == 201
         reply = client.post("/v1/compose/sessions", json={"collection": "empty"})
@@ -175,7 +156,7 @@ def test_an_empty_collection_is_refused_before_any_model_loads():
 
 
 def test_a_model_that_cannot_be_loaded_is_named_and_what_was_loaded_is_kept():
-    models = Models()
+    models = ComposeModels()
     with composing(models, compose_memory_model="nosuchmodel") as client:
         reply = client.post("/v1/compose/sessions", json={"collection": "docs"})
         assert reply.status_code == 400
@@ -202,7 +183,7 @@ def slow(req: Request) -> str:
     (slow, {"hits": 1, "memory_timeout": 0.1}, "the memory model took more than 0.1 s"),
 ])
 def test_a_failing_memory_model_is_reported_once_and_suggestions_go_on(memory, options, why):
-    models = Models(memory=memory)
+    models = ComposeModels(memory=memory)
     with composing(models) as client:
         sid = start(client, **options)
         notices: list[str] = []
@@ -229,7 +210,7 @@ def test_a_failing_memory_model_is_reported_once_and_suggestions_go_on(memory, o
 
 
 def test_sessions_end_and_their_models_serve_the_next_one():
-    models = Models()
+    models = ComposeModels()
     with composing(models, max_compose_sessions=1) as client:
         service = client.app.state.service  # type: ignore[attr-defined]
         first = start(client)
