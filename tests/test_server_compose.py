@@ -1,6 +1,7 @@
 """Compose sessions over HTTP, on scripted client and memory models: suggestions (JSON and events), a newer
-request cancelling the one in flight, memory items with their sources, the memory model failing or timing out
-(reported once, suggestions going on), refusals, and sessions that end, expire and lend their models on."""
+request or a streaming client that leaves cancelling the one in flight, memory items with their sources,
+the memory model failing or timing out (reported once, suggestions going on), refusals, and sessions that
+end, expire and lend their models on."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
 import pytest
 
 from marginalia.errors import BackendError
 from marginalia.index.embedders import HashingEmbedder
-from marginalia.models.fake import Request
+from marginalia.models.base import GenerationParams
+from marginalia.models.fake import Request, ScriptedGenerator
 from marginalia.server import Settings, create_app
 from server_support import (
     COMPOSE_SETTINGS,
@@ -24,6 +27,7 @@ from server_support import (
     TAKEAWAY,
     ComposeModels,
     index_text,
+    live_server,
     parse_sse,
     scripted,
     wait_for,
@@ -141,6 +145,36 @@ def test_a_newer_request_cancels_the_suggestion_in_flight():
         assert old["cancelled"] and old["suggestion"] == "" and old["context_chars"] == len("The ferry")
         assert not new["cancelled"] and new["suggestion"] == SUGGESTION
         assert gate.calls == 2
+
+
+class SlowDecoding(ScriptedGenerator):
+    """Decodes one token per 50 ms."""
+
+    def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
+        for token in super()._sample_tokens(params):
+            time.sleep(0.05)
+            yield token
+
+
+def test_a_streaming_client_that_leaves_cancels_its_suggestion():
+    models = ComposeModels()
+    words = " " + " ".join(f"word{i}" for i in range(20))
+
+    def load(spec: str) -> ScriptedGenerator:
+        return SlowDecoding(default=words, name="client") if spec == "client" else models(spec)
+
+    app = create_app(Settings(**COMPOSE_SETTINGS), generator=scripted(), embedder=HashingEmbedder(), loader=load)
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=30) as http:
+        index_text(http, "docs", "report.md", REPORT)
+        sid = http.post("/v1/compose/sessions", json={"collection": "docs", "options": OPTIONS}).json()["id"]
+        with http.stream("POST", f"/v1/compose/sessions/{sid}/suggestions",
+                         json={"text": TEXT, "stream": True}) as reply:
+            assert next(line for line in reply.iter_lines() if line.startswith("event:")) == "event: delta"
+        # the client has gone after its first piece: the suggestion stops well before its 15 tokens
+        composer = app.state.service.compose.get(sid).composer
+        (result,) = wait_for(lambda: [e for e in composer.events if e.kind == "suggested"])
+        assert result.cancelled and 1 <= result.generated_tokens < 10
+        assert result.text and words.startswith(result.text)  # what was written before it stopped
 
 
 def test_an_empty_collection_is_refused_before_any_model_loads():

@@ -48,6 +48,7 @@ class ModelPool:
     def __init__(self, load: Callable[[str], Generator]) -> None:
         self._load = load
         self._free: dict[str, list[Generator]] = {}
+        self._shared: dict[str, bool] = {}
         self._lock = threading.Lock()
 
     def borrow(self, spec: str, role: str) -> Generator:
@@ -69,6 +70,16 @@ class ModelPool:
             raise UserError(f"{role} ({spec}) could not be loaded: {exc}") from exc
         except BackendError as exc:
             raise BackendError(f"{role} ({spec}) could not be loaded: {exc}") from exc
+
+    def forks_share_cache(self, spec: str, model: CachingGenerator) -> bool:
+        """Whether forks of a model of ``spec`` share one cache (probed once per spec: it runs the model)."""
+        with self._lock:
+            known = self._shared.get(spec)
+        if known is None:
+            known = forks_share_cache(model)
+            with self._lock:
+                self._shared[spec] = known
+        return known
 
     def give_back(self, models: Iterable[Borrowed]) -> None:
         """Models no one uses any more, their caches emptied, ready for the next session."""
@@ -232,7 +243,7 @@ class ComposeSessions:
         try:
             client = borrow(client_spec, "the client model")
             standby = None
-            if isinstance(client, CachingGenerator) and forks_share_cache(client):
+            if isinstance(client, CachingGenerator) and self.pool.forks_share_cache(client_spec, client):
                 standby = borrow(client_spec, "a second copy of the client model")
             memory = borrow(memory_spec, "the memory model")
             composer = app.compose(store, options, generator=client, standby=standby, memory_generator=memory,
