@@ -147,6 +147,21 @@ def test_a_newer_request_cancels_the_suggestion_in_flight():
         assert gate.calls == 2
 
 
+def test_when_every_session_is_busy_a_new_one_waits():
+    gate = Gate()
+    with composing(ComposeModels(client=gate), max_compose_sessions=1) as client:
+        sid = start(client)
+        writing = threading.Thread(target=suggest, args=(client, sid, TEXT))
+        writing.start()
+        wait_for(lambda: gate.calls == 1)
+        full = client.post("/v1/compose/sessions", json={"collection": "docs"})
+        gate.open.set()
+        writing.join(10)
+        assert full.status_code == 429 and full.headers["retry-after"] == "2"
+        assert "compose sessions are writing suggestions" in full.json()["error"]["message"]
+        assert client.post("/v1/compose/sessions", json={"collection": "docs"}).status_code == 201  # idle now
+
+
 class SlowDecoding(ScriptedGenerator):
     """Decodes one token per 50 ms."""
 

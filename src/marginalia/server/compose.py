@@ -25,7 +25,7 @@ from typing import Any
 from .. import app
 from ..compose import Composer, MemoryFailed, MemoryItem, MemoryUpdated, Suggested, forks_share_cache
 from ..compose.events import ComposeEvent
-from ..errors import BackendError, MissingDependency, NotFound, UserError
+from ..errors import BackendError, MarginaliaError, MissingDependency, NotFound, UserError
 from ..index.store import Collection
 from ..models.base import CachingGenerator, Generator
 from ..options import ComposeOptions
@@ -38,8 +38,19 @@ log = logging.getLogger("marginalia.server")
 #: instead of lent again
 RETIRE_SLACK = 30.0
 
+#: seconds a client is told to wait when every compose session is busy (a suggestion takes about that)
+RETRY_AFTER = 2
 #: a model spec and one loaded instance of it
 Borrowed = tuple[str, Generator]
+
+
+class SessionsFull(Busy):
+    """Every compose session is writing a suggestion, and the store may hold no more."""
+
+    def __init__(self, sessions: int) -> None:
+        MarginaliaError.__init__(self, f"all {sessions} compose sessions are writing suggestions; try again in a "
+                                       "few seconds (the server's --max-compose-sessions bounds them)")
+        self.retry_after = RETRY_AFTER
 
 
 class ModelPool:
@@ -227,7 +238,7 @@ class ComposeSessions:
         """A new session over ``store``, on borrowed models (loaded when none is free).
 
         Raises:
-            Busy: the store is full and every session is writing a suggestion.
+            SessionsFull: the store is full and every session is writing a suggestion (HTTP 429).
             UserError: a model that cannot serve (the message names which), an empty collection.
             BackendError: a model failed while loading.
         """
@@ -266,7 +277,7 @@ class ComposeSessions:
             full = len(self._sessions) >= self.limit and all(s.busy for s in self._sessions.values())
         self._retire(ended)
         if full:
-            raise Busy(5, len(self._sessions))
+            raise SessionsFull(len(self._sessions))
 
     def _add(self, session: ComposeSession) -> None:
         with self._lock:
@@ -275,7 +286,7 @@ class ComposeSessions:
                 idle = next((s for s in self._sessions.values() if not s.busy), None)
                 if idle is None:
                     self._retire(ended)
-                    raise Busy(5, len(self._sessions))
+                    raise SessionsFull(len(self._sessions))
                 del self._sessions[idle.id]
                 ended.append(idle)
             self._sessions[session.id] = session

@@ -215,7 +215,7 @@ class Service:
             NotFound: no such collection.
             UserError: it holds nothing to draw memory from, the request names another memory model, or a
                 model cannot serve (the message names which).
-            Busy: every compose session is writing a suggestion.
+            SessionsFull: every compose session is writing a suggestion (a `Busy`: HTTP 429).
         """
         s = self.settings
         memory_spec = s.compose_memory_model or s.model
