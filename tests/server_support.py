@@ -1,5 +1,5 @@
 """What the server tests share: a scripted model that writes margins, the app on it, SSE parsing, a live
-uvicorn server on a free port, and a document to read."""
+uvicorn server on a free port, a document to read, and scripted compose models."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ pytest.importorskip("sse_starlette")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
+from marginalia.errors import UserError  # noqa: E402
 from marginalia.index.embedders import HashingEmbedder  # noqa: E402
 from marginalia.models.fake import Request, ScriptedGenerator  # noqa: E402
 from marginalia.server import Settings, create_app  # noqa: E402
@@ -63,6 +64,43 @@ class Slow:
             self.margins += 1
             time.sleep(self.seconds)
         return respond(req)
+
+
+SUGGESTION = " leaves from pier 47."
+TAKEAWAY = "The night ferry leaves from pier 47."
+
+
+def takeaway(req: Request) -> str:
+    """A memory model: a takeaway from the passage about the ferry, NONE from the others."""
+    return TAKEAWAY if "pier 47" in req.prompt else "NONE"
+
+
+class ComposeModels:
+    """What a server loads compose models with (its ``loader``): scripted 'client' and 'memory' models, each
+    load kept."""
+
+    def __init__(self, client: Callable[[Request], str] | None = None,
+                 memory: Callable[[Request], str] = takeaway) -> None:
+        self.client = client
+        self.memory = memory
+        self.loaded: list[tuple[str, ScriptedGenerator]] = []
+
+    def __call__(self, spec: str) -> ScriptedGenerator:
+        if spec == "client":
+            model = ScriptedGenerator(self.client, default=SUGGESTION, name="client")
+        elif spec == "memory":
+            model = ScriptedGenerator(self.memory, name="memory")
+        else:
+            raise UserError(f"unknown model spec {spec!r}")
+        self.loaded.append((spec, model))
+        return model
+
+    def of(self, spec: str) -> list[ScriptedGenerator]:
+        return [m for s, m in self.loaded if s == spec]
+
+
+#: the server settings that compose with `ComposeModels`
+COMPOSE_SETTINGS = {"model": "client", "compose_memory_model": "memory", "embedder": "hashing"}
 
 
 def scripted(respond_with: Callable[[Request], str] = respond, **kw: Any) -> ScriptedGenerator:

@@ -616,3 +616,20 @@ def test_background_threads_run_nicer_than_the_caller() -> None:
     start_background(probe, "probe").join(5)
     main = os.getpriority(os.PRIO_PROCESS, os.getpid())
     assert seen == [min(19, main + BACKGROUND_NICE)] * 2
+
+
+def test_a_closed_composer_is_joined_once_its_memory_request_returns() -> None:
+    gate = threading.Event()
+
+    def fetch(r: MemoryRequest) -> list[MemoryItem]:
+        assert gate.wait(5)
+        return [item("The ferry sails twice a day.")]
+
+    composer = Composer(CompletionClient(ScriptedGenerator(default=" on"), suggestion_tokens=2), fetch,
+                        threshold=1, memory_size=2)
+    composer.edit("The ferry")
+    wait_for(lambda: composer.coordinator.in_flight is not None)
+    composer.close()
+    assert not composer.join(0.05)  # the request in flight still uses the memory model
+    gate.set()
+    assert composer.join(5)  # it returned, and nothing else runs: the models are free

@@ -424,13 +424,7 @@ def compose(collection: Collection | str, options: ComposeOptions | None = None,
 
     options = options if options is not None else ComposeOptions()
     store = open_collection(collection, home=home) if isinstance(collection, str) else collection
-    documents = store.documents()
-    if not documents:
-        raise UserError(f"collection {store.name!r} holds no documents; index some into it first")
-    excluded = {d.doc_id for d in documents if _names(d, exclude)}
-    if len(excluded) == len(documents):
-        raise UserError(f"collection {store.name!r} holds only the document being written; index other "
-                        "documents into it to draw memory from")
+    excluded = compose_sources(store, exclude)
     if not isinstance(generator, CachingGenerator):
         raise UserError(f"composition needs a client model whose KV cache it can reuse between keystrokes; "
                         f"{generator.name} does not offer one")
@@ -447,6 +441,23 @@ def compose(collection: Collection | str, options: ComposeOptions | None = None,
         exclude={*excluded, *exclude}, item_tokens=options.item_tokens)
     return Composer(client, memory, threshold=options.threshold, memory_size=options.memory_size,
                     memory_timeout=options.memory_timeout, debounce=options.debounce, listeners=listeners)
+
+
+def compose_sources(store: Collection, exclude: Sequence[str] = ()) -> set[str]:
+    """Check that a collection has documents to draw memory from besides the one being written; return the
+    ids of those that ``exclude`` names (by path, source or id).
+
+    Raises:
+        UserError: the collection holds no documents, or only the one being written.
+    """
+    documents = store.documents()
+    if not documents:
+        raise UserError(f"collection {store.name!r} holds no documents; index some into it first")
+    excluded = {d.doc_id for d in documents if _names(d, exclude)}
+    if len(excluded) == len(documents):
+        raise UserError(f"collection {store.name!r} holds only the document being written; index other "
+                        "documents into it to draw memory from")
+    return excluded
 
 
 def _names(document: DocumentInfo, given: Sequence[str]) -> bool:

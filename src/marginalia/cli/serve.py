@@ -1,4 +1,5 @@
-"""serve: the document QA HTTP service (collections, uploads, questions, chat sessions, OpenAI-compatible)."""
+"""serve: the document QA HTTP service (collections, uploads, questions, chat and compose sessions,
+OpenAI-compatible)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Start the HTTP service: create collections and upload documents (indexed in the "
                     "background), ask a pasted text, a document or a collection with wim, lc or rag (as JSON or "
                     "as server-sent events, one per reading step), hold chat sessions, and answer OpenAI clients "
-                    "(model 'marginalia:<collection>') and docqa clients (POST /chat). One model per process "
+                    "(model 'marginalia:<collection>') and docqa clients (POST /chat), and suggest what comes next "
+                    "in a text being written (compose sessions; the page's Write view). One model per process "
                     "reads one request at a time; the others wait in a bounded queue. The API is described at "
                     "/docs once it runs. It listens on 127.0.0.1 only, unless --host says otherwise; any other "
                     f"address needs a key (--server-key or ${ENV_SERVER_KEY}) or --no-auth.",
@@ -49,9 +51,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     serve.add_argument("--queue", type=non_negative_int, default=defaults.queue_size, metavar="N",
                        help="requests that may wait for the model while one is read; more get 429")
     serve.add_argument("--session-ttl", type=positive_int, default=int(defaults.session_ttl), metavar="SECONDS",
-                       help="a chat session ends after this long without a message")
+                       help="a chat or compose session ends after this long without a message")
     serve.add_argument("--max-sessions", type=positive_int, default=defaults.max_sessions, metavar="N",
                        help="chat sessions kept at once (the least recently used makes room)")
+    serve.add_argument("--compose-memory-model", default=None, metavar="SPEC",
+                       help="the model that writes compose sessions' memory (default: --model, loaded again)")
+    serve.add_argument("--max-compose-sessions", type=positive_int, default=defaults.max_compose_sessions,
+                       metavar="N", help="compose sessions (the page's Write view) kept at once; each holds its "
+                                         "own loads of the models (the least recently used idle one makes room)")
     serve.set_defaults(handler=cmd_serve)
 
 
@@ -71,7 +78,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         model_api_key=args.api_key, embedder=args.embedder, api_key=key,
                         cors_origins=tuple(args.cors_origin or ()), max_upload_bytes=args.max_upload_mb * MIB,
                         queue_size=args.queue, session_ttl=float(args.session_ttl), max_sessions=args.max_sessions,
-                        default_collection=args.collection)
+                        default_collection=args.collection, compose_memory_model=args.compose_memory_model,
+                        max_compose_sessions=args.max_compose_sessions)
     if args.collection:
         app.open_collection(args.collection, home=args.home)  # fail now, not at the first /chat
     sock = listening_socket(args.host, args.port)  # before the model loads: a port in use fails at once

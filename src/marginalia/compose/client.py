@@ -356,6 +356,11 @@ class CompletionClient:
             return self._preparing or self._ready is not None or (
                 self._target is not None and self._target.version > self._memory.version)
 
+    def ready(self) -> bool:
+        """Whether new memory is prepared and waits for the next completion to swap it in."""
+        with self._state:
+            return self._ready is not None
+
     def _swap_if_ready(self) -> None:
         with self._state:
             if self._ready is None:
@@ -450,3 +455,12 @@ class CompletionClient:
         with self._state:
             self._closed = True
             self._state.notify_all()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """After `close`: wait for the background preparation's thread to end; False on timeout."""
+        with self._state:
+            worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+            return not worker.is_alive()
+        return True

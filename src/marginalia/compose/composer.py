@@ -106,17 +106,26 @@ class Composer:
             completion.cancel()
         return completion
 
-    def suggest(self, text: str) -> Suggested:
-        """A whole suggestion for ``text``: waits ``debounce`` seconds for more typing first; a later edit
-        cancels it (its record then says ``cancelled``)."""
+    def settle(self, text: str) -> bool:
+        """`edit` to ``text``, then wait ``debounce`` seconds for more typing; False when the text changed
+        meanwhile (a suggestion for ``text`` is not wanted any more)."""
         self.edit(text)
         with self._lock:
             seq = self._edits
             deadline = time.monotonic() + self.debounce
             while self._edits == seq and (left := deadline - time.monotonic()) > 0:
                 self._lock.wait(left)
-            if self._edits != seq:
-                return Suggested(len(text), "", 0, 0, None, 0.0, self.client.memory_version, True)
+            return self._edits == seq
+
+    def cancelled(self, text: str) -> Suggested:
+        """The record of a suggestion for ``text`` that newer typing made moot before it began."""
+        return Suggested(len(text), "", 0, 0, None, 0.0, self.client.memory_version, True)
+
+    def suggest(self, text: str) -> Suggested:
+        """A whole suggestion for ``text``: waits ``debounce`` seconds for more typing first; a later edit
+        cancels it (its record then says ``cancelled``)."""
+        if not self.settle(text):
+            return self.cancelled(text)
         completion = self.stream(text)
         written = completion.text()
         return completion.result or Suggested(len(text), written, 0, 0, None, 0.0, self.client.memory_version, True)
@@ -140,6 +149,16 @@ class Composer:
             current.cancel()
         self.coordinator.close()
         self.client.close()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """After `close`: wait until its background threads have stopped (a memory request in flight runs
+        to its end), so that its models may serve someone else; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for join in (self.coordinator.join, self.client.join):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not join(left):
+                return False
+        return True
 
     def __enter__(self) -> Composer:
         return self

@@ -241,3 +241,13 @@ class AugmentationCoordinator:
             self._closed = True
             self._pending = None
             self._lock.notify_all()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """After `close`: wait for the worker thread to end (after the request in flight, if any); False on
+        timeout."""
+        with self._lock:
+            worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+            return not worker.is_alive()
+        return True

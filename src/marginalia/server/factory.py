@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from ..index.embedders import Embedder
 from ..models.base import Generator
 from . import errors
 from .common import READING_HEADER, get_service, require_key
-from .routes import collections, docqa, openai, reading
+from .routes import collections, compose, docqa, openai, reading
 from .service import Service
 from .settings import Settings
 
@@ -27,6 +27,7 @@ BODY_SLACK = 1024 * 1024
 
 DESCRIPTION = """Answer questions over long documents with language models: Writing in the Margins (wim),
 long context (lc) or retrieval (rag), over a pasted text, a document of a collection, or a collection.
+Suggest the next words of a text being written, from a memory drawn from a collection (compose).
 
 Every route but `/v1/health` needs the server's key when it has one: `Authorization: Bearer <key>`.
 Errors are `{"error": {"code", "message"}}`."""
@@ -36,16 +37,18 @@ STATIC = Path(__file__).parent / "static"
 
 
 def create_app(settings: Settings | None = None, generator: Generator | None = None,
-               embedder: Embedder | None = None) -> FastAPI:
+               embedder: Embedder | None = None, loader: Callable[[str], Generator] | None = None) -> FastAPI:
     """The HTTP service.
 
     Args:
         settings: how it runs (defaults: the embedded model, 127.0.0.1, no key).
         generator: the model to use (default: load ``settings.model`` at startup).
         embedder: an embedder to use wherever its name is asked for (default: load each by name, once).
+        loader: loads the models compose sessions use, by spec (default: `marginalia.app.load_model` with
+            the settings' home, device, backend and key).
     """
     settings = settings or Settings()
-    service = Service(settings, generator, embedder)
+    service = Service(settings, generator, embedder, loader)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -75,9 +78,10 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
     def health(request: Request) -> dict[str, Any]:
         current = get_service(request)
         return {"status": "ok", "version": __version__, "model": current.model_name,
-                "queue": current.worker.status(), "sessions": len(current.sessions)}
+                "queue": current.worker.status(), "sessions": len(current.sessions),
+                "compose_sessions": len(current.compose)}
 
     keyed = [Depends(require_key)]
-    for router in (collections.router, reading.router, openai.router, docqa.router):
+    for router in (collections.router, reading.router, compose.router, openai.router, docqa.router):
         app.include_router(router, dependencies=keyed)
     return app

@@ -13,7 +13,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
 from ..models.base import GenerationParams
-from ..options import PATTERN_OPTIONS, PATTERNS, CollectionOptions, LcOptions, PatternOptions, RagOptions, WimOptions
+from ..options import (
+    PATTERN_OPTIONS,
+    PATTERNS,
+    CollectionOptions,
+    ComposeOptions,
+    LcOptions,
+    PatternOptions,
+    RagOptions,
+    WimOptions,
+)
 from ..options import describe as describe_options
 
 with warnings.catch_warnings():  # the field shadows the records' ClassVar on purpose
@@ -124,6 +133,25 @@ class MessageRequest(Body):
     message: Question
     stream: bool = Field(default=False, description="send server-sent events, one per reading step")
     temperature: float = TEMPERATURE
+
+
+class ComposeSessionRequest(Body):
+    """A compose session: suggestions for a text being written, with memory drawn from a collection."""
+
+    collection: str = Field(description="the collection memory is retrieved from")
+    options: ComposeOptions = Field(default_factory=ComposeOptions,
+                                    description="when memory is refreshed, what it holds, and the suggestions")
+    exclude: list[Annotated[str, Field(min_length=1, max_length=500)]] = Field(
+        default_factory=list, max_length=100,
+        description="documents of the collection never to draw memory from (the one being written): their "
+                    "names or ids")
+
+
+class SuggestionRequest(Body):
+    """The text as it is now; a suggestion continues it. A newer request to the same session cancels this one."""
+
+    text: str = Field(max_length=1_000_000, description="the whole text written so far (the cursor at its end)")
+    stream: bool = Field(default=False, description="send server-sent events: `delta` per piece, then `done`")
 
 
 class CollectionRequest(Body):

@@ -1,5 +1,5 @@
 """The service's state and its adapter over `marginalia.app`: the model, the embedders, collections, the
-model's worker, indexing jobs and chat sessions, and how a request's target becomes a reading.
+model's worker, indexing jobs, chat and compose sessions, and how a request's target becomes a reading.
 
 Everything a request sets (its options, its temperature) lands on objects built for that request. The
 model is shared and used by one reading at a time (see `worker`); the embedders and the model's tokenizer
@@ -9,6 +9,7 @@ are shared by that reading and the one indexing job that may run beside it (see 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -25,9 +26,10 @@ from ..options import ChunkingOptions, PatternOptions, WimOptions
 from ..patterns import Pattern, Run
 from ..patterns.base import check_question
 from ..records import Answer, Document, Section
+from .compose import ComposeSession, ComposeSessions, ModelPool
 from .errors import Conflict
 from .jobs import JobBoard, check_upload, display_name, index_upload
-from .schemas import Target
+from .schemas import ComposeSessionRequest, Target
 from .sessions import SessionStore
 from .settings import Settings
 from .worker import ModelWorker, Prepared
@@ -39,10 +41,14 @@ PASTED = "text"
 
 
 class Service:
-    """What one server process holds. Blocking methods are called from threads, never the event loop."""
+    """What one server process holds. Blocking methods are called from threads, never the event loop.
+
+    ``loader`` loads the models compose sessions borrow, by spec (default: `app.load_model` with the
+    server's settings).
+    """
 
     def __init__(self, settings: Settings, generator: Generator | None = None,
-                 embedder: Embedder | None = None) -> None:
+                 embedder: Embedder | None = None, loader: Callable[[str], Generator] | None = None) -> None:
         self.settings = settings
         self._generator = generator
         self._model_lock = threading.Lock()
@@ -53,6 +59,8 @@ class Service:
         self.worker = ModelWorker(settings.queue_size)
         self.jobs = JobBoard(settings.max_jobs)
         self.sessions = SessionStore(settings.session_ttl, settings.max_sessions)
+        self.compose = ComposeSessions(settings.session_ttl, settings.max_compose_sessions,
+                                       ModelPool(loader or self._load))
 
     # -- what is loaded once ------------------------------------------------------------------------------
 
@@ -65,6 +73,10 @@ class Service:
                 self._generator = app.load_model(s.model, home=s.home, device=s.device, backend=s.backend,
                                                  api_key=s.model_api_key)
             return self._generator
+
+    def _load(self, spec: str) -> Generator:
+        s = self.settings
+        return app.load_model(spec, home=s.home, device=s.device, backend=s.backend, api_key=s.model_api_key)
 
     @property
     def model_name(self) -> str | None:
@@ -81,6 +93,7 @@ class Service:
     def shutdown(self) -> None:
         self.worker.shutdown()
         self.jobs.shutdown()
+        self.compose.close()
 
     # -- collections ----------------------------------------------------------------------------------------
 
@@ -191,6 +204,27 @@ class Service:
 
         return self.jobs.submit(collection, name, data, suffix,
                                 partial(index_upload, store=store, count_tokens=count, chunking=chunking))
+
+    # -- composing ----------------------------------------------------------------------------------------
+
+    def start_compose(self, body: ComposeSessionRequest) -> ComposeSession:
+        """A compose session over a collection, on the server's models: the served model's spec completes,
+        ``compose_memory_model`` (else the same spec) writes memory; each session has its own loads.
+
+        Raises:
+            NotFound: no such collection.
+            UserError: it holds nothing to draw memory from, the request names another memory model, or a
+                model cannot serve (the message names which).
+            SessionsFull: every compose session is writing a suggestion (a `Busy`: HTTP 429).
+        """
+        s = self.settings
+        memory_spec = s.compose_memory_model or s.model
+        if body.options.memory_model not in (None, memory_spec):
+            raise UserError(f"this server writes memory with {memory_spec}, loaded when it starts; leave "
+                            "options.memory_model out (or give that spec)")
+        store = self.open_collection(body.collection, search=True)
+        app.compose_sources(store, body.exclude)  # an empty collection fails before a model loads
+        return self.compose.start(store, body.options, body.exclude, s.model, memory_spec)
 
     # -- reading ------------------------------------------------------------------------------------------
 

@@ -28,8 +28,11 @@ class Settings:
         cors_origins: origins a browser may call from (none: CORS stays off).
         max_upload_bytes: the largest request body (an uploaded file, a pasted text).
         queue_size: requests that may wait for the model while one reads; more get 429.
-        session_ttl: seconds a chat session lives without a message.
+        session_ttl: seconds a chat or compose session lives without a message.
         max_sessions: chat sessions kept at once (the least recently used idle one makes room).
+        compose_memory_model: the model spec that writes compose sessions' memory (None: ``model``).
+        max_compose_sessions: compose sessions kept at once; each holds its own loads of the client and
+            memory models (the least recently used idle one makes room).
         max_jobs: finished indexing jobs remembered (the oldest are forgotten first).
         default_collection: the collection the docqa-compatible ``/chat`` answers from.
     """
@@ -48,9 +51,11 @@ class Settings:
     max_sessions: int = 100
     max_jobs: int = 1000
     default_collection: str | None = None
+    compose_memory_model: str | None = None
+    max_compose_sessions: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("max_upload_bytes", "max_sessions", "max_jobs"):
+        for name in ("max_upload_bytes", "max_sessions", "max_jobs", "max_compose_sessions"):
             if getattr(self, name) <= 0:
                 raise UserError(f"{name} must be positive, got {getattr(self, name)}")
         if self.queue_size < 0:

@@ -58,6 +58,11 @@ export async function call(method, path, body, signal) {
   return (await send(method, path, body, signal)).json();
 }
 
+/** A call sent as the page goes away (it outlives the page); its reply is not read. */
+export function callOnLeave(method, path) {
+  fetch(path, { method, headers: headers(false), keepalive: true }).catch(() => {});
+}
+
 /** A call whose reply is a stream of server-sent events: resolves to the reply (its headers are there)
  * and an async iterator of `{event, data}` with `data` decoded from JSON. */
 export async function stream(method, path, body, signal) {

@@ -5,6 +5,7 @@ import { Asker } from "./ask.js";
 import { Library } from "./library.js";
 import { ReadingOptions } from "./options.js";
 import { DocumentView } from "./reader.js";
+import { Writer } from "./write.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -59,7 +60,10 @@ const library = new Library({
   createBox: $("new-collection-box"), upload: $("upload"), files: $("files"), jobs: $("jobs"),
   documents: $("documents"),
 }, {
-  collection: (detail) => fillSources(detail),
+  collection: (detail) => {
+    fillSources(detail);
+    writer.collectionsChanged();
+  },
   open: async (source, section) => {
     if (busy) {
       status("A reading is going: stop it (Escape) or wait before opening another document.");
@@ -132,6 +136,60 @@ const asker = new Asker({
   },
 });
 
+const writer = new Writer({
+  collection: $("write-collection"), options: $("write-options"), optionsSummary: $("write-options-summary"),
+  editor: $("editor"), draft: $("draft"), mirror: $("mirror"), mirrorText: $("mirror-text"), ghost: $("ghost"),
+  status: $("write-status"), live: $("write-live"), error: $("write-error"), memoryPanel: $("memory"),
+  memoryMeta: $("memory-meta"), memoryItems: $("memory-items"),
+}, {
+  current: () => library.name,
+  show: async (collection, source, start, end) => {
+    if (busy) {
+      writer.status("A reading is going in the Read view: stop it or wait before opening a source.");
+      return;
+    }
+    try {
+      showView("read");
+      await openDocument(collection, source);
+      if (library.name === collection) $("source").value = `document:${source}`;
+      view.highlight(start, end);
+    } catch (err) {
+      showError(err);
+    }
+  },
+});
+
+// -- the views: Read (ask a document or a collection) and Write (suggestions from a collection) ----------------
+
+const VIEWS = { read: { tab: $("tab-read"), panel: $("read-view") }, write: { tab: $("tab-write"), panel: $("write-view") } };
+
+function showView(name, focus = false) {
+  for (const [other, { tab, panel }] of Object.entries(VIEWS)) {
+    const on = other === name;
+    tab.setAttribute("aria-selected", String(on));
+    tab.tabIndex = on ? 0 : -1;
+    panel.hidden = !on;
+  }
+  if (focus) VIEWS[name].tab.focus();
+  if (name === "write") {
+    history.replaceState(null, "", "#write");
+    writer.activate();
+  } else {
+    if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+    writer.deactivate();
+  }
+}
+
+for (const [name, { tab }] of Object.entries(VIEWS)) {
+  tab.addEventListener("click", () => showView(name));
+  tab.addEventListener("keydown", (e) => { // arrows move between the tabs, as in any tab list
+    if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
+      e.preventDefault();
+      showView(name === "read" ? "write" : "read", true);
+    }
+  });
+}
+
 $("key-form").addEventListener("submit", (e) => {
   e.preventDefault();
   setServerKey($("key").value);
@@ -147,11 +205,12 @@ async function start() {
       + (queue.running || queue.waiting ? ` · ${queue.running} reading, ${queue.waiting} waiting` : "");
     await options.load();
     await library.load();
+    if (location.hash === "#write") showView("write");
     document.body.dataset.ready = "true";
   } catch (err) {
     showError(err);
   }
 }
 
-window.marginalia = { view, asker, library, options }; // for the console (and the page's tests)
+window.marginalia = { view, asker, library, options, writer }; // for the console (and the page's tests)
 start();

@@ -4,7 +4,7 @@
 
 import { call } from "./api.js";
 
-function deref(schema, spec) {
+export function deref(schema, spec) {
   const ref = spec && spec.$ref;
   return ref ? schema.components.schemas[ref.split("/").pop()] : spec;
 }
@@ -95,7 +95,8 @@ class Field {
   }
 }
 
-function group(prefix, legendText, schema, skip) {
+/** A fieldset of inputs for a record's fields (but those in `skip`), each with its label, bounds and help. */
+export function group(prefix, legendText, schema, skip) {
   const fieldset = document.createElement("fieldset");
   fieldset.className = "option-group";
   const legend = document.createElement("legend");
@@ -108,7 +109,8 @@ function group(prefix, legendText, schema, skip) {
   return { fieldset, fields };
 }
 
-function collect(fields) {
+/** The fields' values that differ from their defaults. */
+export function collect(fields) {
   const out = {};
   for (const f of fields) {
     const v = f.value();
