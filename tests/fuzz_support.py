@@ -106,7 +106,7 @@ def mutated_pdf(seed: int, flips: int, cut: float) -> bytes:
     return bytes(data[:max(1, int(len(data) * cut))])
 
 
-pdfs = st.builds(mutated_pdf, st.integers(0, 2**32), st.integers(0, 60), st.floats(0.02, 1.0))
+pdfs = st.builds(mutated_pdf, st.integers(0, 2**32), st.integers(0, 60), st.just(1.0) | st.floats(0.02, 1.0))
 
 _TOKENS = WordTokenizer()
 
@@ -195,6 +195,13 @@ upload_contents = st.one_of(documents, st.just(REPORT.encode()), st.builds(cut_u
 # -- the service --------------------------------------------------------------------------------------------
 
 
+def post_json(client: TestClient, url: str, body: Any) -> Any:
+    """POST ``body`` as JSON with non-ASCII escaped, so a lone surrogate travels as ``\\ud800`` (httpx's own
+    encoding writes UTF-8, which cannot hold one)."""
+    return client.post(url, content=json.dumps(body), headers={"content-type": "application/json"})
+
+
+
 def check_reply(status: int, content_type: str, body: bytes) -> list[str]:
     """What is wrong with a reply: a status of 500 or more, or an error that is not the one JSON shape."""
     problems = []
@@ -212,13 +219,31 @@ def check_reply(status: int, content_type: str, body: bytes) -> list[str]:
     return problems
 
 
+def conformance(case: Any, reply: Any) -> list[str]:
+    """What schemathesis finds wrong with a reply by the schema: an undocumented status or content type, a
+    body that does not match the documented one (the error shape included)."""
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    try:
+        case.validate_response(reply, checks=[status_code_conformance, content_type_conformance,
+                                              response_schema_conformance])
+    except Exception as exc:  # noqa: BLE001 - schemathesis raises its failures as one group
+        return [f"not as the schema says: {exc}"[:600]]
+    return []
+
+
 @dataclass
 class Tally:
     """What a fuzz run sent and got back."""
 
     statuses: Counter[int] = field(default_factory=Counter)
     unhandled: int = 0  # exceptions that escaped the app (a test client sees them; a real server answers 500)
-    problems: list[str] = field(default_factory=list)
+    bad: int = 0  # replies (or uploads' jobs) with a problem
+    problems: list[str] = field(default_factory=list)  # the first ones
 
     @property
     def requests(self) -> int:
@@ -235,8 +260,10 @@ class Tally:
         return dict(sorted(out.items()))
 
     def note(self, what: str, problems: list[str]) -> None:
-        if problems and len(self.problems) < 50:
-            self.problems.append(f"{what}: {'; '.join(problems)}")
+        if problems:
+            self.bad += 1
+            if len(self.problems) < 50:
+                self.problems.append(f"{what}: {'; '.join(problems)}")
 
 
 class FuzzedService:
@@ -302,7 +329,7 @@ class FuzzedService:
             return problems
         self.tally.statuses[reply.status_code] += 1
         content_type = reply.headers.get("content-type") or [""]  # schemathesis keeps each header's values
-        problems = check_reply(reply.status_code, content_type[0], reply.content)
+        problems = check_reply(reply.status_code, content_type[0], reply.content) + conformance(case, reply)
         self.tally.note(what, problems)
         if case.method.upper() == "DELETE" and reply.status_code < 300:
             self.restore()
@@ -316,6 +343,10 @@ class FuzzedService:
         problems = check_reply(reply.status_code, reply.headers.get("content-type", ""), reply.content)
         self.tally.note(f"{method} {url}", problems)
         return reply, problems
+
+    def post_json(self, url: str, body: Any) -> list[str]:
+        """POST a JSON body (see `post_json`) and check the reply."""
+        return self.send("POST", url, content=json.dumps(body), headers={"content-type": "application/json"})[1]
 
     def upload(self, name: str, data: bytes, wait: bool = True) -> list[str]:
         """Upload ``data`` as ``name`` to ``docs``; an accepted one's job must end done, or failed with an

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from fuzz_support import ask_bodies as bodies
-from fuzz_support import readings, scalars, values
+from fuzz_support import post_json, readings, scalars, values
 from server_support import QUESTION, REPORT, make_client
 
 pytest.importorskip("lancedb")
@@ -41,7 +41,7 @@ def check(reply) -> None:
 @settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(body=bodies)
 def test_any_ask_body_is_answered_or_refused_cleanly(client, body):
-    check(client.post("/v1/ask", json=body))
+    check(post_json(client, "/v1/ask", body))
 
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -51,7 +51,7 @@ def test_any_ask_body_is_answered_or_refused_cleanly(client, body):
               "uncertainty_threshold": st.floats(-1, 1), "collection": st.just("nowhere") | scalars,
               "openai_model": scalars}))
 def test_any_docqa_body_is_answered_or_refused_cleanly(client, body):
-    check(client.post("/chat", json={"collection": "docs", **body}))
+    check(post_json(client, "/chat", {"collection": "docs", **body}))
 
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -63,7 +63,7 @@ def test_any_docqa_body_is_answered_or_refused_cleanly(client, body):
     optional={"stream": st.booleans() | scalars, "n": scalars, "max_tokens": st.integers(-1, 50) | scalars,
               "temperature": scalars, "marginalia": st.fixed_dictionaries({"reading": readings}) | values}))
 def test_any_chat_completion_body_is_answered_or_refused_cleanly(client, body):
-    check(client.post("/v1/chat/completions", json=body))
+    check(post_json(client, "/v1/chat/completions", body))
 
 
 @settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -4,6 +4,8 @@ JSON shape. (``benchmarks/server_fuzz.py`` runs thousands; this runs a few per o
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -47,3 +49,17 @@ def test_every_operation_answers_generated_requests_cleanly(service):
     assert service.tally.server_errors == 0 and service.tally.unhandled == 0, service.tally.problems
     # the generated requests reach the handlers, not only the key check and validation
     assert {200, 404, 422} <= set(service.tally.statuses)
+
+
+def test_the_schema_documents_the_one_error_shape(service):
+    schema = service.app.openapi()
+    assert "HTTPValidationError" not in json.dumps(schema)  # FastAPI's own 422 shape, which we never send
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            for status in ("4XX", "5XX"):
+                ref = operation["responses"][status]["content"]["application/json"]["schema"]["$ref"]
+                assert ref.endswith("/ErrorReply"), (method, path, status)
+    error = schema["components"]["schemas"]["ErrorDetail"]
+    assert set(error["required"]) == {"code", "message"}
+    streamed = schema["paths"]["/v1/ask"]["post"]["responses"]["200"]["content"]
+    assert set(streamed) == {"application/json", "text/event-stream"}

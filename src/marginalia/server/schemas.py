@@ -94,6 +94,23 @@ class UnicodeBody(BaseModel):
         return data
 
 
+class ErrorDetail(BaseModel):
+    """What went wrong: a code to branch on and a message that says what to do; some errors add fields
+    (``fields`` for a validation error, ``margins`` for a reading that failed, the token counts of an
+    overflow)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(description="e.g. not_found, validation_error, unsupported_type, too_large, busy")
+    message: str
+
+
+class ErrorReply(BaseModel):
+    """Every error the service answers: ``{"error": {"code", "message"}}``."""
+
+    error: ErrorDetail
+
+
 class Body(UnicodeBody):
     model_config = ConfigDict(extra="forbid")
 
