@@ -56,9 +56,10 @@ MARKUP = ["#", "##", "###### ", "> ", "- ", "* ", "1. ", "```", "~~~", "    ", "
 
 
 def nested_markdown(depth: int, level: str, closed: bool) -> str:
-    """Markdown nested ``depth`` levels deep: quotes in quotes, lists in lists, brackets in brackets, ..."""
+    """Markdown nested ``depth`` levels deep: quotes in quotes, lists in lists, brackets in brackets, ...
+    (a list at most 2000 levels: its indentation grows with depth, so that is already 4 MB)."""
     if level in ("- ", "1. ", "  - "):
-        return "\n".join("  " * i + level + f"item {i}" for i in range(depth)) + "\n"
+        return "\n".join("  " * i + level + f"item {i}" for i in range(min(depth, 2000))) + "\n"
     closing = {"[": "]", "**": "**", "`": "`", "<div>": "</div>"}.get(level, "")
     return level * depth + "deep text" + (closing * depth if closed else "") + "\n"
 

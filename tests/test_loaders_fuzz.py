@@ -21,7 +21,7 @@ from fuzz_support import (
     nested_html,
     nested_markdown,
 )
-from marginalia.errors import EmptyDocument
+from marginalia.errors import BadInput, EmptyDocument
 from marginalia.ingest.html import html_to_markdown
 from marginalia.ingest.loaders import _registry
 from marginalia.ingest.sections import parse_sections
@@ -107,3 +107,11 @@ def test_mutated_and_truncated_pdfs_load_or_are_refused_clearly():
         assert load_and_chunk(pdf, mutated_pdf(seed, flips, cut), "paper.pdf") in ("ok", "BadInput", "IngestError")
 
     loads_or_refused()
+
+
+@pytest.mark.parametrize("data", [nested_html(3000, "<details><summary>", False).encode(), b"# markdown\n\ntext\n",
+                                  b"\x00\x01\x02 random bytes", b"<svg xmlns='http://www.w3.org/2000/svg'/>"])
+def test_the_pdf_loader_refuses_what_is_not_a_pdf_before_mupdf_sees_it(data):
+    # MuPDF opened deeply nested HTML given to it as a PDF with its HTML reader, and crashed the process
+    with pytest.raises(BadInput, match="not a PDF"):
+        _registry()[".pdf"].load(data, "misnamed.pdf")
