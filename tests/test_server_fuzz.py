@@ -9,50 +9,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from marginalia.cli.common import _field_type
-from marginalia.options import PATTERN_OPTIONS, PATTERNS, CollectionOptions
+from fuzz_support import ask_bodies as bodies
+from fuzz_support import post_json, readings, scalars, values
 from server_support import QUESTION, REPORT, make_client
 
 pytest.importorskip("lancedb")
-
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 10_000),
-                    st.floats(allow_nan=False, allow_infinity=False, width=32), st.text(max_size=30))
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
-                      | st.dictionaries(st.text(max_size=10), inner, max_size=3), max_leaves=6)
-def field_values(info) -> st.SearchStrategy:
-    """Values of an options field's type, within the usual bounds (the wild bodies try the rest)."""
-    kind, choices = _field_type(info.annotation)
-    if choices is not None:
-        return st.sampled_from(choices)
-    if kind is bool:
-        return st.booleans()
-    if kind is int:
-        return st.integers(1, 600)
-    return st.floats(0.0, 1.0)
-
-
-def record_dicts(cls) -> st.SearchStrategy:
-    return st.fixed_dictionaries({}, optional={name: field_values(info) for name, info in cls.model_fields.items()})
-
-
-readings = st.sampled_from(PATTERNS).flatmap(
-    lambda p: record_dicts(PATTERN_OPTIONS[p]).map(lambda d, p=p: {"pattern": p, **d}))
-sources = st.sampled_from([{"text": REPORT}, {"collection": "docs"}, {"collection": "docs", "document": "report.md"},
-                           {"text": REPORT}, {"collection": "docs"}, {"collection": "docs", "document": "other.md"},
-                           {"collection": "nowhere"}])
-near_valid = st.builds(
-    lambda source, question, reading, more: {"question": question, **source, "reading": reading, **more},
-    sources, st.sampled_from([QUESTION, "What dredger was hired?", "zebra?"]), readings,
-    st.fixed_dictionaries({}, optional={"collection_options": record_dicts(CollectionOptions),
-                                        "stream": st.booleans(), "temperature": st.floats(0, 2)}))
-wild = st.fixed_dictionaries({}, optional={
-    "question": st.sampled_from([QUESTION, "", "  ", "?"]) | scalars,
-    "text": st.sampled_from([REPORT, "", "x"]) | scalars,
-    "collection": st.sampled_from(["docs", "nowhere", "../x", ""]) | scalars,
-    "document": st.sampled_from(["report.md", "other"]) | scalars, "reading": readings | values,
-    "collection_options": values, "stream": st.booleans() | scalars, "temperature": st.floats(-1, 3) | scalars,
-    "extra": values})
-bodies = st.one_of(near_valid, near_valid, near_valid, wild)  # three in four near valid
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +41,7 @@ def check(reply) -> None:
 @settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(body=bodies)
 def test_any_ask_body_is_answered_or_refused_cleanly(client, body):
-    check(client.post("/v1/ask", json=body))
+    check(post_json(client, "/v1/ask", body))
 
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -90,7 +51,7 @@ def test_any_ask_body_is_answered_or_refused_cleanly(client, body):
               "uncertainty_threshold": st.floats(-1, 1), "collection": st.just("nowhere") | scalars,
               "openai_model": scalars}))
 def test_any_docqa_body_is_answered_or_refused_cleanly(client, body):
-    check(client.post("/chat", json={"collection": "docs", **body}))
+    check(post_json(client, "/chat", {"collection": "docs", **body}))
 
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -102,7 +63,7 @@ def test_any_docqa_body_is_answered_or_refused_cleanly(client, body):
     optional={"stream": st.booleans() | scalars, "n": scalars, "max_tokens": st.integers(-1, 50) | scalars,
               "temperature": scalars, "marginalia": st.fixed_dictionaries({"reading": readings}) | values}))
 def test_any_chat_completion_body_is_answered_or_refused_cleanly(client, body):
-    check(client.post("/v1/chat/completions", json=body))
+    check(post_json(client, "/v1/chat/completions", body))
 
 
 @settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -112,3 +73,41 @@ def test_any_bytes_as_a_body_are_refused_cleanly(client, raw):
     assert reply.status_code < 500
     if reply.status_code >= 400:
         assert json.loads(reply.text)["error"]["code"]
+
+
+@pytest.mark.parametrize(("route", "body", "where"), [
+    ("/v1/ask", '{"question": "q?", "text": "a \\ud800 b"}', "text, at character 2"),
+    ("/v1/ask", '{"question": "q?", "text": "x", "reading": {"pattern": "lc", "\\udc00": 1}}',
+     "a field name in reading"),
+    ("/v1/sessions", '{"text": "\\udfff"}', "text, at character 0"),
+    ("/v1/collections", '{"name": "docs\\ud800"}', "name"),
+    ("/v1/chat/completions", '{"model": "marginalia:docs", "messages": [{"role": "user", "content": '
+                             '[{"type": "text", "text": "\\ud83d"}]}]}', "messages.0.content.0.text"),
+    ("/chat", '{"message": "q?", "openai_model": "\\ud800"}', "openai_model"),
+])
+def test_a_lone_surrogate_is_refused_as_invalid_unicode(client, route, body, where):
+    # JSON's \ud800 escapes decode to strings UTF-8 cannot encode: a pasted text with one was a 500
+    reply = client.post(route, content=body, headers={"content-type": "application/json"})
+    assert reply.status_code == 422, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "validation_error" and "not valid Unicode" in error["message"]
+    assert where in error["message"]
+
+
+def test_a_surrogate_pair_is_valid_unicode(client):
+    body = '{"question": "Which pier? \\ud83d\\ude00", "text": "pier 47 \\ud83d\\ude00", "reading": {"pattern": "lc"}}'
+    reply = client.post("/v1/ask", content=body, headers={"content-type": "application/json"})
+    assert reply.status_code == 200, reply.text
+
+
+@pytest.mark.parametrize("name", ["a" * 300, "a" * 5000, ".hidden", "a b", "é"])
+def test_a_name_no_collection_may_have_is_not_found(client, name):
+    # a long one made the file system refuse the path: an unhandled OSError, a 500
+    for method, url, body in [("GET", f"/v1/collections/{name}", None),
+                              ("DELETE", f"/v1/collections/{name}", None),
+                              ("GET", f"/v1/collections/{name}/documents/report.md", None),
+                              ("POST", "/v1/ask", {"question": "q?", "collection": name}),
+                              ("POST", "/v1/sessions", {"collection": name})]:
+        reply = client.request(method, url, json=body)
+        assert reply.status_code == 404, (method, url, reply.text)
+        assert reply.json()["error"]["code"] == "not_found"

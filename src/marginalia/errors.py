@@ -59,3 +59,7 @@ class BadInput(IngestError, UserError):
     """A document the user gave is unusable (missing, empty, binary, wrong encoding)."""
 
     exit_code = 2
+
+
+class EmptyDocument(BadInput):
+    """A document with no text at all (an empty file, only whitespace, markup that holds no text)."""

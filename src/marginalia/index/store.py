@@ -72,7 +72,7 @@ from .schema import (
 
 __all__ = [
     "SCHEMA_VERSION", "AddResult", "Collection", "CollectionBusy", "CollectionInfo", "DocumentInfo", "Hit",
-    "QuestionEntry", "collections_dir", "delete_collection", "list_collections",
+    "QuestionEntry", "collections_dir", "delete_collection", "is_collection_name", "list_collections",
 ]
 
 INDEX_INSTALL = "pip install 'marginalia[index]'"
@@ -112,8 +112,14 @@ def collections_dir(home: str | os.PathLike[str] | None = None) -> Path:
     return resolve_home(home) / "collections"
 
 
+def is_collection_name(name: object) -> bool:
+    """Whether ``name`` may name a collection (1-64 letters, digits, '.', '_' or '-', starting with a letter
+    or digit); any other name names none, and is never a path."""
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
 def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not is_collection_name(name):
         raise UserError(
             f"bad collection name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter "
             "or digit (e.g. 'papers' or 'notes-2024')"

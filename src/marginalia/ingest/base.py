@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from ..errors import BadInput
+from ..errors import EmptyDocument
 from ..records import Document
 
 #: characters of the sha256 hex digest kept as a document id (80 bits: collisions are not a concern)
@@ -44,11 +44,11 @@ class Loader(ABC):
         """The document and the loader's notes about it.
 
         Raises:
-            BadInput: the file converts to no text at all.
+            EmptyDocument: the file converts to no text at all.
         """
         converted = self.convert(data, source)
         if not converted.text.strip():
-            raise BadInput(f"{source} has no text; give a document with some text", path=source)
+            raise EmptyDocument(f"{source} has no text; give a document with some text", path=source)
         doc = Document(
             source=source, text=converted.text, doc_id=content_id(converted.text), format=self.format,
             title=converted.title or Path(source).stem, page_starts=converted.page_starts,

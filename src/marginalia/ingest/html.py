@@ -215,9 +215,13 @@ class _Converter(HTMLParser):
 
     def result(self) -> tuple[str, str]:
         self.close()
-        if self.table is not None:  # an unclosed table still shows its rows
+        # a page cut short (a truncated download) keeps what its open elements hold
+        if self.table is not None:  # an unclosed table still shows its rows, and its open cell
             self.table_depth = 1
+            self._table_end("td")
             self._table_end("table")
+        if self.pre:
+            self.handle_endtag("pre")
         self.flush()
         text = "\n\n".join(self.blocks)
         return (text + "\n" if text else ""), _collapse("".join(self.title_parts))

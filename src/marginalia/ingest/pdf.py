@@ -441,6 +441,11 @@ class PdfLoader(Loader):
     suffixes = (".pdf",)
 
     def convert(self, data: bytes, source: str) -> Converted:
+        if b"%PDF-" not in data[:1024]:
+            # MuPDF guesses the type of what is not a PDF and opens it as such: deeply nested HTML made it
+            # crash the whole process (a segfault), so only a file with a PDF header reaches it
+            raise BadInput(f"{source} is not a PDF (it has no %PDF- header); give the real PDF, or name the "
+                           "file for what it is (.md, .txt, .html)", path=source)
         pymupdf, pymupdf4llm = _import_pdf_libraries()
         with _quiet_mupdf(pymupdf) as tools:
             try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import BadInput
+from ..errors import BadInput, EmptyDocument
 from .base import Converted, Loader
 from .sections import first_heading
 
@@ -25,7 +25,7 @@ def decode_text(data: bytes, source: str) -> str:
             path=source,
         ) from exc
     if not text.strip():
-        raise BadInput(f"{source} is empty; give a document with some text", path=source)
+        raise EmptyDocument(f"{source} is empty; give a document with some text", path=source)
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 

@@ -23,6 +23,14 @@ CLIENT_CLOSED = 499
 #: the response header of a stream that names its reading (for POST /v1/readings/{id}/stop)
 READING_HEADER = "Marginalia-Reading-Id"
 
+#: the OpenAPI ``responses`` of a route that may answer with server-sent events (the schema is each event's)
+STREAMED: dict[int | str, dict[str, Any]] = {
+    200: {"description": "the answer, or with stream: true its events",
+          "content": {"text/event-stream": {"schema": {
+              "type": "object", "required": ["data"],
+              "properties": {"event": {"type": "string"}, "data": {"type": "string", "description": "JSON"}}}}}},
+}
+
 _bearer = HTTPBearer(auto_error=False, description="the server's key (marginalia serve --server-key)")
 
 

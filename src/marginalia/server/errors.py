@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import (
     BackendError,
     ContextOverflow,
+    EmptyDocument,
     IngestError,
     MarginaliaError,
     MissingDependency,
@@ -69,6 +70,7 @@ STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
     (TooLarge, 413, "too_large"),
     (ContextOverflow, 400, "context_overflow"),
     (MissingDependency, 501, "missing_dependency"),
+    (EmptyDocument, 422, "empty_document"),
     (IngestError, 422, "unreadable_document"),  # the upload's own name is the only path it names
     (UserError, 400, "bad_request"),
     (BackendError, 502, "backend_error"),
@@ -147,7 +149,8 @@ class BodyTooLarge(StarletteHTTPException):
 
 class BodyLimit:
     """Refuse request bodies over ``max_body`` bytes with a JSON 413: at once when Content-Length says so,
-    else as soon as that many bytes have been read. (Starlette's own limiter answers in plain text.)"""
+    else as soon as that many bytes have been read (Starlette's own limiter answers in plain text); and a
+    Content-Length that is not a number with a JSON 400."""
 
     def __init__(self, app: ASGIApp, max_body: int) -> None:
         self.app = app
@@ -158,9 +161,16 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = Headers(scope=scope).get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            await self.too_large()(scope, receive, send)
-            return
+        if declared is not None:
+            # only ASCII digits: str.isdigit() also takes '²', which int() refuses
+            if not (declared.isascii() and declared.isdigit()):
+                await JSONResponse(error_body("bad_request", f"the Content-Length header {declared!r} is not a "
+                                              "number of bytes; send the body's length, or no header"),
+                                   status_code=400)(scope, receive, send)
+                return
+            if int(declared) > self.max_body:
+                await self.too_large()(scope, receive, send)
+                return
         read = 0
 
         async def limited() -> Message:

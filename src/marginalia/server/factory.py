@@ -19,6 +19,7 @@ from ..models.base import Generator
 from . import errors
 from .common import READING_HEADER, get_service, require_key
 from .routes import collections, compose, docqa, openai, reading
+from .schemas import ErrorReply
 from .service import Service
 from .settings import Settings
 
@@ -31,6 +32,12 @@ Suggest the next words of a text being written, from a memory drawn from a colle
 
 Every route but `/v1/health` needs the server's key when it has one: `Authorization: Bearer <key>`.
 Errors are `{"error": {"code", "message"}}`."""
+
+#: what the schema says every operation may answer besides its success (in place of FastAPI's 422 shape)
+ERRORS: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorReply, "description": "the request was refused: what was wrong and what to do"},
+    "5XX": {"model": ErrorReply, "description": "the server or its model failed"},
+}
 
 #: the web page: plain HTML, CSS and JavaScript modules, served as they are (no build step, nothing from elsewhere)
 STATIC = Path(__file__).parent / "static"
@@ -74,7 +81,8 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
-    @app.get("/v1/health", tags=["meta"], summary="Whether the server is up, its model, and its queue")
+    @app.get("/v1/health", tags=["meta"], summary="Whether the server is up, its model, and its queue",
+             responses=ERRORS)
     def health(request: Request) -> dict[str, Any]:
         current = get_service(request)
         return {"status": "ok", "version": __version__, "model": current.model_name,
@@ -83,5 +91,5 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
 
     keyed = [Depends(require_key)]
     for router in (collections.router, reading.router, compose.router, openai.router, docqa.router):
-        app.include_router(router, dependencies=keyed)
+        app.include_router(router, dependencies=keyed, responses=ERRORS)
     return app

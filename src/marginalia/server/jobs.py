@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .. import app
-from ..errors import BadInput, NotFound
+from ..errors import BadInput, EmptyDocument, NotFound
 from ..index.store import Collection
 from ..ingest.loaders import loader_for
 from ..ingest.text import decode_text
@@ -32,12 +32,19 @@ from .errors import UnsupportedType, describe, log
 
 Status = Literal["queued", "running", "done", "failed"]
 _UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
+#: the longest name an upload is known by, and the longest suffix kept when a longer one is cut
+MAX_NAME = 120
+MAX_SUFFIX = 12
 
 
 def display_name(filename: str | None) -> str:
-    """The name an upload is known by: its last path part, with only plain characters (never a path)."""
+    """The name an upload is known by: its last path part, with only plain characters (never a path), cut
+    to `MAX_NAME` characters keeping its suffix (which says how to read it)."""
     base = re.split(r"[\\/]", filename or "")[-1]
-    base = _UNSAFE.sub("_", base).strip(" .")[:120]
+    base = _UNSAFE.sub("_", base).strip(" .")
+    if len(base) > MAX_NAME:
+        suffix = Path(base).suffix if len(Path(base).suffix) <= MAX_SUFFIX else ""
+        base = base[:MAX_NAME - len(suffix)].rstrip(" .") + suffix
     return base or "upload"
 
 
@@ -47,6 +54,7 @@ def check_upload(name: str, data: bytes) -> str:
     Raises:
         UnsupportedType: a type marginalia does not read, a '.pdf' that is not a PDF, a text that is
             binary or not UTF-8.
+        EmptyDocument: a text with nothing but whitespace in it (an unreadable document, not a wrong type).
     """
     try:
         by_name = loader_for(name, data)
@@ -59,6 +67,8 @@ def check_upload(name: str, data: bytes) -> str:
         raise UnsupportedType(f"{name} is named as a PDF but its content is not one; send the real file")
     try:
         decode_text(data, name)
+    except EmptyDocument:
+        raise
     except BadInput as exc:
         raise UnsupportedType(str(exc)) from None
     return Path(name).suffix.lower()

@@ -69,7 +69,58 @@ def _default_reading() -> WimReading:
     return WimReading()
 
 
-class Body(BaseModel):
+def lone_surrogate(value: Any) -> str | None:
+    """Where a decoded JSON value holds a string that is not valid Unicode: a lone surrogate, which JSON's
+    ``\\ud800`` escape allows and nothing downstream can encode. Returns where, in words, or None."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:  # a loop, not recursion: a body nests as deep as the JSON parser allows
+        path, item = stack.pop()
+        if isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"{path or 'the body'}, at character {exc.start}"
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if lone_surrogate(str(key)) is not None:
+                    return f"a field name in {path or 'the body'}"
+                stack.append((f"{path}.{key}" if path else str(key), inner))
+        elif isinstance(item, list):
+            stack.extend((f"{path}.{i}" if path else str(i), inner) for i, inner in enumerate(item))
+    return None
+
+
+class UnicodeBody(BaseModel):
+    """A request body whose every string, field names included, is valid Unicode (see `lone_surrogate`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        where = lone_surrogate(data)
+        if where is not None:
+            raise ValueError(f"not valid Unicode ({where}): it holds a lone surrogate, a \\ud800 to \\udfff "
+                             "escape without its pair; send UTF-8 text")
+        return data
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a code to branch on and a message that says what to do; some errors add fields
+    (``fields`` for a validation error, ``margins`` for a reading that failed, the token counts of an
+    overflow)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(description="e.g. not_found, validation_error, unsupported_type, too_large, busy")
+    message: str
+
+
+class ErrorReply(BaseModel):
+    """Every error the service answers: ``{"error": {"code", "message"}}``."""
+
+    error: ErrorDetail
+
+
+class Body(UnicodeBody):
     model_config = ConfigDict(extra="forbid")
 
 
@@ -165,7 +216,7 @@ class CollectionRequest(Body):
 _COLLECTION = CollectionOptions.model_fields
 
 
-class DocqaChatRequest(BaseModel):
+class DocqaChatRequest(UnicodeBody):
     """The docqa service's ``/chat`` request: a message, a temperature and the retrieval thresholds."""
 
     message: Question
@@ -214,7 +265,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(UnicodeBody):
     """OpenAI's chat completion request; ``model`` is ``marginalia:<collection>``. Fields this service does
     not use (``top_p``, ``user``, ...) are accepted and ignored, as OpenAI clients send them."""
 

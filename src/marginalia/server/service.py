@@ -18,7 +18,7 @@ from .. import app
 from ..errors import NotFound, UserError
 from ..index.embedders import Embedder
 from ..index.schema import META_FILE, DocumentInfo
-from ..index.store import Collection, collections_dir, delete_collection, list_collections
+from ..index.store import Collection, collections_dir, delete_collection, is_collection_name, list_collections
 from ..ingest.base import content_id
 from ..ingest.sections import parse_sections, section_at
 from ..models.base import Generator
@@ -98,7 +98,8 @@ class Service:
     # -- collections ----------------------------------------------------------------------------------------
 
     def _exists(self, name: str) -> bool:
-        return "/" not in name and (collections_dir(self.settings.home) / name / META_FILE).is_file()
+        # a name no collection may have is none (and never a path: a long one would make the OS refuse it)
+        return is_collection_name(name) and (collections_dir(self.settings.home) / name / META_FILE).is_file()
 
     def open_collection(self, name: str, *, search: bool = False) -> Collection:
         """An existing collection; with ``search``, holding its embedder (loaded once per process).

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 
 from ...options import ChunkingOptions
-from ..common import get_service
+from ..common import STREAMED, get_service
 from ..errors import TooLarge
 from ..schemas import CollectionRequest
 from ..service import Service
@@ -85,7 +85,7 @@ def get_job(job_id: str, service: ServiceDep) -> dict[str, Any]:
 
 
 @router.get("/jobs/{job_id}/events", summary="Follow an indexing job: a 'progress' event per change, then "
-                                              "'done' or 'failed'", tags=["jobs"])
+                                              "'done' or 'failed'", tags=["jobs"], responses=STREAMED)
 async def follow_job(job_id: str, service: ServiceDep) -> EventSourceResponse:
     first = service.jobs.get(job_id)  # NotFound before the stream starts
 

@@ -16,7 +16,7 @@ from sse_starlette import EventSourceResponse
 
 from ...errors import NotFound
 from ...records import Answer, AnswerDelta, Done, Stats
-from ..common import CLIENT_CLOSED, get_service
+from ..common import CLIENT_CLOSED, STREAMED, get_service
 from ..errors import describe, error_body, error_response
 from ..events import reference_dict
 from ..schemas import AskRequest, ChatCompletionRequest
@@ -50,7 +50,8 @@ def usage(stats: Stats) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-@router.post("/chat/completions", summary="Answer the last user message from a collection (OpenAI's format)")
+@router.post("/chat/completions", summary="Answer the last user message from a collection (OpenAI's format)",
+             responses=STREAMED)
 async def chat_completions(body: ChatCompletionRequest, request: Request, service: ServiceDep) -> Response:
     if not body.model.startswith(PREFIX) or len(body.model) == len(PREFIX):
         raise NotFound(f"unknown model {body.model!r}; models are marginalia:<collection> (see GET /v1/models)",

@@ -9,7 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from ...records import Answer
-from ..common import answer, get_service
+from ..common import STREAMED, answer, get_service
 from ..schemas import AskRequest, MessageRequest, SessionRequest
 from ..service import Service
 from ..worker import Reading
@@ -29,7 +29,7 @@ EVENTS_DOC = (
 
 
 @router.post("/ask", summary="Answer a question about a text, a document of a collection, or a collection",
-             description=EVENTS_DOC)
+             description=EVENTS_DOC, responses=STREAMED)
 async def ask(body: AskRequest, request: Request, service: ServiceDep) -> Response:
     prepared = await run_in_threadpool(service.prepare, body, body.question, body.temperature)
     return await answer(Reading(service.worker, prepared), request, body.stream)
@@ -71,7 +71,7 @@ def delete_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
 
 
 @router.post("/sessions/{session_id}/messages", tags=["sessions"], summary="Ask the session's source a question",
-             description=EVENTS_DOC)
+             description=EVENTS_DOC, responses=STREAMED)
 async def send_message(session_id: str, body: MessageRequest, request: Request, service: ServiceDep) -> Response:
     session = service.sessions.acquire(session_id)
     released = False
