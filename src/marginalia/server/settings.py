@@ -32,6 +32,8 @@ class Settings:
         max_sessions: chat sessions kept at once (the least recently used idle one makes room).
         max_jobs: finished indexing jobs remembered (the oldest are forgotten first).
         default_collection: the collection the docqa-compatible ``/chat`` answers from.
+        cache_readings: keep full WiM readings of documents on disk under ``home``, so a later question
+            about the same document reads no document token (off: every question reads it again).
     """
 
     home: str | None = None
@@ -48,6 +50,7 @@ class Settings:
     max_sessions: int = 100
     max_jobs: int = 1000
     default_collection: str | None = None
+    cache_readings: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_upload_bytes", "max_sessions", "max_jobs"):
