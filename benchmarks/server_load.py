@@ -436,7 +436,8 @@ def main() -> None:
         f"the scripted model ({args.model_ms:g} ms per call) echoes the token of the prompt it is given in every "
         "margin and answer. Checked in every event each client receives: no other request's token; every margin "
         "and the answer carry its own; its one reference quotes its own fact. Times from the first attempt "
-        "(Retry-After waits included).",
+        "(Retry-After waits included); the first event is `started`, sent as the model begins the reading, so "
+        "it includes the wait in the queue behind the other clients.",
         "",
         "| queue | answers | errors | delivered to the wrong client | 429s (requests refused at least once) | "
         "first event p50 / p99 ms | `done` p50 / p99 ms | answers/s |",
@@ -451,6 +452,7 @@ def main() -> None:
     for run in runs:
         for what in (run["errors"][:3] + run["wrong"][:3]):
             lines.append(f"\n- queue {run['queue']}: {what}")
+    threads = f"llama.cpp on {args.threads} thread(s)" if args.threads else "llama.cpp on all cores"
     clients = fair["clients"]
     served_order = sorted(range(len(clients)), key=lambda i: clients[i]["got"].started or float("inf"))
     fifo = served_order == list(range(len(clients)))
@@ -458,7 +460,7 @@ def main() -> None:
                    and c["got"].answer["answer"].strip() for c in clients)
     lines += [
         "",
-        f"### (b) {len(clients)} clients on SmolLM2 (llama.cpp in the server's process)",
+        f"### (b) {len(clients)} clients on SmolLM2 ({threads}, in the server's process)",
         "",
         f"Each asks one question over its own short text (wim, one segment), {fair['stagger']:g} s after the one "
         "before, so they queue behind the first; the queue admits them all. Wait: from sending the request to its "
@@ -492,7 +494,6 @@ def main() -> None:
     what = ("The bundled report" if over["whole"] else
             f"The bundled report's first {over['chars']} characters (of {over['report_tokens']} tokens in all: at "
             "this machine's load a whole reading took too long for several rounds)")
-    threads = f"{args.threads} llama.cpp thread(s)" if args.threads else "llama.cpp on all cores"
     lines += [
         "",
         f"### (c) What HTTP adds to a WiM reading, SmolLM2 ({threads})",
