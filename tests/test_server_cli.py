@@ -52,13 +52,20 @@ def free_port() -> int:
 def test_serve_binds_loopback_by_default_without_a_key(started):
     port = free_port()
     code, err = serve("--port", str(port))
-    assert code == 0 and f"http://127.0.0.1:{port}" in err
+    assert code == 0 and f"on http://127.0.0.1:{port} (web page at /, API at /v1, docs at /docs; no key)" in err
     ((app, kw),) = started
     assert kw["bound"] == ("127.0.0.1", port)
     settings = app.state.service.settings
     assert settings.api_key is None and settings.cors_origins == ()
     assert settings.max_upload_bytes == Settings().max_upload_bytes
     assert app.state.service.model_name == "scripted"  # loaded before the server starts
+    assert settings.cache_readings and app.state.service.readings is not None
+
+
+def test_serve_without_the_reading_cache(started):
+    assert serve("--no-cache")[0] == 0
+    ((app, _),) = started
+    assert not app.state.service.settings.cache_readings and app.state.service.readings is None
 
 
 def test_serve_refuses_another_address_without_a_key(started):

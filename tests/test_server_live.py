@@ -83,6 +83,41 @@ def test_the_openai_client_through_an_in_process_transport():
 
 
 
+def test_an_openai_reading_has_an_id_and_can_be_stopped():
+    from marginalia.index.embedders import HashingEmbedder
+
+    slow = Slow(0.05)
+    app = create_app(Settings(), generator=ScriptedGenerator(respond=slow), embedder=HashingEmbedder())
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=30) as http:
+        index_text(http, "docs", "report.md", REPORT + "\n\n" + LONG[:500])
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")
+        options = {"marginalia": {"reading": {"pattern": "wim", "segment_tokens": 16},
+                                  "collection_options": {"scope": "documents"}}}
+        whole = client.chat.completions.with_raw_response.create(
+            model="marginalia:docs", messages=[{"role": "user", "content": QUESTION}], extra_body=options)
+        reply = whole.parse()
+        assert reply.model_extra["marginalia"]["reading_id"] == whole.headers["marginalia-reading-id"]
+        assert reply.choices[0].message.content == ANSWER
+        full_margins = slow.margins
+        assert full_margins >= 10, full_margins
+
+        slow.margins = 0
+        stream = client.chat.completions.create(model="marginalia:docs", stream=True, extra_body=options,
+                                                messages=[{"role": "user", "content": QUESTION}])
+        first = next(iter(stream))
+        reading = first.model_extra["marginalia"]["reading_id"]
+        assert reading != reply.model_extra["marginalia"]["reading_id"]
+        wait_for(lambda: slow.margins >= 2)
+        stopped = http.post(f"/v1/readings/{reading}/stop")
+        assert stopped.status_code == 200 and stopped.json() == {"stopping": reading}
+        rest = list(stream)
+        assert "".join(c.choices[0].delta.content or "" for c in rest if c.choices) == ANSWER  # still answers
+        assert rest[-1].choices[0].finish_reason == "stop"
+        assert 2 <= slow.margins <= 5 < full_margins, (slow.margins, full_margins)
+        assert http.post(f"/v1/readings/{reading}/stop").status_code == 404  # over, and forgotten
+
+
+
 
 LONG = "\n\n".join(f"Paragraph {i}: the weather in Ostervik stayed mild, with light rain." for i in range(60))
 

@@ -92,14 +92,27 @@ def test_a_full_store_of_busy_sessions_refuses_a_new_one():
         store.create(SessionRequest(text="t"))
 
 
-def test_a_wim_session_reads_its_document_once():
-    pytest.importorskip("lancedb")
-    client = make_client()
+def two_messages(client) -> tuple[dict, dict]:
     index_text(client, "docs", "report.md", REPORT)
     sid = client.post("/v1/sessions", json={"collection": "docs", "document": "report.md",
                                             "reading": {"pattern": "wim", "segment_tokens": 64}}).json()["id"]
     first = client.post(f"/v1/sessions/{sid}/messages", json={"message": QUESTION}).json()
     second = client.post(f"/v1/sessions/{sid}/messages", json={"message": "And the lifeboat?"}).json()
+    return first, second
+
+
+def test_a_wim_session_reads_its_document_once():
+    pytest.importorskip("lancedb")
+    first, second = two_messages(make_client())
     assert first["stats"]["prefilled_context_tokens"] == first["stats"]["context_tokens"] > 0
     assert second["stats"]["prefilled_context_tokens"] == 0
     assert second["stats"]["cached_context_tokens"] == first["stats"]["context_tokens"]
+
+
+def test_without_the_reading_cache_every_question_reads_the_document(tmp_path):
+    pytest.importorskip("lancedb")
+    first, second = two_messages(make_client(Settings(home=str(tmp_path), cache_readings=False)))
+    for reply in (first, second):
+        assert reply["answer"] == ANSWER
+        assert reply["stats"]["prefilled_context_tokens"] == reply["stats"]["context_tokens"] > 0
+    assert not (tmp_path / "cache" / "documents").exists() or not any((tmp_path / "cache" / "documents").iterdir())

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .index.question_bank import BankReport
     from .index.schema import AddResult, DocumentInfo
     from .index.store import Collection
-    from .ingest.loaders import Note, Skipped
+    from .ingest.loaders import LoadReport, Note, Skipped
     from .models.snapshots import SnapshotStore
     from .patterns import Pattern, Run
     from .patterns.collection import CollectionReader
@@ -266,13 +266,14 @@ def check_paths(paths: Sequence[str | Path]) -> None:
 
 def index_paths(
     paths: Sequence[str | Path],
-    collection: str,
+    collection: str | Collection,
     *,
     count_tokens: Callable[[str], int],
     home: str | Path | None = None,
     embedder: str | Embedder = DEFAULT_EMBEDDER,
     chunking: ChunkingOptions | None = None,
     recursive: bool = True,
+    source: str | None = None,
     on_file: Callable[[int, int, str], None] | None = None,
     on_document: Callable[[Document, int], Progress | None] | None = None,
     on_indexed: Callable[[Indexed], None] | None = None,
@@ -285,31 +286,41 @@ def index_paths(
 
     Args:
         paths: files and folders (folders are walked; into subfolders when ``recursive``).
-        collection: the collection's name.
+        collection: the collection's name, or an open collection (used as it is, with its embedder).
         count_tokens: the model tokenizer's count, for chunk sizes.
         home: marginalia's home directory.
         embedder: a spec or an embedder, for a new collection.
         chunking: chunk sizes.
+        source: the name to index the one file in ``paths`` under, instead of its path (an uploaded file's
+            own name, not its saved copy's); that file then raises when it cannot be read, where files
+            given by path are skipped with the reason.
         on_file: ``(done, total, path)`` as files are loaded.
         on_document: called with each document and its chunk count before it is added; may return a
             ``(done, total)`` callback for the chunks embedded.
         on_indexed: called with each document's outcome.
 
     Raises:
-        UserError: a path that does not exist, a bad collection name, bad chunk sizes.
+        UserError: a path that does not exist, a bad collection name, bad chunk sizes, a ``source`` given
+            with other than one file.
+        IngestError: with ``source``, the file cannot be read (the message names ``source``, not the path).
     """
     from .index.store import Collection, collections_dir
     from .ingest.loaders import load_paths
 
     check_paths(paths)
     chunking = chunking or ChunkingOptions()
-    exists = (collections_dir(home) / collection).exists()
-    loaded_embedder = None
-    if not exists:
-        loaded_embedder = load_embedder(embedder) if isinstance(embedder, str) else embedder
-    store = Collection.open(collection, home=home, create=True, embedder=loaded_embedder)
-    loaded = load_paths(paths, recursive=recursive, progress=on_file)
-    report = IndexReport(collection, skipped=loaded.skipped, notes=loaded.notes)
+    if isinstance(collection, str):
+        loaded_embedder = None
+        if not (collections_dir(home) / collection).exists():
+            loaded_embedder = load_embedder(embedder) if isinstance(embedder, str) else embedder
+        store = Collection.open(collection, home=home, create=True, embedder=loaded_embedder)
+    else:
+        store = collection
+    if source is None:
+        loaded = load_paths(paths, recursive=recursive, progress=on_file)
+    else:
+        loaded = _load_as(paths, source, on_file)
+    report = IndexReport(store.name, skipped=loaded.skipped, notes=loaded.notes)
     for doc in loaded.documents:
         sections, chunks = chunk_document(doc, count_tokens, chunking)
         progress = on_document(doc, len(chunks)) if on_document else None
@@ -321,6 +332,20 @@ def index_paths(
     if any(i.result.status in ("added", "replaced") for i in report.indexed):
         store.optimize()  # fold the new rows into the BM25 (and vector) indices
     return report
+
+
+def _load_as(paths: Sequence[str | Path], source: str, on_file: Callable[[int, int, str], None] | None) -> LoadReport:
+    """The one file in ``paths``, loaded as the document ``source``."""
+    from .ingest.loaders import LoadReport, Note, load_document
+
+    if len(paths) != 1 or not Path(paths[0]).expanduser().is_file():
+        raise UserError(f"a source name ({source!r}) names one document: give exactly one file with it, "
+                        f"not {', '.join(str(p) for p in paths)}")
+    notes: list[str] = []
+    doc = load_document(paths[0], notes, source=source)
+    if on_file:
+        on_file(1, 1, source)
+    return LoadReport((doc,), notes=tuple(Note(source, note) for note in notes))
 
 
 # -- the question bank -----------------------------------------------------------------------------------

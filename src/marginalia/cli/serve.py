@@ -59,6 +59,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     serve.add_argument("--max-compose-sessions", type=positive_int, default=defaults.max_compose_sessions,
                        metavar="N", help="compose sessions (the page's Write view) kept at once; each holds its "
                                          "own loads of the models (the least recently used idle one makes room)")
+    serve.add_argument("--no-cache", action="store_true",
+                       help="wim: neither use nor keep stored readings of documents (by default a full reading is "
+                            "stored under the home, so the next question about the same document, a session's "
+                            "next message too, reads no document token)")
     serve.set_defaults(handler=cmd_serve)
 
 
@@ -79,7 +83,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         cors_origins=tuple(args.cors_origin or ()), max_upload_bytes=args.max_upload_mb * MIB,
                         queue_size=args.queue, session_ttl=float(args.session_ttl), max_sessions=args.max_sessions,
                         default_collection=args.collection, compose_memory_model=args.compose_memory_model,
-                        max_compose_sessions=args.max_compose_sessions)
+                        max_compose_sessions=args.max_compose_sessions, cache_readings=not args.no_cache)
     if args.collection:
         app.open_collection(args.collection, home=args.home)  # fail now, not at the first /chat
     sock = listening_socket(args.host, args.port)  # before the model loads: a port in use fails at once
@@ -88,8 +92,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if warning:
         print(warning, file=err, flush=True)
     shown = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"marginalia serving {generator.name} on http://{shown}:{args.port} (API at /docs; "
-          f"{'a key is needed' if key else 'no key'}); Ctrl-C stops it", file=err, flush=True)
+    print(f"marginalia serving {generator.name} on http://{shown}:{args.port} (web page at /, API at /v1, "
+          f"docs at /docs; {'a key is needed' if key else 'no key'}); Ctrl-C stops it", file=err, flush=True)
     config = uvicorn.Config(create_app(settings, generator=generator), host=args.host, port=args.port,
                             log_level="info" if args.verbose else "warning")
     with sock:

@@ -75,7 +75,7 @@ def loader_for(path: str | Path, data: bytes) -> Loader:
     return registry[suffix]
 
 
-def load_document(path: str | Path, notes: list[str] | None = None) -> Document:
+def load_document(path: str | Path, notes: list[str] | None = None, source: str | None = None) -> Document:
     """Load one file as a markdown ``Document``, choosing the loader by content and suffix.
 
     PDFs become markdown with headings (pymupdf4llm; the ``pdf`` extra), HTML is converted
@@ -85,6 +85,9 @@ def load_document(path: str | Path, notes: list[str] | None = None) -> Document:
         path: the file.
         notes: when given, warnings about a file that loaded only in part are appended here;
             otherwise they are logged.
+        source: the name the document is known by, in its record and in every message, and whose suffix
+            chooses its loader (default: the path). An uploaded file saved under a name of our own keeps
+            its own name this way, and its saved copy's path is never shown.
 
     Returns:
         The document: its markdown text, content-hash id, format, title and page offsets (PDF).
@@ -95,7 +98,7 @@ def load_document(path: str | Path, notes: list[str] | None = None) -> Document:
         MissingDependency: a PDF, without the ``pdf`` extra installed.
         IngestError: the converter failed on the file.
     """
-    source = str(path)
+    source = str(path) if source is None else source
     p = Path(path).expanduser()
     if not p.exists():
         raise BadInput(f"no such file: {source}; check the path", path=source)

@@ -28,6 +28,7 @@ from ..index.store import Collection
 from ..ingest.loaders import loader_for
 from ..ingest.text import decode_text
 from ..options import ChunkingOptions
+from ..records import Document
 from .errors import UnsupportedType, describe, log
 
 Status = Literal["queued", "running", "done", "failed"]
@@ -167,24 +168,23 @@ class JobBoard:
 
 def index_upload(job: Job, copy: Path, board: JobBoard, *, store: Callable[[], Collection],
                  count_tokens: Callable[[str], int], chunking: ChunkingOptions) -> None:
-    """Load the saved copy under the upload's name, cut it into sections and chunks, add it to the collection.
-
-    This is `app.index_paths` for one document whose source is the upload's name, not the copy's path.
-    """
+    """Index the saved copy into the collection under the upload's name (`app.index_paths`), reporting each
+    stage on the job: loading, embedding (chunks done of total), optimizing, finished."""
     board.update(job, status="running", stage="loading")
-    data = copy.read_bytes()
-    doc, notes = loader_for(job.document, data).load(data, job.document)
-    collection = store()
-    sections, chunks = app.chunk_document(doc, count_tokens, chunking)
-    board.update(job, stage="embedding", chunks_total=len(chunks))
 
-    def progress(done: int, total: int) -> None:
-        board.update(job, chunks_done=done, chunks_total=total)
+    def on_document(doc: Document, n_chunks: int) -> Callable[[int, int], None]:
+        board.update(job, stage="embedding", chunks_total=n_chunks)
+        return lambda done, total: board.update(job, chunks_done=done, chunks_total=total)
 
-    result = collection.add_document(doc, sections, chunks, progress=progress)
-    if result.status in ("added", "replaced"):
-        board.update(job, stage="optimizing")
-        collection.optimize()  # fold the new rows into the BM25 (and vector) indices
-    board.update(job, status="done", stage="finished", finished_at=time.time(), chunks_done=len(chunks), result={
-        "status": result.status, "doc_id": result.doc_id, "source": result.source, "chunks": result.n_chunks,
-        "embedded": result.n_embedded, "sections": len(sections) - 1, "notes": list(notes)})
+    def on_indexed(item: app.Indexed) -> None:
+        if item.result.status in ("added", "replaced"):
+            board.update(job, stage="optimizing")  # index_paths folds the new rows into its indices next
+
+    report = app.index_paths([copy], store(), count_tokens=count_tokens, chunking=chunking, source=job.document,
+                             on_document=on_document, on_indexed=on_indexed)
+    (item,) = report.indexed  # one file, loaded or raised
+    result = item.result
+    board.update(job, status="done", stage="finished", finished_at=time.time(), chunks_done=result.n_chunks,
+                 result={"status": result.status, "doc_id": result.doc_id, "source": result.source,
+                         "chunks": result.n_chunks, "embedded": result.n_embedded,
+                         "sections": len(item.sections) - 1, "notes": [note.message for note in report.notes]})

@@ -54,8 +54,8 @@ class Service:
         self._model_lock = threading.Lock()
         self._embedders: dict[str, Embedder] = {embedder.name: embedder} if embedder is not None else {}
         self._embedder_lock = threading.Lock()
-        #: full WiM readings of documents, so a follow-up question costs only its margins
-        self.readings = app.document_cache(settings.home)
+        #: full WiM readings of documents, so a follow-up question costs only its margins (None: not kept)
+        self.readings = app.document_cache(settings.home) if settings.cache_readings else None
         self.worker = ModelWorker(settings.queue_size)
         self.jobs = JobBoard(settings.max_jobs)
         self.sessions = SessionStore(settings.session_ttl, settings.max_sessions)

@@ -35,6 +35,8 @@ class Settings:
             memory models (the least recently used idle one makes room).
         max_jobs: finished indexing jobs remembered (the oldest are forgotten first).
         default_collection: the collection the docqa-compatible ``/chat`` answers from.
+        cache_readings: keep full WiM readings of documents on disk under ``home``, so a later question
+            about the same document reads no document token (off: every question reads it again).
     """
 
     home: str | None = None
@@ -53,6 +55,7 @@ class Settings:
     default_collection: str | None = None
     compose_memory_model: str | None = None
     max_compose_sessions: int = 2
+    cache_readings: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_upload_bytes", "max_sessions", "max_jobs", "max_compose_sessions"):

@@ -1,5 +1,7 @@
 """An OpenAI-compatible chat API over collections: ``model`` is ``marginalia:<collection>``; the answer's
-references travel in one extra field, ``references`` (in the reply, or once, in a stream's last chunk)."""
+references travel in one extra field, ``references`` (in the reply, or once, in a stream's last chunk), and
+the reading's id in another, ``marginalia`` (in the reply, or in a stream's first chunk) and in the
+``Marginalia-Reading-Id`` header, so a client can stop it with ``POST /v1/readings/{id}/stop``."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from sse_starlette import EventSourceResponse
 
 from ...errors import NotFound
 from ...records import Answer, AnswerDelta, Done, Stats
-from ..common import CLIENT_CLOSED, STREAMED, get_service
+from ..common import CLIENT_CLOSED, READING_HEADER, STREAMED, get_service
 from ..errors import describe, error_body, error_response
 from ..events import reference_dict
 from ..schemas import AskRequest, ChatCompletionRequest
@@ -51,6 +53,9 @@ def usage(stats: Stats) -> dict[str, int]:
 
 
 @router.post("/chat/completions", summary="Answer the last user message from a collection (OpenAI's format)",
+             description="The reply (or a stream's first chunk) carries `marginalia: {reading_id}`, as does the "
+                         "`Marginalia-Reading-Id` header: `POST /v1/readings/{id}/stop` stops the reading, "
+                         "which still answers from what it read. A stream's last chunk carries `references`.",
              responses=STREAMED)
 async def chat_completions(body: ChatCompletionRequest, request: Request, service: ServiceDep) -> Response:
     if not body.model.startswith(PREFIX) or len(body.model) == len(PREFIX):
@@ -65,6 +70,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
     prepared = await run_in_threadpool(service.prepare, target, target.question, body.temperature)
     reading = Reading(service.worker, prepared)
     reply_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    headers = {READING_HEADER: reading.id}
     try:
         first = await reading.next(request.is_disconnected)
         if isinstance(first, Failed):
@@ -77,18 +83,20 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
                 return error_response(item.error)
             if item is None:  # pragma: no cover - every reading ends in Done or an error
                 raise RuntimeError("the reading ended without an answer")
-            return JSONResponse(_completion(reply_id, created, body.model, item.answer))
+            return JSONResponse(_completion(reply_id, created, body.model, item.answer, reading.id),
+                                headers=headers)
     except ClientGone:
         return Response(status_code=CLIENT_CLOSED)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
-    return EventSourceResponse(_chunks(reading, first, reply_id, created, body.model, include_usage))
+    return EventSourceResponse(_chunks(reading, first, reply_id, created, body.model, include_usage), headers=headers)
 
 
-def _completion(reply_id: str, created: int, model: str, answer: Answer) -> dict[str, Any]:
+def _completion(reply_id: str, created: int, model: str, answer: Answer, reading_id: str) -> dict[str, Any]:
     return {"id": reply_id, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
                          "finish_reason": "stop", "logprobs": None}],
-            "usage": usage(answer.stats), "references": [reference_dict(r) for r in answer.references]}
+            "usage": usage(answer.stats), "references": [reference_dict(r) for r in answer.references],
+            "marginalia": {"reading_id": reading_id}}
 
 
 def _chunk(reply_id: str, created: int, model: str, delta: dict[str, Any], finish: str | None = None,
@@ -101,7 +109,8 @@ def _chunk(reply_id: str, created: int, model: str, delta: dict[str, Any], finis
 async def _chunks(reading: Reading, item: Any, reply_id: str, created: int, model: str,
                   include_usage: bool) -> AsyncIterator[dict[str, str]]:
     try:
-        yield _chunk(reply_id, created, model, {"role": "assistant", "content": ""})
+        yield _chunk(reply_id, created, model, {"role": "assistant", "content": ""},
+                     marginalia={"reading_id": reading.id})
         while item is not None:
             if isinstance(item, Failed):
                 _, code, message = describe(item.error)
