@@ -15,6 +15,7 @@ chunks that the text being written already holds word for word are left out of w
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from abc import ABC, abstractmethod
@@ -69,6 +70,13 @@ class MemoryGenerator(ABC):
     def __call__(self, request: MemoryRequest) -> list[MemoryItem]:
         hits = self.retrieve(request)
         return self.compress(request, hits) if hits else []
+
+    def excluding(self, names: Iterable[str]) -> MemoryGenerator:
+        """A copy that also never retrieves from these documents (ids or sources); it shares the collection
+        and the model, so use one at a time."""
+        other = copy.copy(self)
+        other.exclude = self.exclude | frozenset(names)
+        return other
 
     @staticmethod
     def query_of(request: MemoryRequest) -> str:
