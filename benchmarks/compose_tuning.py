@@ -8,7 +8,7 @@ is never among its memory's sources. Only the articles of ``--articles`` are cut
 all but the first eight, which are left unseen for evaluating the tuned client). The examples file is
 resumable: run the same command again after a crash and it goes on.
 
-    python benchmarks/compose_tuning.py [--limit 200] [--steps 60] [--out DIR]
+    python benchmarks/compose_tuning.py [--limit 69] [--steps 30] [--memory-model smollm2] [--out DIR]
 
 The tuned model's spec (``hf:<out>/model``) is printed at the end and written into BENCHMARKS.md. The texts
 are read at run time from ../shared/data (``--data``); nothing of them is kept in the repository.
@@ -43,15 +43,16 @@ def span(text: str, count: int) -> range:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--label-model", default=f"gguf:{EVAL_MODEL}", help="the larger model (labels and memory)")
-    ap.add_argument("--memory-model", default=None, help="the memory model (default: the label model)")
+    ap.add_argument("--label-model", default=f"gguf:{EVAL_MODEL}", help="the larger model that writes the labels")
+    ap.add_argument("--memory-model", default="smollm2",
+                    help="the model that writes memory (as in the composer's default: the client's own model)")
     ap.add_argument("--client", default="smollm2", help="the client to tune (run on transformers)")
     ap.add_argument("--articles", default="8:", help="which articles are cut into prefixes (a:b)")
-    ap.add_argument("--cuts", type=int, default=5, help="prefixes per article")
-    ap.add_argument("--max-words", type=int, default=160, help="the longest prefix, in words")
+    ap.add_argument("--cuts", type=int, default=3, help="prefixes per article")
+    ap.add_argument("--max-words", type=int, default=120, help="the longest prefix, in words")
     ap.add_argument("--hits", type=int, default=2, help="retrieved chunks per memory request")
-    ap.add_argument("--limit", type=int, default=120, help="at most this many examples")
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--limit", type=int, default=69, help="at most this many examples")
+    ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--learning-rate", type=float, default=3e-4)
@@ -90,7 +91,7 @@ def main() -> None:
         return app.load_model(spec, home=home, backend="llamacpp" if spec.startswith(("gguf:", "smollm2")) else "auto")
 
     label_model = load(args.label_model)
-    memory_model = load(args.memory_model) if args.memory_model else None
+    memory_model = load(args.memory_model) if args.memory_model != args.label_model else None
     t0 = time.perf_counter()
     app.index_paths(paths, COLLECTION, count_tokens=label_model.tokenizer.count, home=home)
     index_s = time.perf_counter() - t0
@@ -149,7 +150,7 @@ def main() -> None:
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · labels by {args.label_model.split('/')[-1]} "
         f"(greedy, at most {data_options.label_tokens} tokens, ended at a line break) on llama.cpp · memory: "
-        f"{compose.memory_mode} by {(args.memory_model or args.label_model).split('/')[-1]}, {compose.hits} chunks "
+        f"{compose.memory_mode} by {args.memory_model.split('/')[-1]}, {compose.hits} chunks "
         f"per prefix from a collection of all {len(articles)} WikiText articles of the data file ({n_chunks} "
         f"chunks; a prefix's own article excluded) · client: {args.client} on transformers, fp32, CPU · machine: "
         f"{machine()} · load average {load_before[0]:.1f} before, {load_after[0]:.1f} after (the machine was "
