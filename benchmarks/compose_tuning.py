@@ -158,8 +158,9 @@ def main() -> None:
         "",
         f"Tuning data: articles {chosen.start}-{chosen.stop - 1} cut into prefixes of {data_options.min_words}-"
         f"{data_options.max_words} words ({data_options.cuts} per article; articles 0-{chosen.start - 1} never "
-        f"cut, left for evaluation). {len(examples)} examples ({data.written} made by this run in {data_s:.0f} s, "
-        f"median {statistics.median(per_example):.1f} s per example for memory and label); memory items per "
+        f"cut, left for evaluation). {len(examples)} examples, {sum(per_example) / 60:.0f} min of memory and labels "
+        f"in all (median {statistics.median(per_example):.0f} s per example; {data.written} made by this run, "
+        f"{data.kept} by earlier ones, which this one resumed); memory items per "
         f"example: median {statistics.median(memory_items):.0f}, none for {memory_items.count(0)}; blank labels: "
         f"{blank}.",
         "",

@@ -245,6 +245,7 @@ def _save(lora: Any, tokenizer: Any, folder: Path, report: TuneReport, options: 
     """Write adapter/, model/ and the record into a temporary folder beside ``folder``, then swap it in."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    tmp.chmod(0o755)  # mkdtemp's folder is private; a model folder is read like any other
     old = None
     try:
         lora.save_pretrained(tmp / "adapter")
