@@ -266,6 +266,15 @@ def test_the_document_being_written_is_never_retrieved() -> None:
     assert all(h.source != "draft.md" for h in by_id.retrieve(request("harbour Ostervik dawn")))
 
 
+def test_retrieval_looks_deeper_while_the_draft_fills_the_hits() -> None:
+    long_draft = "# Draft\n\n" + "\n".join(f"The harbour of Ostervik opens at dawn, note {i}." for i in range(40))
+    store = FakeCollection({**DOCS, "draft.md": long_draft})
+    memory = TakeawayMemory(store, ScriptedGenerator(), hits=2, exclude={"draft.md"})
+    hits = memory.retrieve(request("harbour of Ostervik opens at dawn"))
+    assert [k for _, k in store.queries] == [8, 32, 128]  # 40 draft chunks fill the first two searches
+    assert len(hits) == 2 and all(h.source != "draft.md" for h in hits)
+
+
 def test_a_chunk_the_text_already_holds_word_for_word_is_not_memory() -> None:
     store = FakeCollection()
     written = DOCS["draft.md"] + "\nMore words of mine."  # the draft, indexed under another name

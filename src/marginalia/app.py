@@ -23,6 +23,8 @@ from .options import (
     LcOptions,
     PatternOptions,
     RagOptions,
+    TuneDataOptions,
+    TuneOptions,
     WimOptions,
 )
 from .records import Chunk, Document, Section
@@ -30,6 +32,7 @@ from .records import Chunk, Document, Section
 if TYPE_CHECKING:
     from .compose import Composer
     from .compose.events import Listener
+    from .compose.tuning import DataReport, TuneReport
     from .index.embedders import Embedder
     from .index.policy import Piece, Retrieval
     from .index.question_bank import BankReport
@@ -483,6 +486,85 @@ def compose_sources(store: Collection, exclude: Sequence[str] = ()) -> set[str]:
         raise UserError(f"collection {store.name!r} holds only the document being written; index other "
                         "documents into it to draw memory from")
     return excluded
+
+
+# -- tuning the composition client ---------------------------------------------------------------------
+
+
+def tuning_data(paths: Sequence[str | Path], out: str | Path, options: TuneDataOptions | None = None,
+                compose: ComposeOptions | None = None, *, label_model: Generator,
+                collection: Collection | str | None = None, memory_generator: Generator | None = None,
+                home: str | Path | None = None, limit: int | None = None,
+                progress: Progress | None = None) -> DataReport:
+    """Make tuning data for the composition client from the texts at ``paths`` (resumable: examples already
+    in ``out`` are kept and skipped).
+
+    Each text is cut into prefixes; the memory for a prefix is retrieved from ``collection`` and written by
+    the memory model as the composer would (the text's own document never among its sources), and the label
+    is ``label_model``'s continuation of the client's prompt.
+
+    Args:
+        paths: files and folders of texts to cut.
+        out: the JSONL file of examples.
+        options: where texts are cut, and the labels' length.
+        compose: the memory settings (mode, hits, search, similarity, item tokens).
+        label_model: the larger model that writes the labels.
+        collection: where memory is retrieved from (None: examples without memory).
+        memory_generator: the model that writes memory (default: ``label_model``).
+        limit: at most this many examples in ``out``.
+        progress: ``(done, total)`` over the cuts.
+
+    Raises:
+        UserError: a missing path, no readable text, an empty collection, a file of other settings.
+    """
+    from .compose import MEMORY_MODES
+    from .compose.tuning import make_examples
+    from .ingest.loaders import load_paths
+
+    check_paths(paths)
+    compose = compose or ComposeOptions()
+    loaded = load_paths(paths)
+    if not loaded.documents:
+        why = "; ".join(f"{s.path}: {s.reason}" for s in loaded.skipped[:3])
+        raise UserError("no readable text among the paths given" + (f" ({why})" if why else ""))
+    memory = None
+    if collection is not None:
+        store = open_collection(collection, home=home) if isinstance(collection, str) else collection
+        if not store.documents():
+            raise UserError(f"collection {store.name!r} holds no documents; index the texts memory is drawn "
+                            "from into it first")
+        memory = MEMORY_MODES[compose.memory_mode](
+            store, memory_generator or label_model, hits=compose.hits, search=compose.search,
+            min_similarity=compose.min_similarity, item_tokens=compose.item_tokens)
+    return make_examples(loaded.documents, label_model, out, options, memory=memory, limit=limit,
+                         progress=progress)
+
+
+def tune_client(data: str | Path, out: str | Path | None = None, options: TuneOptions | None = None, *,
+                generator: Generator, home: str | Path | None = None,
+                on_step: Callable[[int, int, float], None] | None = None,
+                log: Callable[[str], None] | None = None) -> TuneReport:
+    """Tune the composition client ``generator`` with LoRA on the examples in ``data``; the tuned model
+    loads by the report's ``spec`` (``hf:<out>/model``).
+
+    Args:
+        data: the JSONL file `tuning_data` wrote.
+        out: the folder to write (default: ``<home>/tuned/<data's name>``).
+        options: LoRA settings, steps, batch, held-out share.
+        generator: the client, in process on transformers.
+
+    Raises:
+        UserError: no tuning data there, a client not on transformers, no usable examples.
+        MissingDependency: peft (``pip install 'marginalia[tune]'``) or torch is missing.
+    """
+    from .compose.tuning import read_examples, tune
+    from .home import resolve_home
+
+    examples = read_examples(data)
+    if not examples:
+        raise UserError(f"{data} holds no tuning examples; make them with 'marginalia tune data'")
+    folder = Path(out) if out is not None else resolve_home(home) / "tuned" / Path(data).stem
+    return tune(examples, generator, folder, options, data_path=data, on_step=on_step, log=log)
 
 
 def _names(document: DocumentInfo, given: Sequence[str]) -> bool:

@@ -165,6 +165,49 @@ class ComposeOptions(Options):
                             description="seconds of no typing before a suggestion is written")
 
 
+class TuneDataOptions(Options):
+    """Tuning data for the composition client: where texts are cut, and how long the labels are."""
+
+    cuts: int = Field(default=4, gt=0, description="prefixes cut from each text, at word ends spread evenly "
+                                                   "between --min-words and --max-words")
+    min_words: int = Field(default=20, gt=0, description="the shortest prefix, in words")
+    max_words: int = Field(default=300, gt=0, description="the longest prefix, in words")
+    label_tokens: int = Field(
+        default=15, gt=0,
+        description="the most tokens of a label: the larger model's continuation of the prefix (greedy, "
+                    "ended at a line break, which it keeps)")
+    reference_words: int = Field(
+        default=15, gt=0, description="words of the true continuation kept beside each label (for comparison; "
+                                      "not trained on)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TuneDataOptions:
+        if self.min_words > self.max_words:
+            raise ValueError(f"min_words ({self.min_words}) is above max_words ({self.max_words})")
+        return self
+
+
+class TuneOptions(Options):
+    """LoRA tuning of the composition client on tuning data (transformers, CPU by default)."""
+
+    rank: int = Field(default=8, gt=0, description="LoRA rank")
+    alpha: float = Field(default=16.0, gt=0.0, description="LoRA alpha (the update is scaled by alpha / rank)")
+    dropout: float = Field(default=0.05, ge=0.0, lt=1.0, description="dropout on the LoRA inputs while training")
+    modules: str = Field(default="q_proj,k_proj,v_proj,o_proj",
+                         description="the linear layers that get adapters, comma-separated, or all-linear")
+    steps: int = Field(default=60, gt=0, description="optimizer steps")
+    learning_rate: float = Field(default=2e-4, gt=0.0, description="AdamW learning rate")
+    batch_size: int = Field(default=4, gt=0, description="examples per step")
+    max_tokens: int = Field(
+        default=768, ge=64,
+        description="the longest training sequence; a longer text loses its start, cut as the client cuts it")
+    held_out: float = Field(
+        default=0.1, ge=0.0, lt=1.0,
+        description="share of the texts (whole texts, by source) kept out of training to measure the label "
+                    "loss before and after")
+    seed: int = Field(default=0, ge=0, description="seed of the example order, the held-out split and the adapters")
+
+
 def pattern_options(pattern: str, **values: Any) -> PatternOptions:
     """The record for ``pattern`` (``wim``, ``lc`` or ``rag``) built from ``values``.
 

@@ -1,4 +1,5 @@
-"""The `marginalia` command: read documents, index collections, run benchmarks.
+"""The `marginalia` command: read documents, index collections, compose, tune the compose client, run
+benchmarks.
 
 Answers go to stdout; margins as they arrive, progress and logs go to stderr.
 Exit codes: 0 ok, 1 runtime failure, 2 usage error.
@@ -13,7 +14,7 @@ from typing import TextIO
 
 from .. import __version__
 from ..errors import ContextOverflow, MarginaliaError
-from . import compose, documents, reading, serve
+from . import compose, documents, reading, serve, tune
 from .bench import add_bench_parser, cmd_bench
 from .common import Formatter, common_options
 from .reading import demo_files, run_pattern, serve_command
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     documents.register(sub, common)
     serve.register(sub, common)
     compose.register(sub, common)
+    tune.register(sub, common)
     add_bench_parser(sub, [common], Formatter).set_defaults(handler=cmd_bench)
     return parser
 

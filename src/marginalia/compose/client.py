@@ -29,10 +29,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from ..errors import ContextOverflow, UserError
+from ..errors import UserError
 from ..models.base import CachingGenerator, GenerationParams, Generator, Usage, close_stream
-from ..prompts import render
 from .events import ComposeEvent, MemoryItem, MemoryPrepared, MemorySwapped, Suggested
+from .prompt import ClientPrompt, strip_trailing
 from .threads import start_background
 
 log = logging.getLogger(__name__)
@@ -44,13 +44,8 @@ PREFILL_STEP = 64
 YIELD_AT_MOST = 0.5
 #: times the background preparation syncs again with text typed while it prefilled
 CATCH_UP_ROUNDS = 4
-_TRAILING = " \t"
 
-
-def strip_trailing(text: str) -> str:
-    """The text a prompt holds: without trailing spaces and tabs (a lone space is a token a model rarely
-    saw before a word; the model writes the space itself, and the suggestion drops it)."""
-    return text.rstrip(_TRAILING)
+__all__ = ["Completion", "CompletionClient", "common_prefix", "forks_share_cache", "strip_trailing"]
 
 
 def _without_blank(raw: str, blank: str) -> str | None:
@@ -212,18 +207,15 @@ class CompletionClient:
         self.stop = tuple(stop)
         self.on_event = on_event
         self.prefill_step = prefill_step
-        self._tok_lock = threading.Lock()  # a tokenizer that learns words as it goes (the fake) is not thread-safe
-        frame = generator.chat_frame(render("compose_system").strip())
-        tok = generator.tokenizer
-        self._prefix = tuple(tok.encode(frame.head, allow_special=True) + tok.encode(render("compose_instruction")))
-        self._tail = tuple(tok.encode(frame.tail, allow_special=True))
+        self.prompt = ClientPrompt(generator, suggestion_tokens)
+        self._prefix = self.prompt.prefix
         self._fg = threading.Lock()  # one completion at a time, on the active cache
         self._fg_idle = threading.Event()
         self._fg_idle.set()
         self._state = threading.Condition()  # guards everything below
         self._active = _Cache(generator)
         self._standby = _Cache(standby)
-        self._memory = _Memory(0, (), self._tail)
+        self._memory = _Memory(0, (), self.prompt.tail)
         self._target: _Memory | None = None  # the newest memory asked for
         self._ready: tuple[_Cache, _Memory] | None = None  # prepared, not yet swapped in
         self._preparing = False
@@ -246,33 +238,18 @@ class CompletionClient:
 
     def encode(self, text: str) -> list[int]:
         """The context tokens of ``text`` (see `strip_trailing`)."""
-        with self._tok_lock:
-            return self.generator.tokenizer.encode(strip_trailing(text))
+        return self.prompt.encode(text)
 
     def prompt_ids(self, context_ids: Sequence[int], memory: tuple[MemoryItem, ...] | None = None) -> list[int]:
         """The whole prompt for a context, with the given memory (default: the memory in use)."""
-        block = self._memory if memory is None else _Memory(0, memory, self._memory_ids(memory))
-        return [*self._prefix, *block.ids, *self._context(context_ids, block)]
-
-    def _memory_ids(self, items: Sequence[MemoryItem]) -> tuple[int, ...]:
-        if not items:
-            return self._tail
-        notes = "\n".join(f"- {' '.join(item.text.split())}" for item in items)
-        with self._tok_lock:
-            return tuple(self.generator.tokenizer.encode(render("compose_memory", notes=notes))) + self._tail
+        if memory is None:
+            with self._state:
+                memory_ids: Sequence[int] = self._memory.ids
+            return self.prompt.ids(context_ids, memory_ids=memory_ids)
+        return self.prompt.ids(context_ids, memory)
 
     def _context(self, ids: Sequence[int], memory: _Memory) -> Sequence[int]:
-        """The context tokens that fit beside the prefix, the memory and a suggestion. A longer text loses
-        its start in steps of a quarter of the room, so the cut moves rarely and the cache stays reusable."""
-        room = self.generator.context_window - len(self._prefix) - len(memory.ids) - self.suggestion_tokens - 4
-        if room <= 0:
-            raise ContextOverflow(len(self._prefix) + len(memory.ids) + self.suggestion_tokens,
-                                  self.generator.context_window, "the instruction and the memory")
-        if len(ids) <= room:
-            return ids
-        step = max(room // 4, 1)
-        cut = -(-(len(ids) - room) // step) * step
-        return ids[cut:]
+        return self.prompt.context(ids, memory.ids)
 
     # -- keystrokes --------------------------------------------------------------------------------
 
@@ -338,7 +315,7 @@ class CompletionClient:
     def set_memory(self, items: Sequence[MemoryItem], version: int) -> None:
         """Ask for completions with this memory: it is prepared in the background and swapped in by the
         first completion after it is ready (an older version is ignored)."""
-        memory = _Memory(version, tuple(items), self._memory_ids(items))
+        memory = _Memory(version, tuple(items), self.prompt.memory_ids(items))
         with self._state:
             if self._closed:
                 return

@@ -15,6 +15,7 @@ chunks that the text being written already holds word for word are left out of w
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from abc import ABC, abstractmethod
@@ -38,6 +39,9 @@ MAX_QUERY_CHARS = 2000
 QUESTION_WORDS = 80
 #: a chunk this long or longer that the text being written holds word for word is the text itself
 SELF_MATCH_CHARS = 40
+#: searches, each four times deeper than the one before, while the hits are mostly the text being written (a
+#: long draft in the collection can fill the first two pages of hits on its own)
+SEARCH_ROUNDS = 3
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|note:|fact:)\s*", re.IGNORECASE)
 
 
@@ -70,6 +74,13 @@ class MemoryGenerator(ABC):
         hits = self.retrieve(request)
         return self.compress(request, hits) if hits else []
 
+    def excluding(self, names: Iterable[str]) -> MemoryGenerator:
+        """A copy that also never retrieves from these documents (ids or sources); it shares the collection
+        and the model, so use one at a time."""
+        other = copy.copy(self)
+        other.exclude = self.exclude | frozenset(names)
+        return other
+
     @staticmethod
     def query_of(request: MemoryRequest) -> str:
         """What to search with: the new text, or the text's end when nothing new was typed."""
@@ -89,13 +100,13 @@ class MemoryGenerator(ABC):
         if not query:
             return []
         k = 2 * self.hits + 4
-        for _ in range(2):
+        for _ in range(SEARCH_ROUNDS):
             found = list(self.collection.search(query, k=k, mode=self.search, kinds=("chunk",)))
             kept = [h for h in found if not self.excluded(h, request.context)
                     and (math.isnan(h.similarity) or h.similarity >= self.min_similarity)]
             if len(kept) >= self.hits or len(found) < k:
                 break
-            k *= 4  # many hits were the text itself: look deeper once
+            k *= 4  # many hits were the text itself: look deeper
         return kept[: self.hits]
 
     @abstractmethod

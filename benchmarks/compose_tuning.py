@@ -1,0 +1,188 @@
+"""Instruction tuning of the composition client: the eval model labels WikiText article prefixes (with memory
+retrieved from WikiText paragraphs and written by the memory model, as the composer would), then SmolLM2 is
+tuned with LoRA on CPU on those labels; reported: examples made, time, training loss, held-out label loss and
+perplexity before and after.
+
+The retrieval corpus is every article of the data file, indexed into a collection; each prefix's own article
+is never among its memory's sources. Only the articles of ``--articles`` are cut into prefixes (by default
+all but the first eight, which are left unseen for evaluating the tuned client). The examples file is
+resumable: run the same command again after a crash and it goes on.
+
+    python benchmarks/compose_tuning.py [--limit 69] [--steps 30] [--memory-model smollm2] [--out DIR]
+
+The tuned model's spec (``hf:<out>/model``) is printed at the end and written into BENCHMARKS.md. The texts
+are read at run time from ../shared/data (``--data``); nothing of them is kept in the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import ROOT, command_line, git_commit, machine, write_section  # noqa: E402
+from compose_latency import clean  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data" / "wikitext-test-articles.part1.jsonl"
+EVAL_MODEL = Path("~/.cache/marginalia-eval/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").expanduser()
+COLLECTION = "compose-tuning-wikitext"
+
+
+def span(text: str, count: int) -> range:
+    """``a:b`` (either end may be left out) as a range over ``count`` articles."""
+    a, _, b = text.partition(":")
+    return range(int(a or 0), int(b) if b else count)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--label-model", default=f"gguf:{EVAL_MODEL}", help="the larger model that writes the labels")
+    ap.add_argument("--memory-model", default="smollm2",
+                    help="the model that writes memory (as in the composer's default: the client's own model)")
+    ap.add_argument("--client", default="smollm2", help="the client to tune (run on transformers)")
+    ap.add_argument("--articles", default="8:", help="which articles are cut into prefixes (a:b)")
+    ap.add_argument("--cuts", type=int, default=3, help="prefixes per article")
+    ap.add_argument("--max-words", type=int, default=120, help="the longest prefix, in words")
+    ap.add_argument("--hits", type=int, default=2, help="retrieved chunks per memory request")
+    ap.add_argument("--limit", type=int, default=69, help="at most this many examples")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--learning-rate", type=float, default=3e-4)
+    ap.add_argument("--held-out", type=float, default=0.15)
+    ap.add_argument("--home", type=Path, default=None, help="marginalia's home (default: the usual one)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the tuned model's folder (default: <home>/tuned/compose-client-wikitext)")
+    ap.add_argument("--data-only", action="store_true", help="make (or extend) the examples, do not train")
+    args = ap.parse_args()
+    if not args.data.is_file():
+        sys.exit(f"no data at {args.data}; give --data")
+
+    from marginalia import app
+    from marginalia.compose.tuning import read_examples
+    from marginalia.home import resolve_home
+    from marginalia.options import ComposeOptions, TuneDataOptions, TuneOptions
+
+    t_start = time.perf_counter()
+    load_before = os.getloadavg()
+    home = resolve_home(args.home)
+    work = home / "bench" / "compose_tuning"
+    docs = work / "articles"
+    docs.mkdir(parents=True, exist_ok=True)
+    articles = [json.loads(line) for line in args.data.read_text("utf-8").splitlines() if line.strip()]
+    paths = []
+    for i, article in enumerate(articles):
+        path = docs / f"article-{i:02d}.md"
+        text = f"# {article['title']}\n\n{clean(article['text'])}"
+        if not path.is_file() or path.read_text("utf-8") != text:
+            path.write_text(text, "utf-8")
+        paths.append(path)
+    chosen = span(args.articles, len(articles))
+    tuning_paths = [paths[i] for i in chosen]
+
+    def load(spec: str) -> Any:
+        return app.load_model(spec, home=home, backend="llamacpp" if spec.startswith(("gguf:", "smollm2")) else "auto")
+
+    label_model = load(args.label_model)
+    memory_model = load(args.memory_model) if args.memory_model != args.label_model else None
+    t0 = time.perf_counter()
+    app.index_paths(paths, COLLECTION, count_tokens=label_model.tokenizer.count, home=home)
+    index_s = time.perf_counter() - t0
+    store = app.open_collection(COLLECTION, home=home)
+    n_chunks = sum(d.n_chunks for d in store.documents())
+    print(f"collection {COLLECTION}: {len(store.documents())} articles, {n_chunks} chunks ({index_s:.0f} s)",
+          flush=True)
+
+    examples_path = work / "examples.jsonl"
+    data_options = TuneDataOptions(cuts=args.cuts, min_words=20, max_words=args.max_words, label_tokens=15,
+                                   reference_words=15)
+    compose = ComposeOptions(hits=args.hits)
+    t0 = time.perf_counter()
+    last = [t0]
+
+    def progress(done: int, total: int) -> None:
+        if time.perf_counter() - last[0] > 30:
+            last[0] = time.perf_counter()
+            print(f"  cut {done}/{total} ({last[0] - t0:.0f} s)", flush=True)
+
+    data = app.tuning_data(tuning_paths, examples_path, data_options, compose, label_model=label_model,
+                           collection=store, memory_generator=memory_model, home=home, limit=args.limit,
+                           progress=progress)
+    data_s = time.perf_counter() - t0
+    examples = read_examples(examples_path)
+    per_example = [e.seconds for e in examples]
+    print(f"{data.written} examples made ({data.kept} kept from before) in {data_s:.0f} s; "
+          f"{len(examples)} in {examples_path}; median {statistics.median(per_example):.1f} s each", flush=True)
+    if args.data_only:
+        return
+    del label_model, memory_model
+
+    client = app.load_model(args.client, home=home, device="cpu", backend="transformers")
+    options = TuneOptions(rank=args.rank, alpha=2.0 * args.rank, steps=args.steps, batch_size=args.batch_size,
+                          learning_rate=args.learning_rate, held_out=args.held_out)
+    out = args.out or home / "tuned" / "compose-client-wikitext"
+    t0 = time.perf_counter()
+
+    def on_step(step: int, steps: int, loss: float) -> None:
+        if step == 1 or step % 5 == 0 or step == steps:
+            print(f"  step {step}/{steps}: loss {loss:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+    report = app.tune_client(examples_path, out, options, generator=client, home=home, on_step=on_step, log=print)
+    train_s = time.perf_counter() - t0
+    load_after = os.getloadavg()
+    losses = report.losses
+    k = min(5, len(losses))
+    memory_items = [len(e.memory) for e in examples]
+    blank = sum(1 for e in examples if not e.label.strip())
+
+    def fmt(x: float | None, digits: int = 3) -> str:
+        return "n/a" if x is None else f"{x:.{digits}f}"
+
+    body = "\n".join([
+        "## Instruction tuning of the composition client (`benchmarks/compose_tuning.py`)",
+        "",
+        f"Command: `{command_line()}` · commit {git_commit()} · labels by {args.label_model.split('/')[-1]} "
+        f"(greedy, at most {data_options.label_tokens} tokens, ended at a line break) on llama.cpp · memory: "
+        f"{compose.memory_mode} by {args.memory_model.split('/')[-1]}, {compose.hits} chunks "
+        f"per prefix from a collection of all {len(articles)} WikiText articles of the data file ({n_chunks} "
+        f"chunks; a prefix's own article excluded) · client: {args.client} on transformers, fp32, CPU · machine: "
+        f"{machine()} · load average {load_before[0]:.1f} before, {load_after[0]:.1f} after (the machine was "
+        f"shared with other work: times are noisy) · total {(time.perf_counter() - t_start) / 60:.1f} min",
+        "",
+        f"Tuning data: articles {chosen.start}-{chosen.stop - 1} cut into prefixes of {data_options.min_words}-"
+        f"{data_options.max_words} words ({data_options.cuts} per article; articles 0-{chosen.start - 1} never "
+        f"cut, left for evaluation). {len(examples)} examples, {sum(per_example) / 60:.0f} min of memory and labels "
+        f"in all (median {statistics.median(per_example):.0f} s per example; {data.written} made by this run, "
+        f"{data.kept} by earlier ones, which this one resumed); memory items per "
+        f"example: median {statistics.median(memory_items):.0f}, none for {memory_items.count(0)}; blank labels: "
+        f"{blank}.",
+        "",
+        f"LoRA: rank {options.rank}, alpha {options.alpha:g}, dropout {options.dropout:g} on {options.modules}; "
+        f"{options.steps} steps of {options.batch_size} examples, AdamW lr {options.learning_rate:g}; loss on the "
+        f"label tokens only ({report.label_tokens} label tokens in {report.train_examples} training examples); "
+        f"{report.held_out_examples} examples of whole held-out articles. Training took {train_s:.0f} s.",
+        "",
+        "| | before | after |",
+        "|---|---:|---:|",
+        f"| training loss (mean of the first / last {k} steps) | {fmt(statistics.mean(losses[:k]))} | "
+        f"{fmt(statistics.mean(losses[-k:]))} |",
+        f"| held-out label loss (nats per token) | {fmt(report.held_out_before)} | {fmt(report.held_out_after)} |",
+        f"| held-out label perplexity | {fmt(report.perplexity_before, 2)} | {fmt(report.perplexity_after, 2)} |",
+        "",
+        f"Tuned model: `{report.spec}` (adapter and `tuning.json` beside it in `{report.folder}`); it loads as "
+        "any model, e.g. `marginalia compose --model <spec>`.",
+    ])
+    write_section("compose_tuning", body)
+    print(body)
+    print(f"\ntuned model spec: {report.spec}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Tuning data for the composition client: prefixes of real texts, the memory the composer would hold for
+each, and the larger model's continuation as the label, one JSON line per example.
+
+Each text is cut at word ends into a prefix (the text typed so far) and what follows it. The memory for a
+prefix is what the memory generator returns for a first request on it (the composer's first request holds
+the whole text), with the text's own document excluded. The label is the larger model's greedy
+continuation of the client's prompt, built by `ClientPrompt` in the larger model's own template, so the
+client is tuned on exactly the prompt it completes. The true continuation is kept beside it for comparison.
+
+The file is appended to one fsynced line per example; running again skips the examples already there, so
+a crash loses nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import UserError
+from ...files import append_line, atomic_write_lines
+from ...models.base import GenerationParams, Generator, close_stream
+from ...options import TuneDataOptions
+from ...records import Document
+from ..events import MemoryItem, MemoryRequest
+from ..memory import MemoryGenerator
+from ..prompt import ClientPrompt
+
+#: the version of the examples' JSON lines
+SCHEMA = 1
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class TuningExample:
+    """One example: a prefix of a text, the memory for it, and the larger model's continuation (the label)."""
+
+    id: str  # the document's content id and the prefix's length: the same cut of the same text, the same id
+    source: str
+    doc_id: str
+    offset: int  # the prefix is the document's text[:offset]
+    context: str
+    memory: tuple[MemoryItem, ...]
+    label: str
+    reference: str  # the text's own next words
+    label_model: str
+    label_tokens: int
+    seconds: float = 0.0  # memory and label, together
+    schema: int = field(default=SCHEMA)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TuningExample:
+        """An example from its JSON line.
+
+        Raises:
+            UserError: another schema version, or a line that is not an example.
+        """
+        if data.get("schema") != SCHEMA:
+            raise UserError(f"a tuning example of schema {data.get('schema')!r}; this marginalia reads schema "
+                            f"{SCHEMA}: make the data again")
+        try:
+            memory = tuple(MemoryItem(**{**m, "section_path": tuple(m["section_path"])}) for m in data["memory"])
+            return cls(**{**data, "memory": memory})
+        except (KeyError, TypeError) as exc:
+            raise UserError(f"not a tuning example: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A prefix of a text (``text[:offset]``) and the words that follow it."""
+
+    offset: int
+    context: str
+    reference: str
+
+
+def cut_text(text: str, cuts: int, min_words: int, max_words: int, reference_words: int) -> list[Cut]:
+    """Up to ``cuts`` prefixes of ``text``, each ending at a word's end, spread evenly between ``min_words``
+    and ``max_words`` words, each followed by at least ``reference_words`` words. Headings (lines starting
+    with ``#``) are never cut inside: a writer's next words there are the heading's, not the text's."""
+    words = list(_WORD.finditer(text))
+    ends = []
+    for i, m in enumerate(words):
+        n = i + 1
+        if n < min_words or n > max_words or len(words) - n < reference_words:
+            continue
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if text[line_start:m.start()].lstrip().startswith("#") or m.group().startswith("#"):
+            continue
+        ends.append(i)
+    if not ends:
+        return []
+    if cuts >= len(ends):
+        picks = ends
+    else:
+        step = (len(ends) - 1) / max(cuts - 1, 1)
+        picks = sorted({ends[round(k * step)] for k in range(cuts)})
+    out = []
+    for i in picks:
+        offset = words[i].end()
+        last = words[min(i + reference_words, len(words) - 1)]
+        out.append(Cut(offset, text[:offset], text[offset:last.end()]))
+    return out
+
+
+def label_continuation(generator: Generator, prompt: ClientPrompt, context: str, memory: Sequence[MemoryItem],
+                       tokens: int) -> str:
+    """The larger model's greedy continuation of the client's prompt for ``context`` and ``memory``: at most
+    ``tokens`` tokens, ended after a line break (kept: the client learns where a suggestion ends)."""
+    ids = prompt.for_text(context, memory)
+    stream = generator.stream_prompt(ids, GenerationParams(max_new_tokens=tokens))
+    text = ""
+    try:
+        for delta in stream:
+            text += delta
+            if "\n" in text:
+                return text[: text.index("\n") + 1]
+    finally:
+        close_stream(stream)
+    return text
+
+
+def read_examples(path: str | Path) -> list[TuningExample]:
+    """The examples in a JSONL file (a last line cut short by a crash is left out).
+
+    Raises:
+        UserError: no such file, or a line that is not an example.
+    """
+    return _read(Path(path).expanduser())[0]
+
+
+def _read(path: Path) -> tuple[list[TuningExample], bool]:
+    """(examples, whether the last line was torn)."""
+    try:
+        lines = path.read_text("utf-8").splitlines(keepends=True)
+    except FileNotFoundError:
+        raise UserError(f"no tuning data at {path}; make it with 'marginalia tune data'") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read tuning data {path}: {exc}") from exc
+    out, torn = [], False
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines) and not line.endswith("\n"):
+                torn = True  # the write a crash interrupted
+                break
+            raise UserError(f"{path}, line {n} is not JSON; it is not tuning data") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{path}, line {n} is not a tuning example")
+        out.append(TuningExample.from_dict(data))
+    return out, torn
+
+
+@dataclass(frozen=True)
+class DataReport:
+    """What `make_examples` did."""
+
+    path: Path
+    written: int  # examples made by this run
+    kept: int  # examples already in the file (a resumed run)
+    documents: int  # texts with at least one cut
+    too_short: tuple[str, ...]  # sources with no cut (shorter than min_words + reference_words)
+    empty_labels: int  # examples (of this run) whose label is blank
+    seconds: float
+
+
+def make_examples(documents: Iterable[Document], label_model: Generator, path: str | Path,
+                  options: TuneDataOptions | None = None, *, memory: MemoryGenerator | None = None,
+                  limit: int | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> DataReport:
+    """Make tuning examples from ``documents`` and append them to the JSONL file ``path``; examples already
+    there are skipped, so an interrupted run goes on where it stopped.
+
+    Args:
+        documents: the texts to cut (markdown, as loaded).
+        label_model: the larger model that writes the labels.
+        path: the JSONL file (created with its folder when missing).
+        options: where texts are cut and how long labels are.
+        memory: the memory generator (its collection, model and settings); each document is excluded from
+            its own memory. None: examples without memory.
+        limit: at most this many examples in the file.
+        progress: ``(done, total)`` over the cuts.
+
+    Raises:
+        UserError: no documents, none long enough to cut, or a file made with another label model or label
+            length.
+    """
+    options = options or TuneDataOptions()
+    t0 = time.perf_counter()
+    docs = list(documents)
+    if not docs:
+        raise UserError("no texts to make tuning examples from; give files or folders of documents")
+    out = Path(path).expanduser()
+    existing: list[TuningExample] = []
+    if out.exists():
+        existing, torn = _read(out)
+        if torn:
+            atomic_write_lines(out, [e.to_dict() for e in existing])
+        for example in existing[:1]:
+            if (example.label_model, example.label_tokens) != (label_model.name, options.label_tokens):
+                raise UserError(f"{out} holds examples labelled by {example.label_model} with at most "
+                                f"{example.label_tokens} tokens; give another file, or the same label model "
+                                "and --label-tokens to add to it")
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    done_ids = {e.id for e in existing}
+    planned = [(doc, cut_text(doc.text, options.cuts, options.min_words, options.max_words,
+                              options.reference_words)) for doc in docs]
+    too_short = tuple(doc.source for doc, cuts in planned if not cuts)
+    total = sum(len(cuts) for _, cuts in planned)
+    if total == 0:
+        raise UserError(f"no text is long enough to cut: each needs at least {options.min_words} words plus "
+                        f"{options.reference_words} after the cut; give longer texts or lower --min-words")
+    prompt = ClientPrompt(label_model, options.label_tokens)
+    written = empty = seen = 0
+    room = None if limit is None else max(limit - len(existing), 0)
+    with out.open("a", encoding="utf-8") as f:
+        for doc, cuts in planned:
+            fetch = memory.excluding([doc.doc_id, doc.source]) if memory is not None else None
+            for cut in cuts:
+                seen += 1
+                key = f"{doc.doc_id[:16]}:{cut.offset}"
+                if key in done_ids or (room is not None and written >= room):
+                    if progress:
+                        progress(seen, total)
+                    continue
+                t1 = time.perf_counter()
+                items = tuple(fetch(MemoryRequest(seen, cut.context, cut.context, 0))) if fetch else ()
+                text = label_continuation(label_model, prompt, cut.context, items, options.label_tokens)
+                example = TuningExample(key, doc.source, doc.doc_id, cut.offset, cut.context, items, text,
+                                        cut.reference, label_model.name, options.label_tokens,
+                                        round(time.perf_counter() - t1, 3))
+                append_line(f, example.to_dict())
+                done_ids.add(key)
+                written += 1
+                empty += not text.strip()
+                if progress:
+                    progress(seen, total)
+    return DataReport(out, written, len(existing), sum(1 for _, c in planned if c), too_short, empty,
+                      round(time.perf_counter() - t0, 2))

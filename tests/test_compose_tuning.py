@@ -1,0 +1,361 @@
+"""Tuning the composition client: examples labelled by a larger model (the scripted fake) on the client's own
+prompt, resumable; LoRA on the tiny random Llama, the loss on label tokens only; the merged model loads by
+spec; `marginalia tune data|train`."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marginalia import app
+from marginalia.cli import main
+from marginalia.errors import MissingDependency, UserError
+from marginalia.ingest.base import content_id
+from marginalia.models.fake import Request, ScriptedGenerator
+from marginalia.options import TuneDataOptions, TuneOptions
+from marginalia.records import Document
+
+pytest.importorskip("rapidfuzz")
+
+from marginalia.compose import CompletionClient, MemoryItem  # noqa: E402
+from marginalia.compose.prompt import ClientPrompt  # noqa: E402
+from marginalia.compose.tuning import (  # noqa: E402
+    IGNORE_LABEL,
+    TuningExample,
+    collate,
+    cut_text,
+    label_loss,
+    make_examples,
+    read_examples,
+    split_held_out,
+    training_row,
+    tune,
+)
+
+WORDS = ("the harbour opens at dawn and the ferry sails to Lindholm twice a day while traders sell wool "
+         "honey and rye bread in the square before the rain").split()
+
+
+def text_of(n: int, shift: int = 0, title: str = "Notes") -> str:
+    body = " ".join(WORDS[(i + shift) % len(WORDS)] for i in range(n))
+    return f"# {title}\n\n{body}.\n"
+
+
+def doc(text: str, source: str) -> Document:
+    return Document(source, text, content_id(text), "markdown")
+
+
+def item(text: str) -> MemoryItem:
+    return MemoryItem(text, "other.md", "id-other", ("Other",), 0, len(text), "takeaway")
+
+
+class StaticMemory:
+    """A memory generator stand-in: the same items for every request; records the exclusions it was given."""
+
+    def __init__(self, items: tuple[MemoryItem, ...]) -> None:
+        self.items = items
+        self.excluded: list[frozenset[str]] = []
+        self.requests: list[Any] = []
+
+    def excluding(self, names: Any) -> StaticMemory:
+        self.excluded.append(frozenset(names))
+        return self
+
+    def __call__(self, request: Any) -> list[MemoryItem]:
+        self.requests.append(request)
+        return list(self.items)
+
+
+# -- cutting texts ---------------------------------------------------------------------------------------
+
+
+def test_cuts_end_at_word_ends_outside_headings_and_are_followed_by_the_text() -> None:
+    text = text_of(60, title="A heading of several words")
+    cuts = cut_text(text, cuts=4, min_words=3, max_words=50, reference_words=5)
+    assert len(cuts) == 4
+    assert [c.offset for c in cuts] == sorted({c.offset for c in cuts})
+    for cut in cuts:
+        assert cut.context == text[:cut.offset]
+        assert text.startswith(cut.context + cut.reference)
+        assert not cut.context[-1].isspace() and (text[cut.offset].isspace() or text[cut.offset] == ".")
+        assert "\n\n" in cut.context  # never inside the heading line
+        assert len(cut.reference.split()) == 5
+        assert 3 <= len(cut.context.split()) <= 50
+    assert cut_text(text_of(5), cuts=4, min_words=3, max_words=50, reference_words=5) == []
+
+
+# -- making examples -------------------------------------------------------------------------------------
+
+
+def test_labels_come_from_the_larger_model_on_the_clients_own_prompt(tmp_path: Path) -> None:
+    larger = ScriptedGenerator(respond=lambda r: " the next words\nand more")
+    memory = StaticMemory((item("Boats leave the harbour at dawn."), item("The ferry sails twice a day.")))
+    docs = [doc(text_of(80), "a.md"), doc(text_of(70, shift=3), "b.md")]
+    options = TuneDataOptions(cuts=3, min_words=10, max_words=60, label_tokens=12, reference_words=6)
+    report = make_examples(docs, larger, tmp_path / "ex.jsonl", options, memory=memory)  # type: ignore[arg-type]
+    examples = read_examples(tmp_path / "ex.jsonl")
+    assert report.written == len(examples) == 6 and report.kept == 0
+    # the larger model's continuation, ended after its line break
+    assert {e.label for e in examples} == {" the next words\n"}
+    assert all(e.label_model == "scripted" and e.label_tokens == 12 for e in examples)
+    # each document is excluded from its own memory
+    assert memory.excluded == [frozenset({d.doc_id, d.source}) for d in docs]
+    assert [r.query for r in memory.requests] == [e.context for e in examples]
+    # the prompt the larger model got is the one a completion client on it builds
+    client = CompletionClient(larger.fork(keep_cache=False), suggestion_tokens=12)
+    assert len(larger.requests) == len(examples)
+    for request, example in zip(larger.requests, examples, strict=True):
+        assert example.memory == memory.items
+        expected = client.prompt_ids(client.encode(example.context), example.memory)
+        assert list(request.prefix_ids + request.suffix_ids) == expected
+        assert request.params.max_new_tokens == 12 and request.params.temperature == 0
+        assert example.reference == docs[0 if example.source == "a.md" else 1].text[example.offset:][
+            :len(example.reference)]
+
+
+def test_making_examples_resumes_after_a_crash(tmp_path: Path) -> None:
+    larger = ScriptedGenerator(default=" more")
+    docs = [doc(text_of(80), "a.md"), doc(text_of(70, shift=2), "b.md")]
+    options = TuneDataOptions(cuts=3, min_words=10, max_words=60)
+    path = tmp_path / "ex.jsonl"
+    first = make_examples(docs, larger, path, options, limit=2)
+    assert first.written == 2 and len(larger.requests) == 2
+    with path.open("a") as f:  # a kill in the middle of a line
+        f.write('{"id": "cut sho')
+    again = make_examples(docs, larger, path, options)
+    assert again.kept == 2 and again.written == 4
+    assert len(larger.requests) == 6  # the two already made were not labelled again
+    examples = read_examples(path)
+    assert len({e.id for e in examples}) == 6
+    assert path.read_text().endswith("\n")
+    assert make_examples(docs, larger, path, options).written == 0
+
+
+def test_examples_refuse_other_settings_empty_input_and_short_texts(tmp_path: Path) -> None:
+    path = tmp_path / "ex.jsonl"
+    docs = [doc(text_of(80), "a.md")]
+    make_examples(docs, ScriptedGenerator(default=" x"), path, TuneDataOptions(cuts=1))
+    with pytest.raises(UserError, match="labelled by scripted with at most 15 tokens"):
+        make_examples(docs, ScriptedGenerator(default=" x"), path, TuneDataOptions(cuts=1, label_tokens=9))
+    with pytest.raises(UserError, match="no texts"):
+        make_examples([], ScriptedGenerator(), tmp_path / "other.jsonl")
+    with pytest.raises(UserError, match="long enough"):
+        make_examples([doc(text_of(8), "s.md")], ScriptedGenerator(), tmp_path / "other.jsonl")
+    with pytest.raises(UserError, match="make it with 'marginalia tune data'"):
+        read_examples(tmp_path / "missing.jsonl")
+    example = read_examples(path)[0]
+    assert TuningExample.from_dict(json.loads(json.dumps(example.to_dict()))) == example
+    with pytest.raises(UserError, match="schema"):
+        TuningExample.from_dict({**example.to_dict(), "schema": 99})
+
+
+def test_app_tuning_data_draws_memory_from_a_collection_never_from_the_text(hermetic: Path, tmp_path: Path) -> None:
+    pytest.importorskip("lancedb")
+    from marginalia.index.embedders import HashingEmbedder
+
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.md").write_text(text_of(90))
+    (folder / "b.md").write_text(text_of(90, shift=5, title="Ferry"))
+    app.index_paths([folder], "corpus", count_tokens=lambda t: len(t.split()), home=hermetic,
+                    embedder=HashingEmbedder())
+    seen: list[str] = []
+
+    def respond(r: Request) -> str:
+        seen.append(r.prompt)
+        return "The ferry sails to Lindholm." if "fact" in r.prompt else " onwards"
+
+    larger = ScriptedGenerator(respond=respond)
+    options = TuneDataOptions(cuts=2, min_words=10, max_words=60)
+    report = app.tuning_data([folder / "a.md"], tmp_path / "ex.jsonl", options, label_model=larger,
+                             collection="corpus", home=hermetic)
+    examples = read_examples(tmp_path / "ex.jsonl")
+    assert report.written == 2 and report.documents == 1
+    assert all(e.memory for e in examples)
+    assert {m.source for e in examples for m in e.memory} == {str(folder / "b.md")}
+    assert all(e.label == " onwards" for e in examples)
+    with pytest.raises(UserError, match="no file or folder"):
+        app.tuning_data([tmp_path / "nope"], tmp_path / "x.jsonl", label_model=larger)
+
+
+# -- training rows ---------------------------------------------------------------------------------------
+
+
+def example(context: str, label: str, source: str = "a.md", memory: tuple[MemoryItem, ...] = ()) -> TuningExample:
+    return TuningExample(f"{source}:{len(context)}", source, content_id(source), len(context), context, memory, label,
+                         "", "scripted", 15)
+
+
+def test_the_loss_mask_covers_only_the_label_tokens(tiny: Any) -> None:
+    torch = pytest.importorskip("torch")
+    memory = (item("Fact 17: the value is 1717."),)
+    prompt = ClientPrompt(tiny, suggestion_tokens=8)
+    ex = example("The harbour opens at", " dawn and", memory=memory)
+    row = training_row(prompt, ex)
+    assert row is not None
+    client = CompletionClient(tiny.fork(keep_cache=False))
+    prompt_ids = client.prompt_ids(client.encode(ex.context), memory)
+    label_ids = tiny.tokenizer.encode(" dawn and")
+    assert list(row.input_ids) == prompt_ids + label_ids
+    assert list(row.labels) == [IGNORE_LABEL] * len(prompt_ids) + label_ids
+    assert training_row(prompt, example("The harbour", "  ")) is None
+    short = training_row(prompt, example("Rain", " fell"))
+    assert short is not None
+    ids, mask, labels = collate([row, short], pad_id=0, torch=torch)
+    assert ids.shape == mask.shape == labels.shape == (2, len(row.input_ids))
+    n = len(short.input_ids)
+    assert mask[1, :n].tolist() == [1] * n and mask[1, n:].tolist() == [0] * (len(row.input_ids) - n)
+    assert labels[1, n:].tolist() == [IGNORE_LABEL] * (len(row.input_ids) - n)
+    trained_on = (labels != IGNORE_LABEL).sum().item()
+    assert trained_on == len(label_ids) + len(tiny.tokenizer.encode(" fell"))
+
+
+def test_whole_texts_are_held_out() -> None:
+    examples = [example(f"text {i}", " x", source=f"{s}.md") for s in "abcdefghij" for i in range(3)]
+    train, held = split_held_out(examples, 0.2, seed=1)
+    assert len({e.source for e in held}) == 2 and len(held) == 6
+    assert not {e.source for e in train} & {e.source for e in held}
+    assert split_held_out(examples, 0.2, seed=1) == (train, held)
+    assert split_held_out(examples, 0.0)[1] == []
+    assert split_held_out(examples[:3], 0.5)[1] == []  # one text: nothing to hold out
+
+
+# -- LoRA ------------------------------------------------------------------------------------------------
+
+
+def tiny_examples() -> list[TuningExample]:
+    memory = (item("Fact 17: the value is 1717."),)
+    out = []
+    for i, (context, label) in enumerate([("The harbour opens at", " dawn and closes at dusk."),
+                                          ("Rain fell on the market", " square all week."),
+                                          ("Ships, carts and bicycles", " crowd the bridge."),
+                                          ("What is the answer? The answer", " is written in the margin.")]):
+        out.append(example(context, label, source=f"t{i % 2}.md", memory=memory if i % 2 else ()))
+    return out
+
+
+def test_two_steps_train_the_adapters_and_the_merged_model_loads_by_spec(tiny: Any, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    from marginalia.models import load_generator
+
+    before = {k: v.clone() for k, v in tiny.model.state_dict().items()}
+    steps: list[tuple[int, int, float]] = []
+    options = TuneOptions(rank=4, alpha=8, steps=2, learning_rate=5e-3, batch_size=2, held_out=0.5)
+    report = tune(tiny_examples(), tiny, tmp_path / "tuned", options, on_step=lambda *s: steps.append(s))
+    assert [s[:2] for s in steps] == [(1, 2), (2, 2)]
+    assert report.losses == tuple(s[2] for s in steps) and len(report.losses) == 2
+    assert report.train_examples == 2 and report.held_out_examples == 2
+    assert report.held_out_before is not None and report.held_out_after is not None
+    assert report.held_out_after != report.held_out_before
+    # the caller's model is untouched: training ran on a copy
+    assert all(torch.equal(before[k], v) for k, v in tiny.model.state_dict().items())
+    adapter = load_file(tmp_path / "tuned" / "adapter" / "adapter_model.safetensors")
+    b = [v for k, v in adapter.items() if "lora_B" in k]
+    assert b and all(v.abs().sum() > 0 for v in b)  # LoRA's B starts at zero: two steps moved it
+    assert report.spec == f"hf:{tmp_path / 'tuned' / 'model'}"
+    record = json.loads((tmp_path / "tuned" / "tuning.json").read_text())
+    assert record["losses"] == list(report.losses) and record["options"]["rank"] == 4
+
+    tuned = load_generator(report.spec, device="cpu")
+    merged = tuned.model.state_dict()
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(merged[q], before[q])
+    assert torch.equal(merged["model.embed_tokens.weight"], before["model.embed_tokens.weight"])
+    # the merged model is the tuned one: its held-out label loss is the one measured after training
+    _, held = split_held_out(tiny_examples(), 0.5, options.seed)
+    longest = max(len(tuned.tokenizer.encode(e.label)) for e in tiny_examples())
+    prompt = ClientPrompt(tuned, suggestion_tokens=longest, window=min(options.max_tokens, tuned.context_window))
+    rows = [r for e in held if (r := training_row(prompt, e)) is not None]
+    assert label_loss(tuned.model, rows, 2, 0, torch) == pytest.approx(report.held_out_after, abs=1e-4)
+    client = CompletionClient(tuned)  # a composition client, as any model
+    completion = client.complete("The harbour opens at", max_new_tokens=3)
+    completion.text()
+    assert completion.result is not None and 1 <= completion.result.generated_tokens <= 3
+    # tuning again into the same folder replaces it
+    again = tune(tiny_examples(), tiny, tmp_path / "tuned", options.model_copy(update={"steps": 1}))
+    assert json.loads((tmp_path / "tuned" / "tuning.json").read_text())["steps"] == again.steps == 1
+
+
+def test_tuning_refuses_what_it_cannot_use(tiny: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("peft")
+    with pytest.raises(UserError, match="on transformers"):
+        tune(tiny_examples(), ScriptedGenerator(), tmp_path / "t")
+    with pytest.raises(UserError, match="no examples to train on"):
+        tune([example("The harbour", " ")], tiny, tmp_path / "t")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="not a tuned model's folder"):
+        tune(tiny_examples(), tiny, tmp_path / "busy")
+    with pytest.raises(UserError, match="cannot put LoRA adapters"):
+        tune(tiny_examples(), tiny, tmp_path / "t", TuneOptions(modules="no_such_proj", steps=1))
+    monkeypatch.setitem(sys.modules, "peft", None)
+    with pytest.raises(MissingDependency, match=r"marginalia\[tune\]"):
+        tune(tiny_examples(), tiny, tmp_path / "t")
+
+
+# -- the command -----------------------------------------------------------------------------------------
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_commands_make_data_and_a_tuned_model(tiny_parts: Any, hermetic: Path, tmp_path: Path) -> None:
+    pytest.importorskip("peft")
+    model, tok = tiny_parts
+    base = tmp_path / "tiny"
+    model.save_pretrained(base)
+    tok.save_pretrained(base)
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    for i in range(3):
+        (texts / f"t{i}.md").write_text(text_of(60, shift=i))
+    data = tmp_path / "ex.jsonl"
+    code, out, err = run("tune", "data", str(texts), "-o", str(data), "--label-model", "scripted: and so on",
+                         "--cuts", "2", "--min-words", "10", "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["written"] == 6 and summary["documents"] == 3
+    assert {e.label for e in read_examples(data)} == {" and so on"}
+    code, out, err = run("tune", "train", str(data), "--model", f"hf:{base}", "--steps", "2", "--batch-size", "2",
+                         "--rank", "2", "--device", "cpu")
+    assert code == 0, err
+    spec = out.strip()
+    assert spec == f"hf:{hermetic / 'tuned' / 'ex' / 'model'}"
+    assert "held-out label loss" in err
+    assert (hermetic / "tuned" / "ex" / "model" / "config.json").is_file()
+    assert json.loads((hermetic / "tuned" / "ex" / "tuning.json").read_text())["base_model"] == f"hf:{base}"
+
+
+def test_the_commands_say_what_is_wrong(hermetic: Path, tmp_path: Path) -> None:
+    code, _, err = run("tune", "train", str(tmp_path / "missing.jsonl"))
+    assert code == 2 and "no tuning data" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = run("tune", "data", str(tmp_path / "empty"), "-o", str(tmp_path / "x.jsonl"),
+                       "--label-model", "scripted:x")
+    assert code == 2 and "no readable text" in err
+    (tmp_path / "t.md").write_text(text_of(60))
+    code, _, err = run("tune", "data", str(tmp_path / "t.md"), "-o", str(tmp_path / "x.jsonl"),
+                       "--label-model", "gguf:/no/such/model.gguf")
+    assert code == 2 and "no GGUF file" in err
+    code, _, err = run("tune", "data", str(tmp_path / "t.md"), "-o", str(tmp_path / "x.jsonl"),
+                       "--label-model", "scripted:x", "--min-words", "50", "--max-words", "10")
+    assert code == 2 and "min_words" in err
+    make_examples([doc(text_of(60), "t.md")], ScriptedGenerator(default=" x"), tmp_path / "ok.jsonl")
+    code, _, err = run("tune", "train", str(tmp_path / "ok.jsonl"), "--model", "gguf:/no/such/model.gguf")
+    assert code == 2 and "no GGUF file" in err
+    code, _, err = run("tune", "train", str(tmp_path / "ok.jsonl"), "--model", "scripted:x")
+    assert code == 2 and "on transformers" in err
+    with pytest.raises(SystemExit) as exit_:
+        run("tune", "train", "x.jsonl", "--held-out", "1.5")
+    assert exit_.value.code == 2
