@@ -122,7 +122,11 @@ class Stats:
     """Token counts and timings of one run (seconds, tokens)."""
 
     context_tokens: int = 0
+    #: context tokens the backend evaluated (by its own account: what it passed to prefill, or over HTTP
+    #: what the server reports it did not take from its cache), repeats included
     prefilled_context_tokens: int = 0
+    #: of those, evaluations of a context token evaluated before in the same reading (0 when each is read once)
+    reprefilled_context_tokens: int = 0
     #: context tokens taken from a kept or stored cache of the document instead of prefilled (WiM)
     cached_context_tokens: int = 0
     #: context tokens dropped from the cache to make room for the rest of a long document (WiM)
