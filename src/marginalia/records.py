@@ -101,6 +101,7 @@ class Margin:
     score: float | None = None
     reason: str = ""
     evidence: tuple[int, int] | None = None  # char span in the context that supports it
+    p_yes: float | None = None  # the model's own probability that the note helps (the combined judge asked)
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,8 @@ class CombinedJudge(GroundedJudge):
     """
 
     mode = "combined"
-    choices = ("YES", "NO")
+    #: the check's answers (not `choices`: the margin itself is written freely)
+    probe_choices = ("YES", "NO")
 
     def __init__(self, threshold: float = 0.5, topic_threshold: float = TOPIC_THRESHOLD,
                  weight: float = 0.5) -> None:
@@ -163,8 +164,8 @@ class CombinedJudge(GroundedJudge):
 
     def probe(self, worker: CachingGenerator, suffix: list[int]) -> float:
         """P(YES) for the check ``suffix`` (the question and the note) on ``worker``'s cache."""
-        probs = worker.choice_probabilities(suffix, self.choices)
-        return probs[self.choices[0]]
+        probs = worker.choice_probabilities(suffix, self.probe_choices)
+        return probs[self.probe_choices[0]]
 
     def judge(self, question: str, margin: str, segment: Segment, read: str,
               p_yes: float | None = None) -> Verdict:

@@ -359,7 +359,8 @@ class WimReader:
             judge = SeparateJudge(judge_gen)
             overlap = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wim-judge")
 
-        def settle(segment: Segment, raw: str, verdict: Verdict | Future[Verdict]) -> Iterator[Event]:
+        def settle(segment: Segment, raw: str, verdict: Verdict | Future[Verdict],
+                   p_yes: float | None = None) -> Iterator[Event]:
             nonlocal found
             if isinstance(verdict, Future):
                 verdict = verdict.result()
@@ -369,7 +370,7 @@ class WimReader:
             if relevant and verdict.evidence is not None:
                 cited.add(verdict.evidence)
             margin = Margin(segment.index, verdict.text, relevant, judge.mode, verdict.score, reason,
-                            verdict.evidence)
+                            verdict.evidence, p_yes)
             margins.append(margin)
             yield MarginJudged(margin, clock())
             threshold = wim.stop_at_score
@@ -420,7 +421,7 @@ class WimReader:
             yield MarginWritten(segment.index, raw, clock())
             if overlap is None:
                 yield from settle(segment, raw, judge.judge(question, raw, segment, self.context[:segment.end],
-                                                            item.p_yes))
+                                                            item.p_yes), item.p_yes)
                 continue
             # the separate judge's request for this margin runs while the next segment is read
             while judging:
