@@ -9,18 +9,18 @@ import pytest
 from marginalia.errors import UserError
 from marginalia.models.base import GenerationParams
 from marginalia.models.fake import ScriptedGenerator
+from marginalia.patterns.grounding import sentence_spans, units
 from marginalia.patterns.judges import (
     CombinedJudge,
     FusedJudge,
     GroundedJudge,
     SeparateJudge,
+    Verdict,
     content_words,
     find_evidence,
     is_empty_margin,
     make_judge,
 )
-from marginalia.patterns.grounding import sentence_spans, units
-from marginalia.patterns.judges import Verdict
 from marginalia.records import Segment
 
 QUESTION = "Which pier does the night ferry to Brackwater leave from?"

@@ -11,10 +11,10 @@ extends the one before.
 
 from __future__ import annotations
 
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypedDict
 

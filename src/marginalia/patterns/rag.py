@@ -96,7 +96,8 @@ class RAG(Pattern):
             text, first = yield from relay_answer(gen.stream_prompt(prompt, self.answer_params), clock)
         used = gen.usage.since(before)
         stats = make_stats(
-            clock, used, len(ids), ledger.evaluated, reprefilled_context=ledger.repeated, answer_tokens=used.generated_tokens,
+            clock, used, len(ids), ledger.evaluated, reprefilled_context=ledger.repeated,
+            answer_tokens=used.generated_tokens,
             answer_seconds=used.decode_seconds, time_to_first_answer_token=first,
             retrieval_seconds=retrieve_seconds,
         )
