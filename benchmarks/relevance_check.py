@@ -77,6 +77,7 @@ def _baseline_judge(ref: str) -> Judge:
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     module.__package__ = "marginalia.patterns"
+    sys.modules[spec.name] = module  # dataclasses look their module up
     exec(compile(source, f"judges.py@{ref}", "exec"), module.__dict__)
     judge = module.GroundedJudge()
     return lambda q, m, seg, read, p: judge.judge(q, m, seg, read)
@@ -150,6 +151,95 @@ def evaluate(args: argparse.Namespace) -> None:
     print(body)
 
 
+KINDS = {  # margin kind -> whether it holds the answer
+    "bare gold answer": True, "the answer's sentence, copied": True,
+    "the answer's sentence, another answer put in": False, "another sentence of the gold paragraph": False,
+    "a distractor sentence sharing a question word": False, "a distractor sentence": False,
+}
+
+
+def _controlled_items(limit: int, seed: int = 7) -> list[dict[str, Any]]:
+    """Margins of known kinds (`KINDS`) for SQuAD questions: the gold paragraph among six others."""
+    import random
+
+    from marginalia.patterns.grounding import sentence_spans, units
+
+    data = json.loads((DATA / SOURCES["squad"]).read_text())["data"]
+    paragraphs = [(a["title"], p) for a in data for p in a["paragraphs"]]
+    rng = random.Random(seed)
+    picks = rng.sample(range(len(paragraphs)), min(limit, len(paragraphs)))
+    items = []
+    for k in picks:
+        title, para = paragraphs[k]
+        qa = para["qas"][0]
+        answer = qa["answers"][0]
+        others = [p for t, p in rng.sample(paragraphs, 12) if t != title][:6]
+        context_parts = [o["context"] for o in others[:3]] + [para["context"]] + [o["context"] for o in others[3:]]
+        context = "\n\n".join(context_parts)
+        gold_at = context.index(para["context"])
+        start = gold_at + answer["answer_start"]
+        spans = sentence_spans(context)
+        gold_sentences = [(a, b) for a, b in spans if gold_at <= a < gold_at + len(para["context"])]
+        own = next(((a, b) for a, b in gold_sentences if a <= start < b), None)
+        if own is None or answer["text"] not in context[own[0]:own[1]]:
+            continue
+        sentence = context[own[0]:own[1]]
+        margins = {"bare gold answer": answer["text"], "the answer's sentence, copied": sentence}
+        swap = next((o["qas"][0]["answers"][0]["text"] for o in others
+                     if o["qas"][0]["answers"][0]["text"] not in sentence), None)
+        if swap:
+            margins["the answer's sentence, another answer put in"] = sentence.replace(answer["text"], swap, 1)
+        rest = [context[a:b] for a, b in gold_sentences if (a, b) != own and answer["text"] not in context[a:b]]
+        if rest:
+            margins["another sentence of the gold paragraph"] = rng.choice(rest)
+        distract = [context[a:b] for a, b in spans if not gold_at <= a < gold_at + len(para["context"])
+                    and answer["text"] not in context[a:b]]
+        asked = set(units(qa["question"]))
+        sharing = [d for d in distract if asked & set(units(d))]
+        if sharing:
+            margins["a distractor sentence sharing a question word"] = rng.choice(sharing)
+        margins["a distractor sentence"] = rng.choice(distract)
+        items.append({"question": qa["question"], "context": context, "margins": margins})
+    return items
+
+
+def controlled(args: argparse.Namespace) -> None:
+    """Keep rates by margin kind (SQuAD, margins made from the data) and bare answers kept (the demo)."""
+    from marginalia.app import demo
+    from marginalia.records import Segment
+
+    judges = {k: v for k, v in _judges(args.baseline).items() if not k.startswith(("combined", "the model"))}
+    items = _controlled_items(args.limit)
+    text, questions = demo()
+    header = "| check | " + " | ".join(KINDS) + " | demo: bare answer kept |"
+    lines = [header, "|---|" + "---:|" * (len(KINDS) + 1)]
+    for label, judge in judges.items():
+        cells = []
+        for kind in KINDS:
+            rows = [it for it in items if kind in it["margins"]]
+            kept = sum(bool(judge(it["question"], it["margins"][kind], Segment(0, 0, len(it["context"]),
+                                                                                it["context"], ()),
+                                  it["context"], None).relevant) for it in rows)
+            cells.append(f"{kept}/{len(rows)}")
+        demo_kept = sum(bool(judge(q["question"], q["answer"], Segment(0, 0, len(text), text, ()), text,
+                                   None).relevant) for q in questions)
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {demo_kept}/{len(questions)} |")
+    body = "\n".join([
+        "### Margins of known kinds",
+        "",
+        f"Command: `{command_line()}` · commit {git_commit()}",
+        "",
+        f"{len(items)} SQuAD development questions, each with its gold paragraph among six others; for each, "
+        "margins made from the data: the first two hold the answer and should be kept, the others should not. "
+        "Last column: the bare gold answer of each bundled demo question, judged against the demo report.",
+        "",
+        *lines,
+    ])
+    if args.write:
+        write_section("relevance_check_controlled", body)
+    print(body)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="step", required=True)
@@ -163,10 +253,14 @@ def main() -> None:
     e.add_argument("--margins", required=True)
     e.add_argument("--baseline", help="also judge with the grounded judge of this git commit")
     e.add_argument("--write", action="store_true", help="write the table to BENCHMARKS.md")
+    k = sub.add_parser("controlled", help="keep rates of margins made from the data, no model")
+    k.add_argument("--limit", type=int, default=200, help="SQuAD questions")
+    k.add_argument("--baseline", help="also judge with the grounded judge of this git commit")
+    k.add_argument("--write", action="store_true", help="write the table to BENCHMARKS.md")
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"no development data at {DATA}")
-    collect(args) if args.step == "collect" else evaluate(args)
+    {"collect": collect, "evaluate": evaluate, "controlled": controlled}[args.step](args)
 
 
 if __name__ == "__main__":

@@ -299,3 +299,13 @@ def test_choice_probabilities_leave_the_cache_as_it_was() -> None:
     assert gen.cached_ids == before
     assert gen.choice_probabilities(gen.tokenizer.encode("And now?"), ("YES", "NO"))["NO"] == pytest.approx(1.0)
     assert gen.requests[0].prefix == "some text read"
+
+
+def test_a_rare_word_brought_in_from_another_sentence_is_dropped() -> None:
+    """The answer's sentence with another place's name put in: each word was read, but not together."""
+    read = (f"{FACT} The bakery near the Carrow bridge was known for its bright rye bread. Children crossed "
+            "the bridge to school. Traders at the Lindholm market sold wool and honey from early morning.\n")
+    verdict = _judge(QUESTION, "The night ferry to Lindholm leaves from pier 47.", read)
+    assert not verdict.relevant and "'lindholm' comes from another part" in verdict.reason
+    # a word the text never uses is a paraphrase, weighed by the threshold instead
+    assert _judge(QUESTION, "The night ferry to Brackwater departs from pier 47.", read).relevant

@@ -40,6 +40,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 #: the least topicality (`grounding.Reading.topic`) a supported margin's sentence needs to be kept; tuned on
 #: the development data (benchmarks/relevance_check.py)
 TOPIC_THRESHOLD = 0.3
+#: a word the text holds in at most this many sentences is rare: a margin may not bring one in from elsewhere
+RARE_SENTENCES = 2
 
 
 @dataclass(frozen=True)
@@ -126,10 +128,18 @@ class GroundedJudge(MarginJudge):
                            f"only {ev.support:.0%} of its new words are in one sentence read"), None
         if not ev.copied:  # numbers are where small models invent most: each one must be in the sentence
             sentence = set(units(read[ev.start:ev.end]))
-            invented = sorted(u for u in set(units(margin)) - asked if is_number(u) and u not in sentence)
+            new = set(units(margin)) - asked
+            invented = sorted(u for u in new if is_number(u) and u not in sentence)
             if invented:
                 return Verdict(False, margin, ev.support,
                                f"its number {invented[0]} is not in the sentence it draws on"), None
+            # and a rare word read elsewhere, not near that sentence, pairs the fact with another one
+            i = reading.sentence_at(ev.start)
+            near = reading.sets[i] | (reading.sets[i - 1] if i else set())
+            foreign = sorted(u for u in new - near if 0 < reading.df(u) <= RARE_SENTENCES)
+            if foreign:
+                return Verdict(False, margin, ev.support,
+                               f"its {foreign[0]!r} comes from another part of the text"), None
         how = "copied from the text" if ev.copied else f"{ev.support:.0%} of its new words in one sentence"
         if ev.topic < self.topic_threshold:
             return Verdict(False, margin, ev.support * ev.topic,
