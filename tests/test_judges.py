@@ -278,16 +278,17 @@ def test_combined_judge_weighs_the_models_yes() -> None:
     read = ("The ferry was painted blue in spring. The ferry carries forty cars. Tickets for the ferry are "
             f"sold on board. {FACT} Gulls follow the boats.")
     segment = Segment(0, 0, len(read), read, ())
-    assert judge.judge(QUESTION, FACT, segment, read, p_yes=0.9).relevant
-    assert not judge.judge(QUESTION, FACT, segment, read, p_yes=0.0).relevant or \
-        0.5 * judge.ground(QUESTION, FACT, read)[1].topic >= judge.topic_threshold  # type: ignore[union-attr]
-    # the model cannot rescue what the text does not support
+    sure, doubtful = (judge.judge(QUESTION, FACT, segment, read, p_yes=p) for p in (0.9, 0.1))
+    assert sure.relevant and "the model's YES 90%" in sure.reason
+    assert (sure.score or 0) > (doubtful.score or 0)
+    # the model cannot rescue what the text does not support, nor a copied sentence off the question
     assert not judge.judge(QUESTION, "Pier 99.", segment, read, p_yes=1.0).relevant
-    # nor lift a copied sentence off the question above the line unless it is sure
-    off = "The ferry was painted blue in spring."
-    assert not judge.judge(QUESTION, off, segment, read, p_yes=0.1).relevant
-    assert judge.judge(QUESTION, off, segment, read, p_yes=1.0).relevant
-    assert "the model's YES 100%" in judge.judge(QUESTION, off, segment, read, p_yes=1.0).reason
+    assert not judge.judge(QUESTION, "The ferry was painted blue in spring.", segment, read, p_yes=1.0).relevant
+    # but it turns down a margin whose sentence is barely on the question
+    barely = CombinedJudge(topic_threshold=0.05, weight=0.9)
+    off = "The ferry carries forty cars."
+    assert barely.judge(QUESTION, off, segment, read, p_yes=1.0).relevant
+    assert not barely.judge(QUESTION, off, segment, read, p_yes=0.0).relevant
 
 
 def test_choice_probabilities_leave_the_cache_as_it_was() -> None:

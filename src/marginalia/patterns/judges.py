@@ -156,9 +156,12 @@ class CombinedJudge(GroundedJudge):
     """Grounded, then weighed with the model's own P(YES) that the note helps.
 
     After each margin is written, the question and the note are put to the model on the same cache
-    (rolled back after); the probability of YES against NO for its first token is read, not decoded. A
-    grounded margin is kept when ``weight * P(YES) + (1 - weight) * topicality`` reaches the topicality
-    threshold; a margin the text does not support is never kept, whatever the model says.
+    (rolled back after); the probability of YES against NO for its first token is read, not decoded. A margin
+    the grounded judge keeps is kept when ``weight * P(YES) + (1 - weight) * topicality`` also reaches the
+    topicality threshold (the model can turn down a margin whose sentence is barely on the question, never
+    keep one the text does not support or that is off the question), and its score is its support times
+    that blend. Small models say YES to nearly everything (BENCHMARKS.md, relevance checks): the model's
+    word weighs only where the text leaves the matter open.
     """
 
     mode = "combined"
@@ -180,7 +183,7 @@ class CombinedJudge(GroundedJudge):
     def judge(self, question: str, margin: str, segment: Segment, read: str,
               p_yes: float | None = None) -> Verdict:
         verdict, ev = self.ground(question, margin, read)
-        if ev is None or p_yes is None:
+        if ev is None or p_yes is None or not verdict.relevant:
             return verdict
         blend = self.weight * p_yes + (1.0 - self.weight) * ev.topic
         said = f"the model's YES {p_yes:.0%}, topicality {ev.topic:.0%}"
