@@ -9,7 +9,7 @@ import pytest
 from marginalia.errors import UserError
 from marginalia.models.base import GenerationParams
 from marginalia.models.fake import ScriptedGenerator
-from marginalia.patterns.grounding import sentence_spans, units
+from marginalia.patterns.grounding import SentenceSplitter, sentence_spans, units
 from marginalia.patterns.judges import (
     CombinedJudge,
     FusedJudge,
@@ -266,11 +266,12 @@ def test_units_of_unspaced_scripts_are_grapheme_pairs() -> None:
 
 
 def test_sentences_are_split_incrementally_as_the_reading_grows() -> None:
-    whole = FLOOD + " " + FACT
-    first = sentence_spans(FLOOD[:60])
-    assert sentence_spans(whole) == sentence_spans(whole + "")  # remembered
-    assert [whole[s:e] for s, e in sentence_spans(whole)][-1] == FACT
-    assert first[0] == (0, len("The flood came in spring."))
+    whole = " ".join([FLOOD, FACT, READ, FLOOD.replace("May", "June")])
+    grown = SentenceSplitter()
+    for cut in (17, 40, 95, 160, 230, len(whole)):  # cuts inside "Dr. Smith" and "3.5" included
+        grown.spans(whole[:cut])
+    assert grown.spans(whole) == SentenceSplitter().spans(whole) == sentence_spans(whole)
+    assert [whole[s:e] for s, e in sentence_spans(whole)][4] == FACT
 
 
 def test_combined_judge_weighs_the_models_yes() -> None:
