@@ -74,6 +74,7 @@ class TransformersGenerator(CachingGenerator):
     """
 
     supports_first_choices = True  # the first token's logits are masked (`_restrict`)
+    supports_choice_probabilities = True
 
     def __init__(
         self, model: Any, tokenizer: Any, name: str = "hf", prefill_chunk: int = 512,
