@@ -225,7 +225,7 @@ def controlled(args: argparse.Namespace) -> None:
                                    None).relevant) for q in questions)
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {demo_kept}/{len(questions)} |")
     body = "\n".join([
-        "### Margins of known kinds",
+        "## Relevance checks on margins of known kinds (`benchmarks/relevance_check.py controlled`)",
         "",
         f"Command: `{command_line()}` · commit {git_commit()}",
         "",
