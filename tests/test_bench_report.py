@@ -178,3 +178,26 @@ def test_find_run_by_name_or_folder(tmp_path: Path, hermetic: Path) -> None:
     with pytest.raises(UserError, match="no results yet"):
         write_report(tmp_path / "empty")
     assert load_run(named).disagreements == 0
+
+
+def test_report_gives_kept_margin_precision_and_recall(tmp_path: Path) -> None:
+    def margin(text: str, kept: bool) -> dict[str, Any]:
+        return {"segment": 0, "text": text, "kept": kept, "reason": "r", "score": 1.0 if kept else 0.0,
+                "p_yes": None}
+
+    one = result("wim", 1000, 0.0, 1, 1.0, n=0)
+    one["answers"] = ["pier 47"]
+    # kept: one with the answer, one without; dropped: one with the answer
+    one["margins"] = [margin("It leaves from Pier 47.", True), margin("The bakery sells bread.", True),
+                      margin("pier 47", False), margin("NONE", False)]
+    two = result("wim", 1000, 1.0, 0, 0.0, n=1)
+    two["answers"] = ["1997"]
+    two["margins"] = [margin("In 1997.", False), margin("NONE", False)]  # written, never kept
+    old = result("wim", 1000, 1.0, 1, 1.0, n=2)
+    old["margins"] = 3  # schema 1 kept only the count: left out
+    lc = result("lc", 1000, 0.0, 1, 1.0, n=0)
+    text = write_report(fixture_run(tmp_path / "run", [one, two, old, lc]), plots=False).report.read_text()
+    assert "| pattern | n | kept | precision | recall | questions with a kept answer |" in text
+    # 2 kept, 1 with the answer; 3 answer-bearing, 1 kept; questions: 2 with one written, 1 kept
+    assert "| wim | 2 | 2 | 0.50 | 0.33 | 1 of 2 |" in text
+    assert "| lc |" not in text.split("### Margins kept")[1].split("##")[0]

@@ -225,7 +225,12 @@ def test_run_writes_one_line_per_pair_with_scores_and_run_info(tmp_path: Path) -
     assert first["stats"]["prefilled_context_tokens"] == first["context_tokens"] > 0
     assert first["stats"]["generated_answer_tokens"] > 0
     wim = next(r for r in records if r["pattern"] == "wim")
-    assert wim["margins"] == wim["segments_total"] >= 1 and wim["margins_kept"] >= 1
+    assert len(wim["margins"]) == wim["segments_total"] >= 1 and wim["margins_kept"] >= 1
+    assert wim["margins_kept"] == sum(m["kept"] for m in wim["margins"])
+    assert set(wim["margins"][0]) == {"segment", "text", "kept", "reason", "score", "p_yes"}
+    assert [m["segment"] for m in wim["margins"]] == list(range(wim["segments_total"]))
+    assert all(m["reason"] for m in wim["margins"])
+    assert any("pier 47" in m["text"].lower() for m in wim["margins"] if m["kept"])
     info = json.loads((out / "run.json").read_text())
     assert info["config"]["name"] == "t" and info["config"]["tasks"][0]["lengths"] == [300, 600]
     assert info["models"]["generator"]["name"] == "scripted"

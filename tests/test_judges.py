@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from marginalia.errors import UserError
 from marginalia.models.base import GenerationParams
 from marginalia.models.fake import ScriptedGenerator
+from marginalia.patterns.grounding import SentenceSplitter, sentence_spans, units
 from marginalia.patterns.judges import (
+    CombinedJudge,
     FusedJudge,
     GroundedJudge,
     SeparateJudge,
+    Verdict,
     content_words,
     find_evidence,
     is_empty_margin,
@@ -55,10 +60,11 @@ def test_grounded_accepts_a_quote_and_cites_its_sentence() -> None:
     "margin, reason",
     [
         ("NONE", "nothing was found"),
-        ("The bakery near the Carrow bridge was known for its bright rye bread.", "no word"),
+        # copied, but far from the question
+        ("The bakery near the Carrow bridge was known for its bright rye bread.", "0% of the question's words"),
         ("Pier 99.", "none of the words it adds"),     # its only new word was never read
         ("The night ferry to Brackwater.", "adds nothing"),  # nothing beyond the question
-        ("The ferry pier is near the Carrow bakery.", "not beside"),
+        ("The ferry pier is near the Carrow bakery.", "0% of the question's words"),
     ],
 )
 def test_grounded_rejects(margin: str, reason: str) -> None:
@@ -100,9 +106,10 @@ def test_find_evidence_weights_rare_words() -> None:
     text = "Carts cross the bridge. Carts cross the bridge daily. The pier 47 bridge is old."
     ev = find_evidence("Which bridge?", "pier 47 carts", text)
     assert ev is not None
-    # 'pier' and '47' occur once (weight 1 each), 'carts' twice (weight 1/2): the third sentence wins
+    # 'pier' and '47' occur in one sentence of three, 'carts' in two: the third sentence wins
     assert text[ev.start:ev.end].strip() == "The pier 47 bridge is old."
-    assert ev.support == pytest.approx(2 / 2.5)
+    once, twice = math.log(1 + 3 / 1), math.log(1 + 3 / 2)
+    assert ev.support == pytest.approx(2 * once / (2 * once + twice))
     assert find_evidence("Which bridge?", "bridge", text) is None  # nothing new
 
 
@@ -152,8 +159,17 @@ def test_make_judge() -> None:
     assert isinstance(make_judge("grounded", gen), GroundedJudge)
     assert isinstance(make_judge("fused", gen), FusedJudge)
     assert isinstance(make_judge("separate", gen), SeparateJudge)
+    assert isinstance(make_judge("combined", gen), CombinedJudge)
     with pytest.raises(UserError):
         make_judge("telepathy", gen)
+
+
+def test_combined_judge_needs_probabilities() -> None:
+    class Blind(ScriptedGenerator):
+        supports_choice_probabilities = False
+
+    with pytest.raises(UserError, match="combined judge reads the model's probability of YES, and blind"):
+        make_judge("combined", Blind(name="blind"))
 
 
 def test_fused_judge_needs_a_constrained_first_token() -> None:
@@ -175,3 +191,123 @@ def test_evidence_span_is_the_sentence_without_surrounding_space() -> None:
     ev = find_evidence("What is the vault code?", "The vault code is 4719.", text)
     assert ev is not None
     assert text[ev.start:ev.end] == "The vault code is 4719."
+
+
+# -- the faults of the first grounded judge (issue 16), each a test ------------------------------------------
+
+def _judge(question: str, margin: str, read: str) -> Verdict:
+    return GroundedJudge().judge(question, margin, Segment(0, 0, len(read), read, ()), read)
+
+
+FLOOD = ("The flood came in spring. Dr. Smith measured the river each morning. The river rose 3.5 metres "
+         "in May, the most since 1953. Boats were tied up for a week.")
+
+
+def test_a_copied_sentence_with_a_decimal_or_a_title_is_kept_whole() -> None:
+    """Sentences were split at every full stop: '3.5' and 'Dr. Smith' broke the match."""
+    margin = "The river rose 3.5 metres in May, the most since 1953."
+    verdict = _judge("How high did the river rise in May?", margin, FLOOD)
+    assert verdict.relevant, verdict.reason
+    assert FLOOD[slice(*verdict.evidence)] == margin  # type: ignore[misc]
+    who = _judge("Who measured the river?", "Dr. Smith measured the river each morning.", FLOOD)
+    assert who.relevant and FLOOD[slice(*who.evidence)] == "Dr. Smith measured the river each morning."  # type: ignore[misc]
+    assert [FLOOD[s:e] for s, e in sentence_spans(FLOOD)][1:3] == [
+        "Dr. Smith measured the river each morning.", "The river rose 3.5 metres in May, the most since 1953."]
+
+
+def test_a_wrong_decimal_is_still_caught() -> None:
+    verdict = _judge("How high did the river rise in May?", "The river rose 4.5 metres in May.", FLOOD)
+    assert not verdict.relevant and "4.5" in verdict.reason
+
+
+@pytest.mark.parametrize("margin", ["3.5 metres", "3.5 metres.", "It rose 3.5 metres."])
+def test_a_short_correct_margin_without_a_question_word_is_kept(margin: str) -> None:
+    """A margin had to share a word with the question: the bare answer was dropped."""
+    verdict = _judge("How high did the river rise in May?", margin, FLOOD)
+    assert verdict.relevant, verdict.reason
+
+
+def test_the_bare_answer_is_kept_where_the_question_is() -> None:
+    verdict = _judge(QUESTION, "47", READ)
+    assert verdict.relevant and READ[slice(*verdict.evidence)] == FACT  # type: ignore[misc]
+
+
+def test_a_copied_sentence_sharing_one_common_question_word_is_dropped() -> None:
+    """Any copied sentence that shared one question word passed with a full score."""
+    read = ("The ferry was painted blue in spring. The ferry carries forty cars. Tickets for the ferry are "
+            f"sold on board. {FACT} Gulls follow the boats.")
+    off = _judge(QUESTION, "The ferry was painted blue in spring.", read)
+    assert not off.relevant and "of the question's words" in off.reason
+    on = _judge(QUESTION, FACT, read)
+    assert on.relevant and (on.score or 0) > (off.score or 0)
+
+
+@pytest.mark.parametrize("question, margin, read", [
+    ("新码头有多长？", "新码头长300米",
+     "港口在2019年扩建。新码头长300米，由王先生设计。渔船每天早上出海。"),
+    ("新しい埠頭の長さは？", "新しい埠頭は300メートルです",
+     "港の拡張は2019年に行われた。新しい埠頭は300メートルです。漁船は毎朝出港する。"),
+    ("ท่าเรือใหม่ยาวเท่าไร", "ท่าเรือใหม่ยาว 300 เมตร",
+     "ท่าเรือขยายในปี 2562 ท่าเรือใหม่ยาว 300 เมตร เรือประมงออกทะเลทุกเช้า"),
+])
+def test_text_without_spaces_is_judged(question: str, margin: str, read: str) -> None:
+    """Chinese, Japanese and Thai were always rejected: no spaces, so no words in common."""
+    verdict = _judge(question, margin, read)
+    assert verdict.relevant, verdict.reason
+    assert margin.split()[0] in read[slice(*verdict.evidence)]  # type: ignore[misc]
+    invented = _judge(question, margin.replace("300", "900"), read)
+    assert not invented.relevant
+
+
+def test_units_of_unspaced_scripts_are_grapheme_pairs() -> None:
+    assert units("新码头") == ["新码", "码头"]
+    assert units("Pier 47, 3.5 m and 1,200 boats") == ["pier", "47", "3.5", "m", "1,200", "boat"]
+    assert set(units("เรือประมง")) <= set(units("เรือประมงออกทะเล"))
+
+
+def test_sentences_are_split_incrementally_as_the_reading_grows() -> None:
+    whole = " ".join([FLOOD, FACT, READ, FLOOD.replace("May", "June")])
+    grown = SentenceSplitter()
+    for cut in (17, 40, 95, 160, 230, len(whole)):  # cuts inside "Dr. Smith" and "3.5" included
+        grown.spans(whole[:cut])
+    assert grown.spans(whole) == SentenceSplitter().spans(whole) == sentence_spans(whole)
+    assert [whole[s:e] for s, e in sentence_spans(whole)][4] == FACT
+
+
+def test_combined_judge_weighs_the_models_yes() -> None:
+    judge = CombinedJudge(weight=0.5)
+    read = ("The ferry was painted blue in spring. The ferry carries forty cars. Tickets for the ferry are "
+            f"sold on board. {FACT} Gulls follow the boats.")
+    segment = Segment(0, 0, len(read), read, ())
+    sure, doubtful = (judge.judge(QUESTION, FACT, segment, read, p_yes=p) for p in (0.9, 0.1))
+    assert sure.relevant and "the model's YES 90%" in sure.reason
+    assert (sure.score or 0) > (doubtful.score or 0)
+    # the model cannot rescue what the text does not support, nor a copied sentence off the question
+    assert not judge.judge(QUESTION, "Pier 99.", segment, read, p_yes=1.0).relevant
+    assert not judge.judge(QUESTION, "The ferry was painted blue in spring.", segment, read, p_yes=1.0).relevant
+    # but it turns down a margin whose sentence is barely on the question
+    barely = CombinedJudge(topic_threshold=0.05, weight=0.9)
+    off = "The ferry carries forty cars."
+    assert barely.judge(QUESTION, off, segment, read, p_yes=1.0).relevant
+    assert not barely.judge(QUESTION, off, segment, read, p_yes=0.0).relevant
+
+
+def test_choice_probabilities_leave_the_cache_as_it_was() -> None:
+    gen = ScriptedGenerator(replies=["0.8", "NO"])
+    gen.prefill(gen.tokenizer.encode("some text read"))
+    before = gen.cached_ids
+    probs = gen.choice_probabilities(gen.tokenizer.encode("Is it? Reply YES or NO."), ("YES", "NO"))
+    assert probs["YES"] == pytest.approx(0.8) and probs["NO"] == pytest.approx(0.2)
+    assert gen.cached_ids == before
+    assert gen.choice_probabilities(gen.tokenizer.encode("And now?"), ("YES", "NO"))["NO"] == pytest.approx(1.0)
+    assert gen.requests[0].prefix == "some text read"
+
+
+def test_a_rare_word_brought_in_from_another_sentence_is_dropped() -> None:
+    """The answer's sentence with another place's name put in: each word was read, but not together."""
+    read = (f"{FACT} The bakery near the Carrow bridge was known for its bright rye bread. Children crossed "
+            "the bridge to school. Traders at the Lindholm market sold wool and honey from early morning.\n")
+    verdict = _judge(QUESTION, "The night ferry to Lindholm leaves from pier 47.", read)
+    assert not verdict.relevant and "'lindholm' comes from another part" in verdict.reason
+    # a word the text never uses is a paraphrase, weighed by the threshold instead
+    assert _judge(QUESTION, "The night ferry to Brackwater departs from pier 47.", read).relevant

@@ -106,3 +106,12 @@ def test_key_cache_precision_is_a_choice() -> None:
     assert eight._shared.options["type_k"] == 8  # the scratch context is made with the same options
     messages = [{"role": "user", "content": "Which colour is the sky on a clear day?"}]
     assert eight.generate(messages, GREEDY).strip()
+
+
+def test_choice_probabilities_leave_the_cache_as_it_was(smollm2_llamacpp: Any) -> None:
+    gen = smollm2_llamacpp.fork(keep_cache=False)
+    ids = gen.tokenizer.encode("The harbour opens at dawn.")
+    gen.prefill(ids)
+    probs = gen.choice_probabilities(gen.tokenizer.encode(" Does it open at dawn? Reply YES or NO."), ("YES", "NO"))
+    assert gen.cached_ids == tuple(ids)
+    assert sum(probs.values()) == pytest.approx(1.0) and 0.0 < probs["YES"] < 1.0

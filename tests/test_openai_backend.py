@@ -870,3 +870,19 @@ def test_lc_and_rag(server: FakeServer, make_gen: Callable[..., Any], doc: str) 
     answer = rag.answer(doc, QUESTION)
     assert answer.text == ANSWER and any(FACT in r.text for r in answer.references)
     assert len(server.posts()) == 2 and FACT in gen.tokenizer.decode(server.posts()[1].body["prompt"])
+
+
+def test_wim_over_http_counts_the_context_the_server_evaluated(server: FakeServer, make_gen: Callable[..., Any],
+                                                               doc: str) -> None:
+    server.respond = reader()
+    answer = WiM(make_gen(), segment_tokens=SEGMENT_TOKENS).answer(doc, QUESTION)
+    # the server reported its cache hits: each context token was evaluated once, by its account
+    assert answer.stats.prefilled_context_tokens == answer.stats.context_tokens
+    assert answer.stats.reprefilled_context_tokens == 0
+    # a server that says nothing of its cache: every prompt counts as evaluated in full, re-reads included
+    server.usage_style = "plain"
+    server.respond = reader()
+    blind = WiM(make_gen(), segment_tokens=SEGMENT_TOKENS).answer(doc, QUESTION)
+    assert blind.stats.prompt_cache_unreported > 0
+    assert blind.stats.reprefilled_context_tokens == blind.stats.prefilled_context_tokens - blind.stats.context_tokens
+    assert blind.stats.reprefilled_context_tokens > blind.stats.context_tokens

@@ -121,6 +121,7 @@ def test_wim_finds_the_planted_fact(inproc: Any, make_haystack: Callable[..., st
     # each context token prefilled exactly once; the rest is instructions
     stats = answer.stats
     assert stats.prefilled_context_tokens == stats.context_tokens == sum(s.n_tokens for s in segments)
+    assert stats.reprefilled_context_tokens == 0
     framing = pattern.framing()
     margin_suffix = framing.suffix(smol, "margin", question=question)
     notes = "\n".join(f"- {m.text}" for m in answer.margins if m.relevant)

@@ -301,3 +301,19 @@ def test_no_chat_template_is_a_clear_error(tiny_parts: Any) -> None:
     with pytest.raises(BackendError) as info:
         gen.render_chat([{"role": "user", "content": "hi"}])
     assert "chat template" in str(info.value)
+
+
+def test_choice_probabilities_are_the_models_next_token_softmax(tiny: Any) -> None:
+    import torch
+
+    ids = tiny.tokenizer.encode("The harbour opens at dawn. Is it open?")
+    tiny.prefill(ids[:5])
+    probs = tiny.choice_probabilities(ids[5:], ("YES", "NO"))
+    assert tiny.length == 5 and tiny.cached_ids == tuple(ids[:5])  # rolled back
+    fresh = tiny.fork(keep_cache=False)
+    fresh.prefill(ids)
+    logits = fresh._pending_logits()
+    first = [tiny.tokenizer.encode(c)[0] for c in ("YES", "NO")]
+    expected = torch.softmax(logits[first].float(), dim=-1).tolist()
+    assert [probs["YES"], probs["NO"]] == pytest.approx(expected, abs=1e-4)
+    assert sum(probs.values()) == pytest.approx(1.0)

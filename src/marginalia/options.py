@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import UserError
 
 PatternName = Literal["wim", "lc", "rag"]
-JudgeMode = Literal["grounded", "fused", "separate"]
+JudgeMode = Literal["grounded", "fused", "separate", "combined"]
 RagSplit = Literal["tokens", "paragraphs"]
 Scope = Literal["sections", "chunks", "documents"]
 SearchMode = Literal["hybrid", "dense", "bm25"]
@@ -73,11 +73,15 @@ class WimOptions(PatternOptions):
 
     pattern: ClassVar[str] = "wim"
     segment_tokens: int = Field(default=512, gt=0, description="wim: model tokens per segment")
-    judge: JudgeMode = Field(default="grounded", description="wim: how margins are classified relevant")
+    judge: JudgeMode = Field(
+        default="grounded",
+        description="wim: how margins are classified relevant (combined: grounded, weighed with the model's own "
+                    "probability of YES; in-process models only)")
     margin_tokens: int = Field(default=48, gt=0, description="wim: the most tokens per margin")
     grounding_threshold: float = Field(
         default=0.5, ge=0.0, le=1.0,
-        description="wim, grounded judge: share of a margin's new words one sentence read must hold")
+        description="wim, grounded and combined judges: share of a margin's new words (by rarity) one sentence "
+                    "read must hold; a margin copied from the text holds them all")
     batch_margins: bool = Field(
         default=False,
         description="wim: write a stored reading's margins side by side (on llama.cpp about twice as fast; "
@@ -85,7 +89,8 @@ class WimOptions(PatternOptions):
     stop_at_score: float | None = Field(
         default=None, ge=0.0, le=1.0,
         description="wim: stop reading once a margin is judged relevant with at least this score (the "
-                    "judge's own: grounded, the share of its words found in one sentence; fused and separate, "
+                    "judge's own: grounded, its support times its sentence's share of the question's words; "
+                    "combined, its support times that share weighed with the model's YES; fused and separate, "
                     "1 for YES); off when not given")
 
 

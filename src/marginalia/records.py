@@ -101,6 +101,7 @@ class Margin:
     score: float | None = None
     reason: str = ""
     evidence: tuple[int, int] | None = None  # char span in the context that supports it
+    p_yes: float | None = None  # the model's own probability that the note helps (the combined judge asked)
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,11 @@ class Stats:
     """Token counts and timings of one run (seconds, tokens)."""
 
     context_tokens: int = 0
+    #: context tokens the backend evaluated (by its own account: what it passed to prefill, or over HTTP
+    #: what the server reports it did not take from its cache), repeats included
     prefilled_context_tokens: int = 0
+    #: of those, evaluations of a context token evaluated before in the same reading (0 when each is read once)
+    reprefilled_context_tokens: int = 0
     #: context tokens taken from a kept or stored cache of the document instead of prefilled (WiM)
     cached_context_tokens: int = 0
     #: context tokens dropped from the cache to make room for the rest of a long document (WiM)

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import MissingDependency, UserError
 from ..files import atomic_write_text
+from .metrics import contains_answer
 from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, result_key, runs_dir
 
 REPORT = "report.md"
@@ -259,6 +260,35 @@ def cost_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[di
     return out
 
 
+def margin_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[list[str]]:
+    """Kept-margin precision and recall per pattern, for results with gold answers and their margins.
+
+    A margin is answer-bearing when it contains a gold answer (SQuAD-normalised). Precision: of the kept
+    margins, the share answer-bearing; recall: of the answer-bearing margins, the share kept; and the
+    questions where an answer-bearing margin was written, and where one was kept. Results written before
+    margins were kept (schema 1: a count) are left out.
+    """
+    rows = []
+    for p in patterns:
+        kept = hits = bearing = asked = found = n = 0
+        for r in records:
+            margins = r.get("margins")
+            if r["pattern"] != p or r.get("status") != "ok" or r.get("scoring", "qa") != "qa" \
+                    or not r.get("answers") or not isinstance(margins, list) or not margins:
+                continue
+            n += 1
+            has = [any(contains_answer(m["text"], a) for a in r["answers"]) for m in margins]
+            kept += sum(m["kept"] for m in margins)
+            hits += sum(m["kept"] and h for m, h in zip(margins, has, strict=True))
+            bearing += sum(has)
+            asked += any(has)
+            found += any(m["kept"] and h for m, h in zip(margins, has, strict=True))
+        if n:
+            rows.append([p, str(n), str(kept), _fmt(hits / kept if kept else None),
+                         _fmt(hits / bearing if bearing else None), f"{found} of {asked}"])
+    return rows
+
+
 def _header(data: RunData) -> list[str]:
     info = data.info
     config = info.get("config") or {}
@@ -314,6 +344,13 @@ def render_markdown(data: RunData, plots: dict[str, list[str]] | None = None) ->
         lines += ["", f"## Task {task}", "", f"Primary score: **{label}**.", "",
                   f"### {label} by pattern and length", "", summary, "",
                   f"### {label} by pattern, length and {pos_name}", "", detail]
+        margins = margin_rows(records, patterns)
+        if margins:
+            lines += ["", "### Margins kept", "",
+                      "Of the kept margins, the share holding a gold answer (precision); of the margins holding "
+                      "one, the share kept (recall); questions where one was written, and kept.", "",
+                      _table(["pattern", "n", "kept", "precision", "recall", "questions with a kept answer"],
+                             margins)]
         for name in plots.get(task, []):
             lines += ["", f"![{name}]({name})"]
     costs = cost_rows(data.records, patterns)

@@ -30,7 +30,7 @@ from ..home import resolve_home
 from ..index.embedders import CachedEmbedder, Embedder
 from ..models.base import Generator, Tokenizer
 from ..patterns.base import Pattern
-from ..records import Answer, Stats
+from ..records import Answer, Margin, Stats
 from .config import PatternConfig, RunConfig, VotingConfig, pattern_record
 from .items import Item, TaskSpec
 from .judge import ModelJudge, disagreement, medoid
@@ -38,7 +38,7 @@ from .judge import ModelJudge, disagreement, medoid
 RESULTS = "results.jsonl"
 RUN_INFO = "run.json"
 DISAGREEMENTS = "disagreements.jsonl"
-RESULT_SCHEMA = 1
+RESULT_SCHEMA = 2  # 2: "margins" holds each margin (1: their count)
 
 BuildItems = Callable[[TaskSpec, Tokenizer], list[Item]]
 ScoreItem = Callable[[Item, str], dict[str, float]]
@@ -282,6 +282,12 @@ def answer_item(pattern: Pattern, item: Item, voting: VotingConfig | None = None
     samples = [{"seed": seed + i, "text": a.text, "mean_f1": round(m, 4)}
                for i, (a, m) in enumerate(zip(answers, means, strict=True))]
     return replace(answers[best], stats=_sum_stats([a.stats for a in answers])), samples
+
+
+def margin_fields(margin: Margin) -> dict[str, Any]:
+    """One margin as results.jsonl keeps it: enough to read a wrong answer back, and to score the judge."""
+    return {"segment": margin.segment_index, "text": margin.text, "kept": margin.relevant,
+            "reason": margin.reason, "score": margin.score, "p_yes": margin.p_yes}
 
 
 def _item_fields(task: str, item: Item, pattern: PatternConfig) -> dict[str, Any]:
@@ -554,7 +560,8 @@ def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: 
         scores = {k: float(v) for k, v in score(item, answer.text).items()}
         record.update(status="ok", prediction=answer.text, scores=scores, judge=None, stats=asdict(answer.stats),
                       segments_read=answer.segments_read, segments_total=answer.segments_total,
-                      margins=len(answer.margins), margins_kept=sum(m.relevant for m in answer.margins))
+                      margins=[margin_fields(m) for m in answer.margins],
+                      margins_kept=sum(m.relevant for m in answer.margins))
         if samples is not None:
             record["samples"] = samples
         if judge is not None:

@@ -11,13 +11,15 @@ extends the one before.
 
 from __future__ import annotations
 
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypedDict
 
 from ..errors import BackendError, ContextOverflow, UserError
+from .ledger import PrefillLedger
 
 
 class Message(TypedDict):
@@ -59,17 +61,29 @@ class Usage:
     #: HTTP requests whose server said nothing of its prompt cache (neither cached nor
     #: evaluated prompt tokens): their prompts count as evaluated in full
     cache_unreported: int = 0
+    #: where a pattern is told which of its context tokens the backend evaluated, and how often (attached
+    #: for a run; not a counter: snapshots leave it out)
+    ledger: PrefillLedger | None = field(default=None, repr=False, compare=False)
+
+    @staticmethod
+    def counters() -> tuple[str, ...]:
+        return tuple(f.name for f in fields(Usage) if f.name != "ledger")
 
     def snapshot(self) -> Usage:
-        return Usage(**vars(self))
+        return Usage(**{k: getattr(self, k) for k in self.counters()})
 
     def since(self, before: Usage) -> Usage:
-        return Usage(**{k: getattr(self, k) - getattr(before, k) for k in vars(self)})
+        return Usage(**{k: getattr(self, k) - getattr(before, k) for k in self.counters()})
 
     def add(self, other: Usage) -> None:
         """Add another account's counts to this one (e.g. a fork that ran in a thread)."""
-        for k in vars(self):
+        for k in self.counters():
             setattr(self, k, getattr(self, k) + getattr(other, k))
+
+    def evaluated(self, sequence: Sequence[int], start: int, end: int) -> None:
+        """Backends call this for every prompt piece they evaluate: positions ``[start, end)`` of ``sequence``."""
+        if self.ledger is not None:
+            self.ledger.record(sequence, start, end)
 
 
 class Tokenizer(ABC):
@@ -128,6 +142,8 @@ class Generator(ABC):
     #: Whether `GenerationParams.first_choices` is enforced (patterns that need it check
     #: this when they are made; a backend without it refuses such requests).
     supports_first_choices: bool = False
+    #: Whether `CachingGenerator.choice_probabilities` reads the model's next-token probabilities
+    supports_choice_probabilities: bool = False
 
     def __init__(self) -> None:
         self.usage = Usage()
@@ -288,6 +304,37 @@ class CachingGenerator(Generator):
             BackendError: ``data`` is not such a state for this model (a damaged or foreign file).
         """
         return CacheSnapshot(tuple(ids))
+
+    def choice_probabilities(self, suffix_ids: Sequence[int], choices: Sequence[str]) -> dict[str, float]:
+        """The model's probability that the token after the cache plus ``suffix_ids`` is each choice's first
+        token, among the choices only (they sum to 1); the cache is left as it was.
+
+        Raises:
+            UserError: the backend gives no probabilities (`supports_choice_probabilities`), or a choice is empty.
+        """
+        if not self.supports_choice_probabilities:
+            raise UserError(f"{self.name} does not give next-token probabilities; use an in-process model")
+        firsts = []
+        for choice in choices:
+            ids = self.tokenizer.encode(choice)
+            if not ids:
+                raise UserError(f"the choice {choice!r} is empty; give a word")
+            firsts.append(ids[0])
+        start = self.length
+        self.check_fits(start + len(suffix_ids) + 1, what="the cached prefix plus this question")
+        try:
+            self.prefill(suffix_ids)
+            logits = self._next_logits(firsts)
+        finally:
+            self.rollback(start)
+        top = max(logits)
+        weights = [math.exp(v - top) for v in logits]
+        total = sum(weights)
+        return {c: w / total for c, w in zip(choices, weights, strict=True)}
+
+    def _next_logits(self, token_ids: Sequence[int]) -> list[float]:
+        """The logits of ``token_ids`` for the token after the cache (backends that give probabilities)."""
+        raise UserError(f"{self.name} does not give next-token probabilities; use an in-process model")
 
     #: how many branches `branches` decodes side by side (1: none; the backend has no batched branches)
     max_branches: int = 1

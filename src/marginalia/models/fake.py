@@ -7,6 +7,7 @@ records every request with the cached prefix it extended.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -92,6 +93,7 @@ class ScriptedGenerator(CachingGenerator):
     #: first_choices are recorded with each request, not enforced: a script's reply
     #: stands for what a constrained model chose (or, to test a judge, failed to)
     supports_first_choices = True
+    supports_choice_probabilities = True
 
     def __init__(
         self,
@@ -132,6 +134,7 @@ class ScriptedGenerator(CachingGenerator):
         self.check_fits(self.length + len(ids), what="the prefilled context")
         self.ids.extend(ids)
         self.usage.prefilled_tokens += len(ids)
+        self.usage.evaluated(self.ids, len(self.ids) - len(ids), len(self.ids))
 
     def rollback(self, length: int) -> None:
         self.check_rollback(length)
@@ -175,6 +178,25 @@ class ScriptedGenerator(CachingGenerator):
     ) -> Iterator[str]:
         self._request_start = self.length
         return super().generate_from_cache(suffix_ids, params, commit)
+
+    def choice_probabilities(self, suffix_ids: Sequence[int], choices: Sequence[str]) -> dict[str, float]:
+        self._request_start = self.length
+        return super().choice_probabilities(suffix_ids, choices)
+
+    def _next_logits(self, token_ids: Sequence[int]) -> list[float]:
+        """The script's reply stands for the model's next token: a number in [0, 1] is the first choice's
+        probability (of two); else the choice whose first token the reply starts with is certain."""
+        start, decode = self._request_start, self._tok.decode
+        request = Request(tuple(self.ids[:start]), tuple(self.ids[start:]), decode(self.ids[:start]),
+                          decode(self.ids[start:]), GenerationParams(max_new_tokens=1))
+        self.requests.append(request)
+        reply = self._reply(request).strip()
+        try:
+            p = min(max(float(reply), 1e-9), 1 - 1e-9)
+        except ValueError:
+            first = self._tok.encode(reply)[:1]
+            return [0.0 if first == [t] else -50.0 for t in token_ids]
+        return [math.log(p), math.log(1 - p)] + [-50.0] * (len(token_ids) - 2)
 
     def _reply(self, request: Request) -> str:
         if self.respond is not None:

@@ -118,6 +118,7 @@ class LlamaCppGenerator(CachingGenerator):
     """
 
     supports_first_choices = True  # the first token's logits are masked in `_sample_tokens`
+    supports_choice_probabilities = True
 
     def __init__(self, path: str | Path, name: str = "gguf", n_ctx: int | None = None,
                  n_threads: int | None = None, key_cache: str = DEFAULT_KEY_CACHE,
@@ -222,6 +223,7 @@ class LlamaCppGenerator(CachingGenerator):
             rest = self._ids[common:]
             self._eval(rest)
             self.usage.prefilled_tokens += len(rest)
+            self.usage.evaluated(self._ids, common, len(self._ids))
 
     def _eval(self, ids: Sequence[int]) -> np.ndarray:
         """Evaluate ``ids`` on top of the context; return (and keep) the last one's logits."""
@@ -246,6 +248,7 @@ class LlamaCppGenerator(CachingGenerator):
         self._eval(ids)
         self._ids.extend(ids)
         self.usage.prefilled_tokens += len(ids)
+        self.usage.evaluated(self._ids, len(self._ids) - len(ids), len(self._ids))
         self.usage.prefill_seconds += time.perf_counter() - t0
 
     def rollback(self, length: int) -> None:
@@ -372,6 +375,8 @@ class LlamaCppGenerator(CachingGenerator):
                 pending.update({j: self._row(ctx, row, n_vocab) for j, row in rows.items()})
             self.usage.prefilled_tokens += len(items)
             self.usage.prefill_seconds += time.perf_counter() - t0
+            for end in ends:
+                self.usage.evaluated(self._ids[:end] + suffix, end, end + len(suffix))
             t1 = time.perf_counter()
             active = list(range(len(ends))) if params.max_new_tokens > 0 else []
             first = True
@@ -451,7 +456,12 @@ class LlamaCppGenerator(CachingGenerator):
         self._shared.llm.n_tokens = len(self._ids) - 1
         logits = self._eval([last])
         self.usage.prefilled_tokens += 1
+        self.usage.evaluated(self._ids, len(self._ids) - 1, len(self._ids))
         return logits
+
+    def _next_logits(self, token_ids: Sequence[int]) -> list[float]:
+        logits = self._pending_logits()
+        return [float(logits[i]) for i in token_ids]
 
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         rng = np.random.default_rng(params.seed if params.seed is not None else 0)

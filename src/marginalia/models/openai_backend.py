@@ -414,7 +414,7 @@ class OpenAIGenerator(CachingGenerator):
                                "still running and serving this API?") from fault.__cause__
         finally:
             response.close()
-            self._book(len(ids), usage, timings, scanner.text[:scanner.emitted], t0, first)
+            self._book(ids, usage, timings, scanner.text[:scanner.emitted], t0, first)
 
     @staticmethod
     def _chunks(response: httpx.Response) -> Iterator[Chunk | None]:
@@ -437,9 +437,14 @@ class OpenAIGenerator(CachingGenerator):
         except httpx.HTTPError as exc:
             raise _StreamFault("cut off", f"{type(exc).__name__}: {exc}") from exc
 
-    def _book(self, sent: int, usage: UsageReport | None, timings: Timings | None, text: str,
+    def _book(self, ids: list[int], usage: UsageReport | None, timings: Timings | None, text: str,
               t0: float, first: float | None) -> None:
-        """Add one request to the usage account, trusting the server's counts when it gives them."""
+        """Add one request to the usage account, trusting the server's counts when it gives them.
+
+        The prompt tokens the server evaluated are taken to be its last ones (a prefix cache serves a
+        prefix); in chat mode the server's own tokens may differ from ours, so their positions are ours.
+        """
+        sent = len(ids)
         cached = timings.cache_n if timings else None
         if cached is None and usage and usage.prompt_tokens_details:
             cached = usage.prompt_tokens_details.cached_tokens
@@ -456,6 +461,7 @@ class OpenAIGenerator(CachingGenerator):
             u.prompt_tokens_cached += cached or 0
             u.cache_unreported += unreported
             u.prefilled_tokens += evaluated if evaluated is not None else sent
+            u.evaluated(ids, sent - (sent if evaluated is None else min(max(evaluated, 0), sent)), sent)
             u.generated_tokens += generated
             u.prefill_seconds += (first or end) - t0
             u.decode_seconds += end - (first or end)

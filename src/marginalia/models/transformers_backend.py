@@ -74,6 +74,7 @@ class TransformersGenerator(CachingGenerator):
     """
 
     supports_first_choices = True  # the first token's logits are masked (`_restrict`)
+    supports_choice_probabilities = True
 
     def __init__(
         self, model: Any, tokenizer: Any, name: str = "hf", prefill_chunk: int = 512,
@@ -156,6 +157,7 @@ class TransformersGenerator(CachingGenerator):
         for i in range(0, len(ids), self.prefill_chunk):
             self._forward(ids[i:i + self.prefill_chunk])
         self.usage.prefilled_tokens += len(ids)
+        self.usage.evaluated(self._ids, len(self._ids) - len(ids), len(self._ids))
         self.usage.prefill_seconds += time.perf_counter() - t0
 
     def rollback(self, length: int) -> None:
@@ -241,7 +243,13 @@ class TransformersGenerator(CachingGenerator):
         last = self._ids[-1]
         self.rollback(len(self._ids) - 1)
         self.usage.prefilled_tokens += 1
-        return self._forward([last])
+        logits = self._forward([last])
+        self.usage.evaluated(self._ids, len(self._ids) - 1, len(self._ids))
+        return logits
+
+    def _next_logits(self, token_ids: Sequence[int]) -> list[float]:
+        logits = self._pending_logits()
+        return [float(v) for v in logits[list(token_ids)].tolist()]
 
     def _sample(self, logits: Any, params: GenerationParams, rng: Any) -> int:
         torch = self.torch

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Generator as PyGenerator
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import UserError
 from ..models.base import Clock, GenerationParams, Generator, Usage
+from ..models.ledger import PrefillLedger
 from ..options import PatternOptions
 from ..prompts import render
 from ..records import Answer, AnswerDelta, Done, Event, Stats
@@ -122,6 +124,18 @@ def relay_answer(
     return text, first
 
 
+@contextmanager
+def ledger_for(generator: Generator, reference: Sequence[int],
+               context: Sequence[tuple[int, int]]) -> Iterator[PrefillLedger]:
+    """A `PrefillLedger` of ``reference`` attached to ``generator``'s usage account while the block runs."""
+    ledger = PrefillLedger(reference, context)
+    attached, generator.usage.ledger = generator.usage.ledger, ledger
+    try:
+        yield ledger
+    finally:
+        generator.usage.ledger = attached
+
+
 def check_context(context: str) -> None:
     if not context.strip():
         raise UserError("the context is empty; give a document with some text")
@@ -141,12 +155,15 @@ def make_stats(
     prefilled_context: int,
     margin_tokens: int = 0,
     answer_tokens: int = 0,
+    reprefilled_context: int = 0,
     **timings: float | None,
 ) -> Stats:
-    """Stats from the generator's usage over a run (``used``: its counters' delta)."""
+    """Stats from the generator's usage over a run (``used``: its counters' delta; ``prefilled_context`` and
+    ``reprefilled_context`` from the backend's `PrefillLedger`)."""
     return Stats(
         context_tokens=context_tokens,
         prefilled_context_tokens=prefilled_context,
+        reprefilled_context_tokens=reprefilled_context,
         prefilled_other_tokens=used.prefilled_tokens - prefilled_context,
         generated_margin_tokens=margin_tokens,
         generated_answer_tokens=answer_tokens,

@@ -1,15 +1,21 @@
-"""Deciding whether a margin is relevant: three modes.
+"""Deciding whether a margin is relevant: four modes.
 
 - ``separate``: a second, stateless request asks the model whether the note answers
   the question; it never touches the context's KV cache.
 - ``fused``: the margin itself must start with YES or NO; a NO margin is cut after
   its first word, so irrelevant segments cost one or two decoded tokens.
-- ``grounded``: no extra request; a margin is kept only if one sentence of the text
-  read so far holds the words it adds beyond the question and also shares a word
-  with the question. Small models write confident margins about facts they have not
-  read, or pair the question's words with a name from elsewhere; this catches both.
-  (The text read so far, not only the margin's own segment: the model attends to
-  the whole cache and often quotes a fact one segment late.)
+- ``grounded``: no extra request; a margin is kept only if the text read so far
+  supports it (it is a verbatim span of the text, or one sentence holds the words it
+  adds beyond the question, numbers included) and that sentence, with the one before
+  it, holds the question's rarer words (`grounding.Reading.topic`). Small models write
+  confident margins about facts they have not read, or copy a sentence that merely
+  shares a common word with the question; this catches both, while a bare correct
+  answer copied from the text ("1997") is kept. (The text read so far, not only the
+  margin's own segment: the model attends to the whole cache and often quotes a fact
+  one segment late.)
+- ``combined``: grounded, and the model's own probability that the note helps (the
+  first token of a YES/NO question asked on the same cache, rolled back after) weighed
+  with the topicality; for backends that give next-token probabilities.
 """
 
 from __future__ import annotations
@@ -21,24 +27,21 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import UserError
-from ..models.base import GenerationParams, Generator, close_stream
+from ..models.base import CachingGenerator, GenerationParams, Generator, close_stream
 from ..options import JUDGE_MODES
 from ..prompts import render
 from ..records import Segment
+from .grounding import Evidence, Reading, content_words, find_evidence, is_empty_margin, is_number, units
+
+__all__ = ["CombinedJudge", "Evidence", "FusedJudge", "GroundedJudge", "MarginJudge", "SeparateJudge", "Verdict",
+           "content_words", "find_evidence", "is_empty_margin", "make_judge"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-_NONE = re.compile(r"^\W*(none|no|nothing|n/a)\b\W*$", re.IGNORECASE)
-STOPWORDS = frozenset(
-    """a an the and or but if of to in on at by for with from as is are was were be been being
-    it its this that these those there here what which who whom whose when where why how do does
-    did has have had not no yes none can could would should will shall may might must than then
-    so such into about over under after before during between out up down off again very just
-    also only i you he she we they me him her us them my your his our their text question answer
-    sentence sentences above below document note""".split()
-)
-
-
-_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+[\"'\u2019\u201d)\]]*|\n|$)")
+#: the least topicality (`grounding.Reading.topic`) a supported margin's sentence needs to be kept; tuned on
+#: the development data (benchmarks/relevance_check.py)
+TOPIC_THRESHOLD = 0.3
+#: a word the text holds in at most this many sentences is rare: a margin may not bring one in from elsewhere
+RARE_SENTENCES = 2
 
 
 @dataclass(frozen=True)
@@ -48,65 +51,6 @@ class Verdict:
     score: float | None = None
     reason: str = ""
     evidence: tuple[int, int] | None = None  # char span of the supporting sentence
-
-
-@dataclass(frozen=True)
-class Evidence:
-    start: int
-    end: int
-    support: float        # rarity-weighted share of the margin's new words found
-    on_topic: bool        # the sentence shares a content word with the question
-
-
-def stem(word: str) -> str:
-    """A light suffix stripper, so 'leaves'/'leave' or 'named'/'name' match."""
-    if word.isdigit() or len(word) <= 3:
-        return word
-    for suffix in ("ing", "es", "ed", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)]
-            break
-    return word[:-1] if word.endswith("e") and len(word) > 3 else word
-
-
-def content_words(text: str) -> list[str]:
-    """Lower-cased, stemmed words of ``text`` that are not stopwords."""
-    return [stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
-
-
-def is_empty_margin(text: str) -> bool:
-    return not text.strip() or bool(_NONE.match(text.strip()))
-
-
-def find_evidence(question: str, margin: str, text: str) -> Evidence | None:
-    """The sentence of ``text`` that best supports ``margin``'s words beyond the question.
-
-    Support weighs each word by 1 / (the number of sentences of ``text`` that hold
-    it): a name or number that occurs once counts far more than a common word the
-    model added. Ties go to the latest sentence. Returns None when
-    the margin adds no word of its own or none of them occurs in ``text``.
-    """
-    asked = set(content_words(question))
-    new = set(content_words(margin)) - asked
-    if not new:
-        return None
-    sentences = [(m.start() + len(m.group()) - len(m.group().lstrip()), m.end(),
-                  set(content_words(m.group())))
-                 for m in _SENTENCE.finditer(text) if m.group().strip()]
-    df = {w: sum(w in words for _, _, words in sentences) for w in new}
-    # a word the text never uses weighs like a unique one: it counts fully against
-    weight = {w: 1.0 / max(df[w], 1) for w in new}
-    total = sum(weight.values())
-    best: Evidence | None = None
-    for start, end, words in sentences:
-        hits = new & words
-        if not hits:
-            continue
-        ev = Evidence(start, end, sum(weight[w] for w in hits) / total,
-                      bool(asked & words) or not asked)
-        if best is None or (ev.on_topic, ev.support) >= (best.on_topic, best.support):
-            best = ev
-    return best
 
 
 class MarginJudge(ABC):
@@ -135,55 +79,117 @@ class MarginJudge(ABC):
         return False
 
     @abstractmethod
-    def judge(self, question: str, margin: str, segment: Segment, read: str) -> Verdict:
+    def judge(self, question: str, margin: str, segment: Segment, read: str,
+              p_yes: float | None = None) -> Verdict:
         """Decide whether ``margin`` (written after ``segment``) is relevant.
 
-        ``read`` is the context read so far (it ends with ``segment``'s text).
+        ``read`` is the context read so far (it ends with ``segment``'s text); ``p_yes`` the model's
+        probability that the note helps, for a judge that asked for it (`CombinedJudge.probe`).
         """
 
     @staticmethod
     def locate(question: str, margin: str, read: str) -> tuple[int, int] | None:
         """Where ``read`` states what the margin says, for citing it (None: not found)."""
         ev = find_evidence(question, margin, read)
-        return (ev.start, ev.end) if ev and ev.on_topic and ev.support >= 0.5 else None
+        return (ev.start, ev.end) if ev and ev.topic > 0 and ev.support >= 0.5 else None
 
 
 class GroundedJudge(MarginJudge):
-    """Keep a margin whose new words are found in its own segment (see module doc)."""
+    """Keep a margin the text read supports, beside the question's words (see module doc).
+
+    Args:
+        threshold: the least support (share of the margin's new words, by rarity, in one sentence).
+        topic_threshold: the least topicality of that sentence (share of the question's words, by rarity).
+    """
 
     mode = "grounded"
 
-    def __init__(self, threshold: float = 0.5) -> None:
-        if not 0.0 <= threshold <= 1.0:
-            raise UserError(f"the grounding threshold must be between 0 and 1, got {threshold}")
+    def __init__(self, threshold: float = 0.5, topic_threshold: float = TOPIC_THRESHOLD) -> None:
+        for name, value in (("grounding", threshold), ("topicality", topic_threshold)):
+            if not 0.0 <= value <= 1.0:
+                raise UserError(f"the {name} threshold must be between 0 and 1, got {value}")
         self.threshold = threshold
+        self.topic_threshold = topic_threshold
 
-    def judge(self, question: str, margin: str, segment: Segment, read: str) -> Verdict:
+    def ground(self, question: str, margin: str, read: str) -> tuple[Verdict, Evidence | None]:
+        """The grounding verdict, and the evidence it rests on (None when the text does not support the margin:
+        nothing of it was read, too little in one sentence, or a number of its own)."""
         if is_empty_margin(margin):
-            return Verdict(False, margin, 0.0, "the margin says nothing was found")
-        asked = set(content_words(question))
-        if asked and not asked.intersection(content_words(margin)):
-            return Verdict(False, margin, 0.0, "the margin shares no word with the question")
-        if not set(content_words(margin)) - asked:
-            return Verdict(False, margin, 0.0, "the margin adds nothing to the question")
-        ev = find_evidence(question, margin, read)
+            return Verdict(False, margin, 0.0, "the margin says nothing was found"), None
+        asked = set(units(question))
+        if not set(units(margin)) - asked:
+            return Verdict(False, margin, 0.0, "the margin adds nothing to the question"), None
+        reading = Reading(read)
+        ev = find_evidence(question, margin, reading)
         if ev is None:
-            return Verdict(False, margin, 0.0, "none of the words it adds is in the text read")
-        if not ev.on_topic:
-            return Verdict(False, margin, 0.0,
-                           "what it adds is in the text, but not beside the question's words")
+            return Verdict(False, margin, 0.0, "none of the words it adds is in the text read"), None
         if ev.support < self.threshold:
             return Verdict(False, margin, ev.support,
-                           f"only {ev.support:.0%} of its new words are in one sentence read")
-        # numbers are where small models invent most: each one must be in the sentence
-        sentence = set(content_words(read[ev.start:ev.end]))
-        invented = [w for w in set(content_words(margin)) - asked if w.isdigit() and w not in sentence]
-        if invented:
-            return Verdict(False, margin, ev.support,
-                           f"its number {invented[0]} is not in the sentence it draws on")
-        return Verdict(True, margin, ev.support,
-                       f"{ev.support:.0%} of its new words are in one sentence read",
-                       (ev.start, ev.end))
+                           f"only {ev.support:.0%} of its new words are in one sentence read"), None
+        if not ev.copied:  # numbers are where small models invent most: each one must be in the sentence
+            sentence = set(units(read[ev.start:ev.end]))
+            new = set(units(margin)) - asked
+            invented = sorted(u for u in new if is_number(u) and u not in sentence)
+            if invented:
+                return Verdict(False, margin, ev.support,
+                               f"its number {invented[0]} is not in the sentence it draws on"), None
+            # and a rare word read elsewhere, not near that sentence, pairs the fact with another one
+            i = reading.sentence_at(ev.start)
+            near = reading.sets[i] | (reading.sets[i - 1] if i else set())
+            foreign = sorted(u for u in new - near if 0 < reading.df(u) <= RARE_SENTENCES)
+            if foreign:
+                return Verdict(False, margin, ev.support,
+                               f"its {foreign[0]!r} comes from another part of the text"), None
+        how = "copied from the text" if ev.copied else f"{ev.support:.0%} of its new words in one sentence"
+        if ev.topic < self.topic_threshold:
+            return Verdict(False, margin, ev.support * ev.topic,
+                           f"{how}, but the sentence holds only {ev.topic:.0%} of the question's words"), ev
+        return Verdict(True, margin, ev.support * ev.topic,
+                       f"{how}, beside {ev.topic:.0%} of the question's words", (ev.start, ev.end)), ev
+
+    def judge(self, question: str, margin: str, segment: Segment, read: str,
+              p_yes: float | None = None) -> Verdict:
+        return self.ground(question, margin, read)[0]
+
+
+class CombinedJudge(GroundedJudge):
+    """Grounded, then weighed with the model's own P(YES) that the note helps.
+
+    After each margin is written, the question and the note are put to the model on the same cache
+    (rolled back after); the probability of YES against NO for its first token is read, not decoded. A margin
+    the grounded judge keeps is kept when ``weight * P(YES) + (1 - weight) * topicality`` also reaches the
+    topicality threshold (the model can turn down a margin whose sentence is barely on the question, never
+    keep one the text does not support or that is off the question), and its score is its support times
+    that blend. Small models say YES to nearly everything (BENCHMARKS.md, relevance checks): the model's
+    word weighs only where the text leaves the matter open.
+    """
+
+    mode = "combined"
+    #: the check's answers (not `choices`: the margin itself is written freely)
+    probe_choices = ("YES", "NO")
+
+    def __init__(self, threshold: float = 0.5, topic_threshold: float = TOPIC_THRESHOLD,
+                 weight: float = 0.5) -> None:
+        super().__init__(threshold, topic_threshold)
+        if not 0.0 <= weight <= 1.0:
+            raise UserError(f"the weight of the model's YES must be between 0 and 1, got {weight}")
+        self.weight = weight
+
+    def probe(self, worker: CachingGenerator, suffix: list[int]) -> float:
+        """P(YES) for the check ``suffix`` (the question and the note) on ``worker``'s cache."""
+        probs = worker.choice_probabilities(suffix, self.probe_choices)
+        return probs[self.probe_choices[0]]
+
+    def judge(self, question: str, margin: str, segment: Segment, read: str,
+              p_yes: float | None = None) -> Verdict:
+        verdict, ev = self.ground(question, margin, read)
+        if ev is None or p_yes is None or not verdict.relevant:
+            return verdict
+        blend = self.weight * p_yes + (1.0 - self.weight) * ev.topic
+        said = f"the model's YES {p_yes:.0%}, topicality {ev.topic:.0%}"
+        if blend < self.topic_threshold:
+            return Verdict(False, margin, ev.support * blend, f"grounded, but {said}")
+        return Verdict(True, margin, ev.support * blend, f"grounded; {said}", (ev.start, ev.end))
 
 
 class FusedJudge(MarginJudge):
@@ -201,7 +207,8 @@ class FusedJudge(MarginJudge):
     def finished(self, text: str) -> bool:
         return text.strip().lower().startswith("no")  # a NO costs one token: stop there
 
-    def judge(self, question: str, margin: str, segment: Segment, read: str) -> Verdict:
+    def judge(self, question: str, margin: str, segment: Segment, read: str,
+              p_yes: float | None = None) -> Verdict:
         m = re.match(r"\W*(yes|no)\b[\s:,.!-]*", margin, re.IGNORECASE)
         if not m:
             return Verdict(False, margin, None, "the margin did not start with YES")
@@ -221,7 +228,8 @@ class SeparateJudge(MarginJudge):
         self.generator = generator
         self.params = GenerationParams(max_new_tokens=3)
 
-    def judge(self, question: str, margin: str, segment: Segment, read: str) -> Verdict:
+    def judge(self, question: str, margin: str, segment: Segment, read: str,
+              p_yes: float | None = None) -> Verdict:
         if is_empty_margin(margin):
             return Verdict(False, margin, 0.0, "the margin says nothing was found")
         reply = self.generator.generate(
@@ -240,6 +248,12 @@ class SeparateJudge(MarginJudge):
 def make_judge(mode: str, generator: Generator, threshold: float = 0.5) -> MarginJudge:
     if mode == "grounded":
         return GroundedJudge(threshold)
+    if mode == "combined":
+        if not (isinstance(generator, CachingGenerator) and generator.supports_choice_probabilities):
+            raise UserError(f"the combined judge reads the model's probability of YES, and {generator.name} "
+                            "does not give next-token probabilities; use the grounded judge, or an in-process "
+                            "model (smollm2, gguf:, hf:)")
+        return CombinedJudge(threshold)
     if mode == "fused":
         if not generator.supports_first_choices:  # else the verdict would be left to the prompt
             raise UserError(f"the fused judge needs the margin's first token restricted to "

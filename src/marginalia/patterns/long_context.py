@@ -8,7 +8,7 @@ from typing import Any
 from ..models.base import Clock, Generator
 from ..options import LcOptions
 from ..records import Answer, Done, Event, Reference, Started
-from .base import Framing, Pattern, Run, make_stats, relay_answer, resolve_options
+from .base import Framing, Pattern, Run, ledger_for, make_stats, relay_answer, resolve_options
 
 
 class LongContext(Pattern):
@@ -42,10 +42,12 @@ class LongContext(Pattern):
                        what="the document, the question and the answer")
         before = gen.usage.snapshot()
         yield Started(self.name, 1, len(context_ids))
-        text, first = yield from relay_answer(gen.stream_prompt(prompt, self.answer_params), clock)
+        head = len(framing.head)
+        with ledger_for(gen, prompt[:head + len(context_ids)], [(head, head + len(context_ids))]) as ledger:
+            text, first = yield from relay_answer(gen.stream_prompt(prompt, self.answer_params), clock)
         used = gen.usage.since(before)
         stats = make_stats(
-            clock, used, len(context_ids), len(context_ids),
+            clock, used, len(context_ids), ledger.evaluated, reprefilled_context=ledger.repeated,
             answer_tokens=used.generated_tokens,
             answer_seconds=used.decode_seconds, time_to_first_answer_token=first,
         )

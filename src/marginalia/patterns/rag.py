@@ -13,7 +13,7 @@ from ..ingest.segment import segments_from_tokens
 from ..models.base import Clock, Generator
 from ..options import RagOptions
 from ..records import Answer, Done, Event, Reference, Segment, SegmentRead, Started
-from .base import Framing, Pattern, Run, make_stats, relay_answer, resolve_options
+from .base import Framing, Pattern, Run, ledger_for, make_stats, relay_answer, resolve_options
 
 _BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
 
@@ -83,17 +83,21 @@ class RAG(Pattern):
         framing = Framing.build(gen, intro="passages_intro")
         body: list[int] = []
         sep = gen.tokenizer.encode("\n\n[...]\n\n")
+        read: list[tuple[int, int]] = []  # where each chunk's tokens sit in the prompt
         for k, chunk in enumerate(picked):
-            body += (sep if k else []) + list(chunk.token_ids)
+            body += sep if k else []
+            read.append((len(framing.head) + len(body), len(framing.head) + len(body) + chunk.n_tokens))
+            body += list(chunk.token_ids)
         prompt = framing.head + body + framing.suffix(gen, "answer", question=question)
         gen.check_fits(len(prompt) + self.answer_params.max_new_tokens,
                        what="the retrieved passages, the question and the answer")
         before = gen.usage.snapshot()
-        text, first = yield from relay_answer(gen.stream_prompt(prompt, self.answer_params), clock)
+        with ledger_for(gen, prompt[:len(framing.head) + len(body)], read) as ledger:
+            text, first = yield from relay_answer(gen.stream_prompt(prompt, self.answer_params), clock)
         used = gen.usage.since(before)
-        n_read = sum(c.n_tokens for c in picked)
         stats = make_stats(
-            clock, used, len(ids), n_read, answer_tokens=used.generated_tokens,
+            clock, used, len(ids), ledger.evaluated, reprefilled_context=ledger.repeated,
+            answer_tokens=used.generated_tokens,
             answer_seconds=used.decode_seconds, time_to_first_answer_token=first,
             retrieval_seconds=retrieve_seconds,
         )

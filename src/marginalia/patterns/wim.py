@@ -15,6 +15,7 @@ still extends the prompt before it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -28,6 +29,7 @@ from typing import Any
 from ..errors import UserError
 from ..ingest.segment import segments_from_tokens
 from ..models.base import CacheSnapshot, CachingGenerator, Clock, GenerationParams, Generator, Usage, close_stream
+from ..models.ledger import PrefillLedger
 from ..models.snapshots import SnapshotStore, snapshot_key
 from ..options import WimOptions
 from ..records import (
@@ -45,7 +47,7 @@ from ..records import (
     Started,
 )
 from .base import Framing, Pattern, Run, check_context, check_question, make_stats, relay_answer, resolve_options
-from .judges import SeparateJudge, Verdict, make_judge
+from .judges import CombinedJudge, SeparateJudge, Verdict, is_empty_margin, make_judge
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,7 @@ class _Written:
     raw: str
     seconds: float
     tokens: int
+    p_yes: float | None = None  # the model's YES for the combined judge's check
 
 
 class WiM(Pattern):
@@ -117,9 +120,10 @@ class WiM(Pattern):
         yield from WimReader(self, context, source)._events(run, question)
 
     def _sequential(self, run: Run, worker: CachingGenerator, segments: list[Segment], total: int, place: Place,
-                    suffix: list[int], clock: Clock) -> Iterator[SegmentRead | _Written]:
+                    suffix: list[int], clock: Clock,
+                    probe: Callable[[str], float | None] | None = None) -> Iterator[SegmentRead | _Written]:
         """Put the cache at a segment's end (prefill it, or restore it), write its margin, roll back;
-        then the next segment."""
+        then the next segment. ``probe`` asks the model about the margin there (the combined judge)."""
         for segment in segments:
             if run.stop_requested:
                 break
@@ -128,7 +132,8 @@ class WiM(Pattern):
             t0 = time.perf_counter()
             generated = worker.usage.generated_tokens
             raw = self.judge.read(worker.generate_from_cache(suffix, self.margin_params))
-            yield _Written(segment, raw, time.perf_counter() - t0, worker.usage.generated_tokens - generated)
+            yield _Written(segment, raw, time.perf_counter() - t0, worker.usage.generated_tokens - generated,
+                           probe(raw) if probe is not None else None)
 
     def _batched(self, run: Run, worker: CachingGenerator, segments: list[Segment], total: int, ends: list[int],
                  suffix: list[int], clock: Clock) -> Iterator[SegmentRead | _Written]:
@@ -166,7 +171,7 @@ class WiM(Pattern):
                 cached = place(segment)
                 yield SegmentRead(segment, total, clock(), cached)
                 fork = worker.fork(keep_cache=True)
-                fork.usage = Usage()
+                fork.usage = Usage(ledger=worker.usage.ledger)
                 taken_in = threading.Event()
                 future = pool.submit(self._margin_on, fork, suffix, taken_in)
                 pending.append((segment, fork, future))
@@ -243,6 +248,15 @@ class WimReader:
         self._reserve = 0  # what the prompts after a segment need (set per question)
         self.full: CacheSnapshot | None = None  # a copy of the cache holding every segment read
         self.key = snapshot_key(gen, self.framing.head, self.segments) if store is not None else ""
+        self.ledger = self._new_ledger()
+
+    def _new_ledger(self) -> PrefillLedger:
+        """What the backend evaluated of this reading (the intro, then the segments), for the stats."""
+        head = len(self.framing.head)
+        reference = list(self.framing.head)
+        for segment in self.segments:
+            reference += segment.token_ids
+        return PrefillLedger(reference, [(head, len(reference))], blocks=[head, *self.ends])
 
     def ask(self, question: str) -> Run:
         """Start answering ``question``; iterate the `Run` for events (`Run.stop()` stops early)."""
@@ -293,6 +307,7 @@ class WimReader:
             self.dropped += 1
         if self.dropped == first:
             return
+        self.ledger.shift(head, head + tokens)  # first: a backend that drops by prefilling again is caught
         worker.drop(head, head + tokens)
         self.dropped_tokens += tokens
         self.full = None  # the kept copy no longer holds the whole reading
@@ -312,10 +327,21 @@ class WimReader:
         gen.check_fits(len(framing.head) + longest + reserve,
                        what="the intro, a segment and WiM's prompts and answer")
         self._reserve = reserve
-        before = gen.usage.snapshot()
         if self.dropped:  # a long document is read anew for each question: its cache holds only the end
             self.worker.rollback(len(framing.head))
             self.read = self.dropped = self.dropped_tokens = 0
+            self.ledger = self._new_ledger()
+        attached, gen.usage.ledger = gen.usage.ledger, self.ledger
+        try:
+            yield from self._read(run, question, clock, n_context, margin_suffix, answer_base)
+        finally:
+            gen.usage.ledger = attached
+
+    def _read(self, run: Run, question: str, clock: Clock, n_context: int, margin_suffix: list[int],
+              answer_base: int) -> Iterator[Event]:
+        wim, gen, framing, segments = self.wim, self.wim.cache_gen, self.framing, self.segments
+        before = gen.usage.snapshot()
+        ledger_before = (self.ledger.evaluated, self.ledger.repeated)
         self._load()
         yield Started(wim.name, len(segments), n_context)
         worker = self.worker
@@ -333,7 +359,8 @@ class WimReader:
             judge = SeparateJudge(judge_gen)
             overlap = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wim-judge")
 
-        def settle(segment: Segment, raw: str, verdict: Verdict | Future[Verdict]) -> Iterator[Event]:
+        def settle(segment: Segment, raw: str, verdict: Verdict | Future[Verdict],
+                   p_yes: float | None = None) -> Iterator[Event]:
             nonlocal found
             if isinstance(verdict, Future):
                 verdict = verdict.result()
@@ -343,7 +370,7 @@ class WimReader:
             if relevant and verdict.evidence is not None:
                 cited.add(verdict.evidence)
             margin = Margin(segment.index, verdict.text, relevant, judge.mode, verdict.score, reason,
-                            verdict.evidence)
+                            verdict.evidence, p_yes)
             margins.append(margin)
             yield MarginJudged(margin, clock())
             threshold = wim.stop_at_score
@@ -358,9 +385,17 @@ class WimReader:
         cached_tokens = 0
         first_margin: float | None = None
         margin_seconds = 0.0
-        write = wim._pipelined if gen.concurrency > 1 else wim._sequential
+        probe: Callable[[str], float | None] | None = None
+        if isinstance(judge, CombinedJudge):
+            combined = judge
+
+            def probe(raw: str) -> float | None:
+                return None if is_empty_margin(raw) else combined.probe(worker, framing.suffix(
+                    gen, "margin_check", question=question, margin=raw))
+        write = wim._pipelined if gen.concurrency > 1 else functools.partial(wim._sequential, probe=probe)
         steps: Iterator[SegmentRead | _Written]
-        if held_before and wim.batch_margins and gen.max_branches > 1 and self.full is not None:
+        if held_before and wim.batch_margins and gen.max_branches > 1 and self.full is not None \
+                and probe is None:
             # the kept reading's margins as batched branches, then read on as usual
             if worker.length < len(self.full.ids):
                 worker.restore(self.full)
@@ -385,7 +420,8 @@ class WimReader:
                 first_margin = clock()
             yield MarginWritten(segment.index, raw, clock())
             if overlap is None:
-                yield from settle(segment, raw, judge.judge(question, raw, segment, self.context[:segment.end]))
+                yield from settle(segment, raw, judge.judge(question, raw, segment, self.context[:segment.end],
+                                                            item.p_yes), item.p_yes)
                 continue
             # the separate judge's request for this margin runs while the next segment is read
             while judging:
@@ -421,9 +457,11 @@ class WimReader:
         ), clock)
         answer_tokens = gen.usage.generated_tokens - generated
         used = gen.usage.since(before)
-        prefilled_context = sum(s.n_tokens for s in segments[held_before:self.read])
+        # what the backend evaluated of the document during this run, by its own account
+        prefilled_context = self.ledger.evaluated - ledger_before[0]
         stats = make_stats(
             clock, used, n_context, prefilled_context,
+            reprefilled_context=self.ledger.repeated - ledger_before[1],
             margin_tokens=margin_tokens, answer_tokens=answer_tokens,
             margin_seconds=margin_seconds, answer_seconds=clock() - t_answer,
             time_to_first_margin=first_margin, time_to_first_answer_token=first_token,

@@ -1,0 +1,267 @@
+"""How well WiM's relevance checks keep the margins that hold the answer (development data only).
+
+Two steps. ``collect`` reads SQuAD and HotpotQA development items (the gold passage among distractors, about
+--context-tokens model tokens) with WiM and the combined judge, and stores every margin as written (its text,
+where its segment ends, the model's P(YES)) with the item's context and gold answers in a JSONL file outside
+the repository. ``evaluate`` judges those same margins again with each check, offline: kept-margin precision
+(of the margins kept, the share that contain a gold answer, SQuAD-normalised), recall (of the margins that
+contain one, the share kept) and, by question, the share of questions where a margin with the answer was
+written and one was kept. ``--baseline REF`` also judges them with the grounded judge of git commit REF.
+
+    python benchmarks/relevance_check.py collect --out /tmp/margins.jsonl [--limit 20] [--model smollm2]
+    python benchmarks/relevance_check.py evaluate --margins /tmp/margins.jsonl [--baseline b32f016]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import ROOT, command_line, git_commit, write_section  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+SOURCES = {"squad": "squad-v1.1-dev.part1.json", "hotpotqa": "hotpotqa-dev-distractor.part1.json"}
+Judge = Callable[[str, str, Any, str, "float | None"], Any]
+
+
+def collect(args: argparse.Namespace) -> None:
+    from marginalia.bench.items import TaskSpec
+    from marginalia.bench.tasks import build_items
+    from marginalia.models import load_generator
+    from marginalia.patterns.wim import WiM
+    from marginalia.records import Done, MarginJudged, MarginWritten
+
+    gen = load_generator(args.model)
+    # the answer is not judged here: one token of it is enough
+    wim = WiM(gen, segment_tokens=args.segment_tokens, judge="combined", max_new_tokens=1)
+    out = Path(args.out)
+    with out.open("w") as f:
+        for dataset, name in SOURCES.items():
+            spec = TaskSpec(dataset=dataset, path=str(DATA / name), limit=args.limit,
+                            lengths=(args.context_tokens,), depths=(0.25, 0.75), seed=1)
+            for item in build_items(spec, gen.tokenizer)[: args.limit]:
+                t0 = time.perf_counter()
+                segments = wim.segments(item.context)
+                written: dict[int, str] = {}
+                margins = []
+                for event in wim.run(item.context, item.question):
+                    if isinstance(event, MarginWritten):
+                        written[event.segment_index] = event.text
+                    elif isinstance(event, MarginJudged):
+                        m = event.margin
+                        margins.append({"segment": m.segment_index, "end": segments[m.segment_index].end,
+                                        "raw": written[m.segment_index], "p_yes": m.p_yes})
+                    elif isinstance(event, Done):
+                        answer = event.answer.text
+                f.write(json.dumps({"task": dataset, "id": item.id, "question": item.question,
+                                    "answers": list(item.answers), "context": item.context,
+                                    "margins": margins, "answer": answer}) + "\n")
+                f.flush()
+                print(f"{dataset} {item.id}: {len(margins)} margins, {time.perf_counter() - t0:.1f}s", flush=True)
+
+
+def _baseline_judge(ref: str) -> Judge:
+    """The grounded judge of commit ``ref``, loaded from git as a module beside today's."""
+    source = subprocess.run(["git", "show", f"{ref}:src/marginalia/patterns/judges.py"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout
+    spec = importlib.util.spec_from_loader("marginalia.patterns._baseline_judges", loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = "marginalia.patterns"
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    exec(compile(source, f"judges.py@{ref}", "exec"), module.__dict__)
+    judge = module.GroundedJudge()
+    return lambda q, m, seg, read, p: judge.judge(q, m, seg, read)
+
+
+def _judges(baseline: str | None) -> dict[str, Judge]:
+    from marginalia.patterns.judges import CombinedJudge, GroundedJudge
+
+    judges: dict[str, Judge] = {}
+    if baseline:
+        judges[f"grounded @ {baseline}"] = _baseline_judge(baseline)
+    for topic in (0.2, 0.3, 0.4):
+        g = GroundedJudge(topic_threshold=topic)
+        judges[f"grounded, topicality >= {topic}"] = lambda q, m, s, r, p, g=g: g.judge(q, m, s, r)
+    for weight in (0.25, 0.5):
+        c = CombinedJudge(weight=weight)
+        judges[f"combined, P(YES) weight {weight}"] = lambda q, m, s, r, p, c=c: c.judge(q, m, s, r, p)
+    judges["the model's P(YES) >= 0.5 alone"] = lambda q, m, s, r, p: type("V", (), {"relevant": (p or 0) >= 0.5})
+    return judges
+
+
+def evaluate(args: argparse.Namespace) -> None:
+    from marginalia.bench.metrics import contains_answer
+    from marginalia.records import Segment
+
+    rows = [json.loads(line) for line in Path(args.margins).read_text().splitlines() if line.strip()]
+    judges = _judges(args.baseline)
+    lines = ["| check | task | kept | precision | recall | questions with a kept answer |",
+             "|---|---|---:|---:|---:|---:|"]
+    for label, judge in judges.items():
+        for task in [*SOURCES, "all"]:
+            kept = hits = bearing = asked = found = 0
+            for row in rows:
+                if task != "all" and row["task"] != task:
+                    continue
+                any_bearing = any_kept = False
+                for m in row["margins"]:
+                    read = row["context"][: m["end"]]
+                    v = judge(row["question"], m["raw"], Segment(m["segment"], 0, m["end"], read, ()), read,
+                              m["p_yes"])
+                    has = any(contains_answer(m["raw"], a) for a in row["answers"])
+                    kept += v.relevant
+                    hits += v.relevant and has
+                    bearing += has
+                    any_bearing |= has
+                    any_kept |= bool(v.relevant and has)
+                asked += any_bearing
+                found += any_kept
+            precision = f"{hits / kept:.2f}" if kept else "-"
+            recall = f"{hits / bearing:.2f}" if bearing else "-"
+            by_question = f"{found}/{asked}"
+            lines.append(f"| {label} | {task} | {kept} | {precision} | {recall} | {by_question} |")
+    n = {t: sum(r["task"] == t for r in rows) for t in SOURCES}
+    margins = sum(len(r["margins"]) for r in rows)
+    body = "\n".join([
+        "## Relevance checks on written margins (`benchmarks/relevance_check.py`)",
+        "",
+        f"Command: `{command_line()}` · commit {git_commit()}",
+        "",
+        f"Margins written by WiM ({margins}, from {n['squad']} SQuAD and {n['hotpotqa']} HotpotQA development "
+        "items, the gold passage among distractors) are judged again, offline, by each check. Precision: of the "
+        "kept margins, the share holding a gold answer (SQuAD-normalised); recall: of the margins holding one, "
+        "the share kept; the last column counts questions where an answer-bearing margin was written and one "
+        "was kept. A margin can support the answer without holding it (HotpotQA's bridge facts), so precision "
+        "is a lower bound.",
+        "",
+        *lines,
+    ])
+    if args.write:
+        write_section("relevance_check", body)
+    print(body)
+
+
+KINDS = {  # margin kind -> whether it holds the answer
+    "bare gold answer": True, "the answer's sentence, copied": True,
+    "the answer's sentence, another answer put in": False, "another sentence of the gold paragraph": False,
+    "a distractor sentence sharing a question word": False, "a distractor sentence": False,
+}
+
+
+def _controlled_items(limit: int, seed: int = 7) -> list[dict[str, Any]]:
+    """Margins of known kinds (`KINDS`) for SQuAD questions: the gold paragraph among six others."""
+    import random
+
+    from marginalia.patterns.grounding import sentence_spans, units
+
+    data = json.loads((DATA / SOURCES["squad"]).read_text())["data"]
+    paragraphs = [(a["title"], p) for a in data for p in a["paragraphs"]]
+    rng = random.Random(seed)
+    picks = rng.sample(range(len(paragraphs)), min(limit, len(paragraphs)))
+    items = []
+    for k in picks:
+        title, para = paragraphs[k]
+        qa = para["qas"][0]
+        answer = qa["answers"][0]
+        others = [p for t, p in rng.sample(paragraphs, 12) if t != title][:6]
+        context_parts = [o["context"] for o in others[:3]] + [para["context"]] + [o["context"] for o in others[3:]]
+        context = "\n\n".join(context_parts)
+        gold_at = context.index(para["context"])
+        start = gold_at + answer["answer_start"]
+        spans = sentence_spans(context)
+        gold_sentences = [(a, b) for a, b in spans if gold_at <= a < gold_at + len(para["context"])]
+        own = next(((a, b) for a, b in gold_sentences if a <= start < b), None)
+        if own is None or answer["text"] not in context[own[0]:own[1]]:
+            continue
+        sentence = context[own[0]:own[1]]
+        margins = {"bare gold answer": answer["text"], "the answer's sentence, copied": sentence}
+        swap = next((o["qas"][0]["answers"][0]["text"] for o in others
+                     if o["qas"][0]["answers"][0]["text"] not in sentence), None)
+        if swap:
+            margins["the answer's sentence, another answer put in"] = sentence.replace(answer["text"], swap, 1)
+        rest = [context[a:b] for a, b in gold_sentences if (a, b) != own and answer["text"] not in context[a:b]]
+        if rest:
+            margins["another sentence of the gold paragraph"] = rng.choice(rest)
+        distract = [context[a:b] for a, b in spans if not gold_at <= a < gold_at + len(para["context"])
+                    and answer["text"] not in context[a:b]]
+        asked = set(units(qa["question"]))
+        sharing = [d for d in distract if asked & set(units(d))]
+        if sharing:
+            margins["a distractor sentence sharing a question word"] = rng.choice(sharing)
+        margins["a distractor sentence"] = rng.choice(distract)
+        items.append({"question": qa["question"], "context": context, "margins": margins})
+    return items
+
+
+def controlled(args: argparse.Namespace) -> None:
+    """Keep rates by margin kind (SQuAD, margins made from the data) and bare answers kept (the demo)."""
+    from marginalia.app import demo
+    from marginalia.records import Segment
+
+    judges = {k: v for k, v in _judges(args.baseline).items() if not k.startswith(("combined", "the model"))}
+    items = _controlled_items(args.limit)
+    text, questions = demo()
+    header = "| check | " + " | ".join(KINDS) + " | demo: bare answer kept |"
+    lines = [header, "|---|" + "---:|" * (len(KINDS) + 1)]
+    for label, judge in judges.items():
+        cells = []
+        for kind in KINDS:
+            rows = [it for it in items if kind in it["margins"]]
+            kept = sum(bool(judge(it["question"], it["margins"][kind], Segment(0, 0, len(it["context"]),
+                                                                                it["context"], ()),
+                                  it["context"], None).relevant) for it in rows)
+            cells.append(f"{kept}/{len(rows)}")
+        demo_kept = sum(bool(judge(q["question"], q["answer"], Segment(0, 0, len(text), text, ()), text,
+                                   None).relevant) for q in questions)
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {demo_kept}/{len(questions)} |")
+    body = "\n".join([
+        "## Relevance checks on margins of known kinds (`benchmarks/relevance_check.py controlled`)",
+        "",
+        f"Command: `{command_line()}` · commit {git_commit()}",
+        "",
+        f"{len(items)} SQuAD development questions, each with its gold paragraph among six others; for each, "
+        "margins made from the data: the first two hold the answer and should be kept, the others should not. "
+        "Last column: the bare gold answer of each bundled demo question, judged against the demo report.",
+        "",
+        *lines,
+    ])
+    if args.write:
+        write_section("relevance_check_controlled", body)
+    print(body)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="step", required=True)
+    c = sub.add_parser("collect", help="write margins with the real model")
+    c.add_argument("--out", required=True, help="the margins JSONL to write (keep it outside the repository)")
+    c.add_argument("--model", default="smollm2")
+    c.add_argument("--limit", type=int, default=20, help="items per dataset")
+    c.add_argument("--context-tokens", type=int, default=1024)
+    c.add_argument("--segment-tokens", type=int, default=512)
+    e = sub.add_parser("evaluate", help="judge the collected margins with each check")
+    e.add_argument("--margins", required=True)
+    e.add_argument("--baseline", help="also judge with the grounded judge of this git commit")
+    e.add_argument("--write", action="store_true", help="write the table to BENCHMARKS.md")
+    k = sub.add_parser("controlled", help="keep rates of margins made from the data, no model")
+    k.add_argument("--limit", type=int, default=200, help="SQuAD questions")
+    k.add_argument("--baseline", help="also judge with the grounded judge of this git commit")
+    k.add_argument("--write", action="store_true", help="write the table to BENCHMARKS.md")
+    args = ap.parse_args()
+    if not DATA.is_dir():
+        sys.exit(f"no development data at {DATA}")
+    {"collect": collect, "evaluate": evaluate, "controlled": controlled}[args.step](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""Whether a margin is supported by the text read: sentences, word units, evidence and topicality.
+
+Sentences come from pysbd (rule-based: "3.5 metres", "Dr. Smith" and "U.S." do not end one; CJK full stops
+do). Word units come from the ``regex`` module's Unicode classes: words in scripts that separate words by
+spaces (lower-cased, lightly stemmed, stopwords dropped), and, in scripts that do not (Chinese, Japanese,
+Thai, Lao, Khmer, Myanmar), overlapping pairs of grapheme clusters, so a phrase copied out of such text
+shares units with it without a dictionary.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import regex
+
+from ..errors import MissingDependency
+
+#: scripts written without spaces between words
+_UNSPACED = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Tibetan}"
+#: a run of unspaced script, or a word (letters, digits, marks; "3.5" and "1,200" stay one number)
+_UNIT = regex.compile(rf"[{_UNSPACED}\p{{M}}]+|(?:(?![{_UNSPACED}])[\p{{L}}\p{{N}}\p{{M}}])+(?:[.,]\p{{N}}+)*")
+_UNSPACED_RUN = regex.compile(rf"[{_UNSPACED}]")
+_GRAPHEME = regex.compile(r"\X")
+_WORD = regex.compile(r"[\p{L}\p{N}\p{M}]+")
+_NONE = regex.compile(r"^\W*(none|no|nothing|n/a)\b\W*$", regex.IGNORECASE)
+STOPWORDS = frozenset(
+    """a an the and or but if of to in on at by for with from as is are was were be been being
+    it its this that these those there here what which who whom whose when where why how do does
+    did has have had not no yes none can could would should will shall may might must than then
+    so such into about over under after before during between out up down off again very just
+    also only i you he she we they me him her us them my your his our their text question answer
+    sentence sentences above below document note s""".split()
+)
+PYSBD_INSTALL = "pip install pysbd"
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper, so 'leaves'/'leave' or 'named'/'name' match."""
+    if not word.isalpha() or len(word) <= 3:
+        return word
+    for suffix in ("ing", "es", "ed", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
+def units(text: str) -> list[str]:
+    """The word units of ``text`` (see the module doc): what margins, sentences and questions are compared by."""
+    out: list[str] = []
+    for match in _UNIT.finditer(text.casefold()):
+        piece = match.group()
+        if _UNSPACED_RUN.match(piece):
+            graphemes = _GRAPHEME.findall(piece)
+            out.extend(graphemes if len(graphemes) == 1 else
+                       (a + b for a, b in zip(graphemes, graphemes[1:], strict=False)))
+        elif piece not in STOPWORDS:
+            out.append(stem(piece))
+    return out
+
+
+#: the former name, kept for callers that speak of words
+content_words = units
+
+
+def is_number(unit: str) -> bool:
+    return unit[:1].isdigit()
+
+
+def is_empty_margin(text: str) -> bool:
+    return not text.strip() or bool(_NONE.match(text.strip()))
+
+
+class SentenceSplitter:
+    """Sentence spans of a text, remembered: WiM asks for ever longer prefixes of one document, and only
+    what was added since the last call (from the last sentence on, which may have been cut) is split again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._text = ""
+        self._spans: list[tuple[int, int]] = []
+        self._segmenter: Any = None
+
+    def _split(self, text: str, offset: int) -> list[tuple[int, int]]:
+        if self._segmenter is None:
+            try:
+                import pysbd
+            except ImportError as exc:
+                raise MissingDependency("sentence splitting for the grounded judge (pysbd)", PYSBD_INSTALL) from exc
+            self._segmenter = pysbd.Segmenter(language="en", clean=False)
+        spans: list[tuple[int, int]] = []
+        at = 0
+        for sentence in self._segmenter.segment(text):
+            start = text.find(sentence, at)
+            if start < 0:  # pysbd returns the text's own pieces; should one differ, keep going from here
+                continue
+            at = start + len(sentence)
+            stripped = sentence.strip()
+            if stripped:
+                lead = len(sentence) - len(sentence.lstrip())
+                spans.append((offset + start + lead, offset + start + lead + len(stripped)))
+        return spans
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """``(start, end)`` of each sentence of ``text``, surrounding whitespace left out."""
+        with self._lock:
+            if self._text and self._spans and text.startswith(self._text):
+                keep = self._spans[:-1]
+                start = keep[-1][1] if keep else 0
+                spans = keep + self._split(text[start:], start)
+            else:
+                spans = self._split(text, 0)
+            self._text, self._spans = text, spans
+            return list(spans)
+
+
+_SPLITTER = SentenceSplitter()
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    return _SPLITTER.spans(text)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The sentence of the text read that best supports a margin, and how well."""
+
+    start: int
+    end: int
+    support: float    # rarity-weighted share of the margin's new units found in the sentence (1.0: copied)
+    topic: float      # rarity-weighted share of the question's units (found in the text) near the sentence
+    copied: bool = False  # the margin is a verbatim span of the text
+
+
+class Reading:
+    """The text read so far, split into sentences with their units, for judging margins against it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.spans = sentence_spans(text)
+        self.sets = [set(units(text[s:e])) for s, e in self.spans]
+        self._df: dict[str, int] = {}
+
+    def df(self, unit: str) -> int:
+        if unit not in self._df:
+            self._df[unit] = sum(unit in s for s in self.sets)
+        return self._df[unit]
+
+    def idf(self, unit: str) -> float:
+        """Smoothed inverse sentence frequency: a unit in every sentence weighs least; one never read weighs
+        like one read once (it counts fully against a margin that adds it)."""
+        return math.log(1.0 + len(self.sets) / max(self.df(unit), 1))
+
+    def topic(self, question: Iterable[str], index: int) -> float:
+        """Share of the question's units (those the text uses anywhere) that sentence ``index`` or the one
+        before it holds, each weighed by its rarity: a name counts more than a word in every sentence."""
+        asked = {q for q in question if self.df(q)}
+        if not asked:
+            return 0.0
+        near = self.sets[index] | (self.sets[index - 1] if index else set())
+        total = sum(self.idf(q) for q in asked)
+        return sum(self.idf(q) for q in asked if q in near) / total
+
+    def sentence_at(self, position: int) -> int:
+        for i, (start, end) in enumerate(self.spans):
+            if start <= position < end or position < start:
+                return i
+        return len(self.spans) - 1
+
+    def copies(self, margin: str) -> list[tuple[int, int]]:
+        """Where ``margin`` occurs verbatim in the text (case, spacing and punctuation between words aside)."""
+        words = _WORD.findall(margin)
+        if not words:
+            return []
+        pattern = r"(?<![\p{L}\p{N}])" + r"[\W_]+".join(regex.escape(w) for w in words) + r"(?![\p{L}\p{N}])"
+        found = regex.finditer(pattern, self.text, regex.IGNORECASE | regex.V1)
+        return [(m.start(), m.end()) for m, _ in zip(found, range(64), strict=False)]
+
+
+def find_evidence(question: str, margin: str, text: str | Reading) -> Evidence | None:
+    """The sentence of ``text`` that best supports ``margin``, or None when none does.
+
+    A margin copied verbatim (a phrase, a sentence, a bare number) is supported fully where it occurs.
+    Otherwise support weighs each of the margin's units beyond the question's by its rarity in the text
+    (a unit never read weighs most, and counts against). Among supporting sentences the most on-topic wins,
+    then the best supported, then the latest. None when the margin adds nothing beyond the question or
+    none of what it adds was read.
+    """
+    reading = text if isinstance(text, Reading) else Reading(text)
+    if not reading.spans:
+        return None
+    asked = set(units(question))
+    said = set(units(margin))
+    new = said - asked
+    if not new:
+        return None
+    best: Evidence | None = None
+
+    def consider(ev: Evidence) -> None:
+        nonlocal best
+        if best is None or (ev.topic, ev.support, ev.start) >= (best.topic, best.support, best.start):
+            best = ev
+
+    for start, end in reading.copies(margin):
+        i = reading.sentence_at(start)
+        j = reading.sentence_at(max(end - 1, start))
+        consider(Evidence(reading.spans[i][0], reading.spans[j][1], 1.0, reading.topic(asked, j), True))
+    if best is not None:
+        return best
+    weight = {u: reading.idf(u) for u in new}
+    total = sum(weight.values())
+    for i, (start, end) in enumerate(reading.spans):
+        hits = new & reading.sets[i]
+        if hits:
+            consider(Evidence(start, end, sum(weight[u] for u in hits) / total, reading.topic(asked, i)))
+    return best
