@@ -434,6 +434,9 @@ def main() -> None:
         ranked = sorted(got, key=lambda row: -results[f"{dataset}/{row}"]["gleu"])
         return " > ".join(ranked)
 
+    def times(a: float, b: float) -> float:
+        return a / b if b else float("inf")
+
     verdicts = []
     for dataset in ("wikitext", "enron"):
         vanilla = results.get(f"{dataset}/vanilla")
@@ -443,10 +446,10 @@ def main() -> None:
         if vanilla is None:
             continue
         line = (f"- {dataset}: GLEU ordering {ordering(dataset)}; the best client + memory row has "
-                f"{best_memory / vanilla['gleu']:.2f}x the vanilla client's GLEU ({vanilla['gleu']:.1f} -> "
+                f"{times(best_memory, vanilla['gleu']):.2f}x the vanilla client's GLEU ({vanilla['gleu']:.1f} -> "
                 f"{best_memory:.1f}).")
         if tuned_r is not None:
-            ratio = tuned_r["gleu"] / vanilla["gleu"]
+            ratio = times(tuned_r["gleu"], vanilla["gleu"])
             line += (f" Tuned client + memory: {ratio:.2f}x the vanilla GLEU ({vanilla['gleu']:.1f} -> "
                      f"{tuned_r['gleu']:.1f}): goal (at least 2x) {'met' if ratio >= 2 else 'not met'}.")
         else:
