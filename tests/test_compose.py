@@ -360,6 +360,31 @@ def test_a_trailing_blank_is_left_to_the_model_and_dropped_from_the_suggestion()
     assert gen.requests[-1].prefix.endswith("The ferry")
 
 
+def test_a_given_memory_serves_one_completion_and_leaves_the_memory_in_use() -> None:
+    gen = ScriptedGenerator(default=" sails at dawn")
+    client = CompletionClient(gen, suggestion_tokens=4)
+    notes = (item("The ferry leaves Ostervik at seven."),)
+    assert client.complete("The ferry", memory=notes).text() == " sails at"
+    assert "The ferry leaves Ostervik at seven." in gen.requests[-1].prefix
+    assert client.memory == () and client.memory_version == 0
+    client.complete("The ferry").text()
+    assert "Ostervik" not in gen.requests[-1].prefix
+
+
+def test_the_client_scores_a_continuation_after_its_own_prompt(make_tiny: Any) -> None:
+    gen = make_tiny()
+    client = CompletionClient(gen, suggestion_tokens=4)
+    notes = (item("The harbour opens at dawn and closes at dusk."),)
+    scores = client.score("The harbour opens ", "at dawn", memory=notes)
+    ref = make_tiny()
+    ref.prefill(client.prompt_ids(client.encode("The harbour opens"), memory=notes))
+    ids = gen.tokenizer.encode(" at dawn")  # the blank the prompt left out starts the continuation
+    assert scores == pytest.approx(ref.score(ids), abs=1e-5)
+    assert scores != pytest.approx(client.score("The harbour opens ", "at dawn"), abs=1e-5)  # memory counts
+    with pytest.raises(UserError, match="empty"):
+        client.score("The harbour", "")
+
+
 def test_a_long_text_keeps_its_end_and_the_cut_moves_in_steps() -> None:
     gen = ScriptedGenerator(default=" more", context_window=300)
     client = CompletionClient(gen, suggestion_tokens=4)

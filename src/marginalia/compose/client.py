@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from ..errors import UserError
+from ..errors import ContextOverflow, UserError
 from ..models.base import CachingGenerator, GenerationParams, Generator, Usage, close_stream
 from .events import ComposeEvent, MemoryItem, MemoryPrepared, MemorySwapped, Suggested
 from .prompt import ClientPrompt, strip_trailing
@@ -130,11 +130,12 @@ class Completion:
     """A suggestion being written. Iterate it for text deltas (in one thread); `cancel` from any thread
     ends it at the next token; `result` is the `Suggested` record once it has ended."""
 
-    def __init__(self, client: CompletionClient, text: str, ids: Sequence[int] | None, max_new_tokens: int) -> None:
+    def __init__(self, client: CompletionClient, text: str, ids: Sequence[int] | None, max_new_tokens: int,
+                 memory: Sequence[MemoryItem] | None = None) -> None:
         self._cancel = threading.Event()
         self.result: Suggested | None = None
         self.context = text
-        self._it = client._run(self, text, ids, max_new_tokens)
+        self._it = client._run(self, text, ids, max_new_tokens, memory)
 
     def __iter__(self) -> Iterator[str]:
         return self
@@ -258,12 +259,41 @@ class CompletionClient:
         with self._state:
             self._latest = tuple(ids)
 
-    def complete(self, text: str, ids: Sequence[int] | None = None, max_new_tokens: int | None = None) -> Completion:
-        """Start completing ``text`` (``ids``: its `encode`, when already known); iterate the result."""
-        return Completion(self, text, ids, max_new_tokens or self.suggestion_tokens)
+    def complete(self, text: str, ids: Sequence[int] | None = None, max_new_tokens: int | None = None,
+                 memory: Sequence[MemoryItem] | None = None) -> Completion:
+        """Start completing ``text`` (``ids``: its `encode`, when already known); iterate the result.
+
+        ``memory`` completes with those items instead of the memory in use (to evaluate the client with a
+        given memory: nothing is swapped in, and the next plain completion syncs back to its own memory).
+        """
+        return Completion(self, text, ids, max_new_tokens or self.suggestion_tokens, memory)
+
+    def score(self, text: str, continuation: str, memory: Sequence[MemoryItem] | None = None) -> list[float]:
+        """The log-probability of each token of ``continuation`` (in the client's tokens) right after
+        ``text``, with the memory in use or the given ``memory``: what perplexity is computed from.
+
+        Raises:
+            BackendError: the client model cannot score tokens (see `CachingGenerator.score`).
+            UserError: an empty continuation.
+        """
+        healed = text[len(strip_trailing(text)):]  # blanks the prompt leaves out belong to the continuation
+        with self._tok_lock:
+            ids = self.generator.tokenizer.encode(healed + continuation)
+        if not ids:
+            raise UserError("nothing to score: the continuation is empty")
+        with self._fg:
+            with self._state:
+                cache = self._active
+                block = self._memory if memory is None else _Memory(0, tuple(memory), self._memory_ids(memory))
+            target = [*self._prefix, *block.ids, *self._context(self.encode(text), block)]
+            cache.sync(target, self.prefill_step)
+            if len(target) + len(ids) > self.generator.context_window:
+                raise ContextOverflow(len(target) + len(ids), self.generator.context_window,
+                                      "the prompt plus the scored continuation")
+            return cache.gen.score(ids)
 
     def _run(self, completion: Completion, text: str, ids: Sequence[int] | None,
-             max_new_tokens: int) -> Iterator[str]:
+             max_new_tokens: int, given: Sequence[MemoryItem] | None) -> Iterator[str]:
         t0 = time.perf_counter()
         ids = self.encode(text) if ids is None else list(ids)
         healed = text[len(strip_trailing(text)):]  # trailing blanks the prompt left out
@@ -275,9 +305,12 @@ class CompletionClient:
             self._fg_idle.clear()
             try:
                 self.update(ids)
-                self._swap_if_ready()
+                if given is None:
+                    self._swap_if_ready()
                 with self._state:
                     cache, memory = self._active, self._memory
+                if given is not None:
+                    memory = _Memory(0, tuple(given), self._memory_ids(given))
                 version = memory.version
                 before = cache.gen.usage.snapshot()
                 target = [*self._prefix, *memory.ids, *self._context(ids, memory)]

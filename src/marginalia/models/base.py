@@ -336,6 +336,24 @@ class CachingGenerator(Generator):
         """The logits of ``token_ids`` for the token after the cache (backends that give probabilities)."""
         raise UserError(f"{self.name} does not give next-token probabilities; use an in-process model")
 
+    def score(self, ids: Sequence[int]) -> list[float]:
+        """The log-probability (natural log) of each of ``ids`` in turn after the cache's tokens (each given
+        the cache and the ids before it), as the model's unconstrained distribution has it; the cache is
+        left as it was. Perplexity is ``exp(-mean)`` of these.
+
+        Raises:
+            BackendError: the backend cannot see its logits (the base), or the cache is empty (the first
+                id needs something to follow).
+        """
+        raise BackendError(f"{self.name} cannot score tokens: its backend gives no access to its logits "
+                           "(use an in-process model: smollm2, gguf:, hf:)")
+
+    def check_score(self, ids: Sequence[int]) -> None:
+        """Raise `BackendError` unless ``ids`` can be scored after the cache."""
+        if ids and not self.length:
+            raise BackendError("nothing to score after: the cache is empty; prefill a prompt first")
+        self.check_fits(self.length + len(ids), what="the cache plus the scored tokens")
+
     #: how many branches `branches` decodes side by side (1: none; the backend has no batched branches)
     max_branches: int = 1
 

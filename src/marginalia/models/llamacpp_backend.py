@@ -412,6 +412,43 @@ class LlamaCppGenerator(CachingGenerator):
             self.usage.requests += len(ends)
         return [(_visible(scanner), len(toks)) for scanner, toks in zip(scanners, tokens, strict=True)]
 
+    def score(self, ids: Sequence[int]) -> list[float]:
+        """Log-probabilities of ``ids`` after the cache: the first from the cache's last logits, the rest from
+        one batch (per ``n_batch`` tokens) of ``ids[:-1]`` on sequence 0 with logits kept for every position,
+        whose cells are removed afterwards."""
+        ids = [int(i) for i in ids]
+        if not ids:
+            return []
+        self.check_score(ids)
+        rows = [_log_softmax(self._pending_logits())]  # also syncs the shared context to this fork
+        llama_cpp = import_llama_cpp()
+        llm = self._shared.llm
+        ctx = llm._ctx.ctx
+        start, n_vocab, rest = self.length, llm.n_vocab(), ids[:-1]
+        t0 = time.perf_counter()
+        batch = llama_cpp.llama_batch_init(llm.n_batch, 0, 1)
+        try:
+            for at in range(0, len(rest), llm.n_batch):
+                piece = rest[at:at + llm.n_batch]
+                for i, token in enumerate(piece):
+                    batch.token[i] = token
+                    batch.pos[i] = start + at + i
+                    batch.n_seq_id[i] = 1
+                    batch.seq_id[i][0] = 0
+                    batch.logits[i] = True
+                batch.n_tokens = len(piece)
+                code = llama_cpp.llama_decode(ctx, batch)
+                if code != 0:
+                    raise BackendError(f"llama.cpp could not score {len(piece)} tokens (code {code})")
+                rows.extend(_log_softmax(self._row(ctx, i, n_vocab)) for i in range(len(piece)))
+        finally:
+            llama_cpp.llama_batch_free(batch)
+            # the scored tokens' cells go; the context's own record (n_tokens, input_ids) never counted them
+            llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, start, -1)
+            self.usage.prefilled_tokens += len(rest)
+            self.usage.prefill_seconds += time.perf_counter() - t0
+        return [float(row[token]) for row, token in zip(rows, ids, strict=True)]
+
     def _decode_batch(self, batch: Any, items: Sequence[tuple[int, int, int, bool]]) -> dict[int, int]:
         """Decode ``(branch, position, token, wants logits)`` items as one batch (branch j is sequence
         j + 1); return each branch's row of logits."""
@@ -482,6 +519,11 @@ class LlamaCppGenerator(CachingGenerator):
 def _visible(scanner: StopScanner) -> str:
     """A finished branch's text: everything before a stop string (the whole text when none came)."""
     return scanner.text[:scanner.emitted] if scanner.stopped else scanner.text
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64) - np.max(logits)
+    return np.asarray(z - np.log(np.sum(np.exp(z))))
 
 
 def _sample(logits: np.ndarray, params: GenerationParams, rng: np.random.Generator) -> int:

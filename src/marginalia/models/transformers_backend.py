@@ -251,6 +251,35 @@ class TransformersGenerator(CachingGenerator):
         logits = self._pending_logits()
         return [float(v) for v in logits[list(token_ids)].tolist()]
 
+    def score(self, ids: Sequence[int]) -> list[float]:
+        """Log-probabilities of ``ids`` after the cache: the first from the cache's last logits, the rest from
+        forward passes over ``ids[:-1]`` with every position's logits, cropped off the cache afterwards."""
+        ids = [int(i) for i in ids]
+        if not ids:
+            return []
+        self.check_score(ids)
+        torch = self.torch
+        first = torch.log_softmax(self._pending_logits().float(), dim=-1)[ids[0]]
+        out = [float(first.item())]
+        rest, added = ids[:-1], 0
+        t0 = time.perf_counter()
+        try:
+            for at in range(0, len(rest), self.prefill_chunk):
+                piece = rest[at:at + self.prefill_chunk]
+                x = torch.tensor([piece], dtype=torch.long, device=self.device)
+                with torch.no_grad():
+                    logits = self.model(input_ids=x, past_key_values=self._cache, use_cache=True).logits[0]
+                added += len(piece)
+                lp = torch.log_softmax(logits.float(), dim=-1)
+                targets = torch.tensor(ids[at + 1:at + 1 + len(piece)], device=lp.device)
+                out.extend(float(v) for v in lp.gather(1, targets[:, None])[:, 0].tolist())
+        finally:
+            if added:
+                self._cache.crop(-added)  # the cache's own record (_ids, _logits) never counted them
+            self.usage.prefilled_tokens += added
+            self.usage.prefill_seconds += time.perf_counter() - t0
+        return out
+
     def _sample(self, logits: Any, params: GenerationParams, rng: Any) -> int:
         torch = self.torch
         if params.temperature <= 0:
