@@ -277,14 +277,14 @@ class CompletionClient:
             UserError: an empty continuation.
         """
         healed = text[len(strip_trailing(text)):]  # blanks the prompt leaves out belong to the continuation
-        with self._tok_lock:
+        with self.prompt.lock:
             ids = self.generator.tokenizer.encode(healed + continuation)
         if not ids:
             raise UserError("nothing to score: the continuation is empty")
         with self._fg:
             with self._state:
                 cache = self._active
-                block = self._memory if memory is None else _Memory(0, tuple(memory), self._memory_ids(memory))
+                block = self._memory if memory is None else _Memory(0, tuple(memory), self.prompt.memory_ids(memory))
             target = [*self._prefix, *block.ids, *self._context(self.encode(text), block)]
             cache.sync(target, self.prefill_step)
             if len(target) + len(ids) > self.generator.context_window:
@@ -310,7 +310,7 @@ class CompletionClient:
                 with self._state:
                     cache, memory = self._active, self._memory
                 if given is not None:
-                    memory = _Memory(0, tuple(given), self._memory_ids(given))
+                    memory = _Memory(0, tuple(given), self.prompt.memory_ids(given))
                 version = memory.version
                 before = cache.gen.usage.snapshot()
                 target = [*self._prefix, *memory.ids, *self._context(ids, memory)]
