@@ -1,0 +1,108 @@
+"""Automatic early exit: summarise a `marginalia bench run configs/bench/early_exit.toml` run.
+
+The run answers the same items twice with WiM: reading to the end (`wim`) and stopping once a margin is
+judged relevant with at least the options' ``stop_at_score`` (`wim-exit`). Per task: answers right (by
+`contains`, with a 95% Wilson interval), context tokens prefilled and segments read per answer, seconds
+per answer, and the paired view on the same items (how many answers changed from right to wrong and back).
+
+    marginalia bench run configs/bench/early_exit.toml
+    python benchmarks/early_exit.py [RUN]      (default: the run named "early_exit" under the home directory)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import write_section  # noqa: E402
+
+FULL, EXIT = "wim", "wim-exit"
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of k successes in n trials."""
+    if n == 0:
+        return 0.0, 0.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def right(r: dict[str, Any]) -> bool:
+    return r["status"] == "ok" and r["scores"]["contains"] >= 1.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", nargs="?", default=None, help="a run folder (default: <home>/bench/runs/early_exit)")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
+    args = ap.parse_args()
+    from marginalia.bench.runner import RESULTS, RUN_INFO, read_results, runs_dir
+
+    folder = Path(args.run) if args.run else runs_dir() / "early_exit"
+    records = read_results(folder / RESULTS)
+    if not records:
+        raise SystemExit(f"no results in {folder}; run: marginalia bench run configs/bench/early_exit.toml")
+    info = json.loads((folder / RUN_INFO).read_text("utf-8"))
+    commit = (info.get("commit") or {}).get("commit", "unknown")[:10]
+    threshold = next((p.get("stop_at_score") for p in info.get("config", {}).get("patterns", [])
+                      if p.get("name") == EXIT), None)
+    by: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in records:
+        by[(r["task"], r["pattern"])][r["item_id"]] = r
+    rows, notes = [], []
+    for task in sorted({t for t, _ in by}):
+        full, early = by[(task, FULL)], by[(task, EXIT)]
+        items = sorted(set(full) & set(early))
+        if not items:
+            continue
+        for name, cell in ((FULL, full), (EXIT, early)):
+            rs = [cell[i] for i in items]
+            ok = [r for r in rs if r["status"] == "ok"]
+            k = sum(right(r) for r in rs)
+            lo, hi = wilson(k, len(rs))
+            tokens = statistics.median(r["stats"]["prefilled_context_tokens"] for r in ok) if ok else 0
+            read = statistics.mean(r["segments_read"] / max(1, r["segments_total"]) for r in ok) if ok else 0
+            stopped = sum(r["segments_read"] < r["segments_total"] for r in ok)
+            seconds = statistics.median(r["seconds"] for r in ok) if ok else 0
+            rows.append(f"| {task} | {name} | {k}/{len(rs)} ({lo:.2f}–{hi:.2f}) | {tokens:.0f} | {read:.2f} | "
+                        f"{stopped} | {seconds:.0f} |")
+        lost = sum(right(full[i]) and not right(early[i]) for i in items)
+        gained = sum(right(early[i]) and not right(full[i]) for i in items)
+        saved = [1 - early[i]["stats"]["prefilled_context_tokens"] / full[i]["stats"]["prefilled_context_tokens"]
+                 for i in items if full[i]["status"] == "ok" and early[i]["status"] == "ok"
+                 and full[i]["stats"]["prefilled_context_tokens"]]
+        notes.append(f"- {task}, {len(items)} items: early exit read {statistics.mean(saved) * 100 if saved else 0:.0f}% "
+                     f"fewer context tokens on average; answers right with full reading and wrong with early exit: "
+                     f"{lost}; the other way round: {gained}.")
+    body = "\n".join([
+        "## Automatic early exit (`benchmarks/early_exit.py`)",
+        "",
+        f"Run: `marginalia bench run configs/bench/early_exit.toml` then `python benchmarks/early_exit.py` · run "
+        f"commit {commit} · SmolLM2-135M on llama.cpp in process, WiM with 512-token segments and the default "
+        f"`grounded` judge; `wim-exit` stops reading once a margin is judged relevant with a score of at least "
+        f"{threshold}. Contexts of 7680 tokens (15 segments), gold at several depths. {len(records)} answers. "
+        "Right = the gold answer is contained in the answer; intervals are 95% Wilson intervals.",
+        "",
+        "| task | pattern | right | context tokens prefilled (median) | share of segments read (mean) | "
+        "stopped early | s/answer (median) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        *notes,
+    ])
+    if not args.no_write:
+        write_section("early_exit", body)
+    print(body)
+
+
+if __name__ == "__main__":
+    main()
