@@ -34,6 +34,9 @@ def bucket(tokens: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", nargs="?", default=None, help="a run folder (default: <home>/bench/runs/long)")
+    ap.add_argument("--note", action="append", default=[], help="a line to add under the table (e.g. how busy "
+                    "the machine was while the run was timed)")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
     args = ap.parse_args()
     from marginalia.bench.runner import RESULTS, RUN_INFO, read_results, runs_dir
 
@@ -56,12 +59,12 @@ def main() -> None:
             ok = [r for r in rs if r["status"] == "ok"]
             right = sum(r["scores"]["contains"] >= 1.0 for r in ok)
             over = sum(r["status"] == "overflow" for r in rs)
-            parts.append(f"{right}/{len(rs)}" + (f" ({over} overflow)" if over else ""))
+            parts.append(f"{right}/{len(rs)}" + (f" ({over} overflow)" if over else "") if rs else "not yet")
         wim = [r for r in cells.get((task, length, "wim"), []) if r["status"] == "ok"]
         peak = max((r["stats"]["peak_cache_tokens"] for r in wim), default=0)
         dropped = statistics.median(r["stats"]["dropped_context_tokens"] for r in wim) if wim else 0
         seconds = statistics.median(r["seconds"] for r in wim) if wim else 0
-        parts += [str(peak), f"{dropped:.0f}", f"{seconds:.0f}"]
+        parts += [str(peak), f"{dropped:.0f}", f"{seconds:.0f}"] if wim else ["–", "–", "–"]
         rows.append("| " + " | ".join(parts) + " |")
     niah = [r for r in records if r["task"] == "niah" and r["pattern"] == "wim"]
     by_length: dict[str, list[float]] = defaultdict(list)
@@ -69,7 +72,12 @@ def main() -> None:
         by_length[bucket(r["context_tokens"])].append(r["scores"]["contains"] if r["status"] == "ok" else 0.0)
     niah_line = ", ".join(f"{k}: {statistics.mean(v):.2f} ({len(v)} items)" for k, v in sorted(
         by_length.items(), key=lambda kv: int(kv[0][:-1])))
-    niah_met = bool(by_length) and all(statistics.mean(v) >= 0.8 for v in by_length.values())
+    goal_lengths = sorted({bucket(n) for t in info["config"]["tasks"] if t["dataset"] == "niah"
+                           for n in t["lengths"]}, key=lambda k: int(k[:-1]))
+    unmeasured = [k for k in goal_lengths if k not in by_length]
+    niah_met = bool(by_length) and not unmeasured and all(statistics.mean(v) >= 0.8 for v in by_length.values())
+    niah_verdict = ("not decided: no answer yet at " + ", ".join(unmeasured) + " (the run was stopped before; "
+                    "run it again to go on)") if unmeasured else ("met" if niah_met else "NOT met")
     babilong_beyond = [r for r in records if r["task"] == "babilong" and r["pattern"] == "wim"
                        and r["context_tokens"] > window]
     bab_right = sum(r["status"] == "ok" and r["scores"]["contains"] >= 1.0 for r in babilong_beyond)
@@ -89,11 +97,13 @@ def main() -> None:
         f"- WiM's cache never held more than the window: peak {max((r['stats']['peak_cache_tokens'] for r in records if r['pattern'] == 'wim' and r['status'] == 'ok'), default=0)} "
         f"of {window} tokens.",
         f"- NIAH with WiM, share right by length: {niah_line or 'no items'} (goal at least 0.8 at every "
-        f"length: {'met' if niah_met else 'NOT met'}).",
+        f"length: {niah_verdict}).",
         f"- BABILong beyond the window (long context can only overflow there): WiM right on {bab_right} of "
         f"{len(babilong_beyond)}.",
+        *(f"- {note}" for note in args.note),
     ])
-    write_section("long_documents", body)
+    if not args.no_write:
+        write_section("long_documents", body)
     print(body)
 
 
