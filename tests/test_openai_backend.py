@@ -118,15 +118,20 @@ class FakeServer:
                 if reply.claim_length:
                     self.send_header("Content-Length", str(reply.claim_length))
                 self.end_headers()
+                # a span ends as its last event is sent: the client may send its next request as soon as it
+                # has read it, before this thread gets to run again
+                finished = time.monotonic()
                 if fake.pace:
                     for k, e in enumerate(events):
                         if k:
                             time.sleep(fake.pace)
+                        if k == len(events) - 1:
+                            finished = time.monotonic()
                         self.wfile.write(f"data: {e}\n\n".encode())
                         self.wfile.flush()
                 else:
                     self.wfile.write(payload)
-                fake.spans.append((received, time.monotonic()))
+                fake.spans.append((received, finished))
 
             def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(body).encode()
