@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from marginalia.files import atomic_write_text
 
@@ -51,3 +53,16 @@ def write_section(name: str, body: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     atomic_write_text(BENCHMARKS_MD, text)
+
+
+def load_run(folder: str | None, name: str, config: str) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+    """A bench run's result lines, its run info and its commit (short): ``folder``, or the run called ``name``
+    under the home directory; exits saying how to make the run (``config``) when it holds no results."""
+    from marginalia.bench.runner import RESULTS, RUN_INFO, read_results, runs_dir
+
+    where = Path(folder) if folder else runs_dir() / name
+    records = read_results(where / RESULTS)
+    if not records:
+        raise SystemExit(f"no results in {where}; run: marginalia bench run {config}")
+    info = json.loads((where / RUN_INFO).read_text("utf-8"))
+    return records, info, (info.get("commit") or {}).get("commit", "unknown")[:10]

@@ -12,28 +12,16 @@ per answer, and the paired view on the same items (how many answers changed from
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import write_section  # noqa: E402
+from _common import load_run, write_section  # noqa: E402
 
 FULL, EXIT = "wim", "wim-exit"
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of k successes in n trials."""
-    if n == 0:
-        return 0.0, 0.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def right(r: dict[str, Any]) -> bool:
@@ -45,14 +33,9 @@ def main() -> None:
     ap.add_argument("run", nargs="?", default=None, help="a run folder (default: <home>/bench/runs/early_exit)")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
     args = ap.parse_args()
-    from marginalia.bench.runner import RESULTS, RUN_INFO, read_results, runs_dir
+    from marginalia.bench.report import wilson
 
-    folder = Path(args.run) if args.run else runs_dir() / "early_exit"
-    records = read_results(folder / RESULTS)
-    if not records:
-        raise SystemExit(f"no results in {folder}; run: marginalia bench run configs/bench/early_exit.toml")
-    info = json.loads((folder / RUN_INFO).read_text("utf-8"))
-    commit = (info.get("commit") or {}).get("commit", "unknown")[:10]
+    records, info, commit = load_run(args.run, "early_exit", "configs/bench/early_exit.toml")
     threshold = next((p.get("stop_at_score") for p in info.get("config", {}).get("patterns", [])
                       if p.get("name") == EXIT), None)
     by: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)

@@ -11,16 +11,14 @@ at least 0.8 at every length, BABILong answered at lengths where long context ca
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import write_section  # noqa: E402
+from _common import load_run, write_section  # noqa: E402
 
 
 def bucket(tokens: int) -> str:
@@ -38,15 +36,8 @@ def main() -> None:
                     "the machine was while the run was timed)")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
     args = ap.parse_args()
-    from marginalia.bench.runner import RESULTS, RUN_INFO, read_results, runs_dir
-
-    folder = Path(args.run) if args.run else runs_dir() / "long"
-    records = read_results(folder / RESULTS)
-    if not records:
-        raise SystemExit(f"no results in {folder}; run: marginalia bench run configs/bench/long.toml")
-    info = json.loads((folder / RUN_INFO).read_text("utf-8"))
+    records, info, commit = load_run(args.run, "long", "configs/bench/long.toml")
     window = info["models"]["generator"]["context_window"]
-    commit = (info.get("commit") or {}).get("commit", "unknown")[:10]
     cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         cells[(r["task"], bucket(r["context_tokens"]), r["pattern"])].append(r)
