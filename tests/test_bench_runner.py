@@ -17,7 +17,7 @@ from marginalia.bench import runner as runner_module
 from marginalia.bench.config import load_config
 from marginalia.bench.items import Item, TaskSpec
 from marginalia.bench.judge import token_f1
-from marginalia.bench.runner import read_results, run_benchmark
+from marginalia.bench.runner import read_results, result_key, run_benchmark
 from marginalia.cli import main as cli_main
 from marginalia.cli.bench import add_bench_parser, cmd_bench
 from marginalia.errors import BackendError, UserError
@@ -545,3 +545,57 @@ def test_bench_run_and_report_commands(tmp_path: Path, monkeypatch: pytest.Monke
     assert cli_main(["bench", "run", str(bad)], out, err) == 2
     assert "unknown key 'limt'" in err.getvalue() and out.getvalue() == ""
     assert cli_main(["bench", "report", "nothing-here"], out, err) == 2
+
+
+# -- one reading shared by wim and lc ---------------------------------------------------------------------
+
+SHARED = CONFIG.replace('[[patterns]]\nkind = "lc"\n', '[[patterns]]\nkind = "lc"\nreading = "wim"\n')
+
+
+def test_lc_answers_from_wims_reading(tmp_path: Path) -> None:
+    """lc reads no context token of its own; wim's results are those of a run without sharing."""
+    shared_gen = ScriptedGenerator(answering)
+    run(write_config(tmp_path, SHARED, "shared.toml"), tmp_path / "shared", shared_gen)
+    run(write_config(tmp_path), tmp_path / "alone")
+    shared, alone = lines(tmp_path / "shared"), lines(tmp_path / "alone")
+    assert sorted(keys(shared)) == sorted(keys(alone))
+    by_key = {result_key(r): r for r in alone}
+    for record in shared:
+        other = by_key[result_key(record)]
+        stats = record["stats"]
+        if record["pattern"] == "lc":
+            assert stats["prefilled_context_tokens"] == 0 and stats["reprefilled_context_tokens"] == 0
+            assert stats["cached_context_tokens"] == record["context_tokens"] > 0
+            assert other["stats"]["prefilled_context_tokens"] == record["context_tokens"]
+        else:
+            assert record["prediction"] == other["prediction"] and record["margins"] == other["margins"]
+            assert stats["prefilled_context_tokens"] == other["stats"]["prefilled_context_tokens"]
+        assert record["scores"] == other["scores"]
+    # per item, the wim pattern runs before the lc answering from its reading
+    order = [r["pattern"] for r in shared]
+    assert order[:3] == ["rag", "wim", "lc"]
+    # the context was prefilled once per item: by wim
+    per_item = len(EXAMPLES) * 2 * 2
+    assert sum(r["stats"]["prefilled_context_tokens"] for r in shared if r["pattern"] != "rag") == \
+        sum(r["context_tokens"] for r in shared if r["pattern"] == "wim")
+    assert len([r for r in shared_gen.requests if is_margin(r)]) >= per_item
+
+
+def test_lc_on_a_reading_runs_alone_and_after_a_resume(tmp_path: Path) -> None:
+    """Selected without its wim pattern (or with wim's results already on disk), lc reads the context
+    through wim's reader itself, once, writing no margin."""
+    config = write_config(tmp_path, SHARED, "shared.toml")
+    gen = ScriptedGenerator(answering)
+    summary = run(config, tmp_path / "run", gen, patterns=["lc"])
+    assert summary.written == 8 and not any(is_margin(r) for r in gen.requests)
+    records = lines(tmp_path / "run")
+    assert all(r["stats"]["prefilled_context_tokens"] == r["context_tokens"] for r in records)
+    assert all(r["prediction"].startswith("It is ") for r in records)
+    assert run(config, tmp_path / "run").written == 16  # rag and wim join the same folder
+
+
+def test_a_reading_must_name_a_wim_pattern(tmp_path: Path) -> None:
+    for bad, why in (("rag", "not a wim pattern of this config"), ("nope", "its wim patterns: wim")):
+        text = CONFIG.replace('kind = "lc"\n', f'kind = "lc"\nreading = "{bad}"\n')
+        with pytest.raises(UserError, match=why):
+            load_config(write_config(tmp_path, text, f"{bad}.toml"))

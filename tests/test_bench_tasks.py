@@ -130,6 +130,20 @@ def test_same_spec_same_items_and_depths_only_move_the_gold(tmp_path: Path) -> N
         assert passages[0] == passages[1] == passages[2]
 
 
+def test_rotated_depths_give_each_example_one_depth_in_turn(tmp_path: Path) -> None:
+    path = write_squad(tmp_path / "squad.json")
+    depths = (0.0, 0.5, 1.0)
+    every = build_items(TaskSpec("squad", str(path), limit=5, lengths=(512, 700), depths=depths), WordTokenizer())
+    rotated = build_items(TaskSpec("squad", str(path), limit=5, lengths=(512, 700), depths=depths,
+                                   options={"rotate_depths": True}), WordTokenizer())
+    assert len(rotated) == 5 * 2 and len(every) == 5 * 2 * 3
+    assert [(i.example_id, i.target_tokens, i.depth) for i in rotated] == [
+        (ex, length, depths[n % 3]) for n, ex in enumerate(dict.fromkeys(i.example_id for i in every))
+        for length in (512, 700)]
+    full = {i.id: i for i in every}
+    assert all(full[i.id] == i for i in rotated)  # the same items a full sweep builds, a subset of them
+
+
 def test_size_sweep(tmp_path: Path) -> None:
     path = write_squad(tmp_path / "squad.json")
     tok = WordTokenizer()

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from marginalia.models.base import GenerationParams
 from marginalia.models.fake import Request, ScriptedGenerator
 from marginalia.models.snapshots import SnapshotStore
 from marginalia.options import WimOptions
+from marginalia.patterns.long_context import LongContext
 from marginalia.patterns.wim import WiM
 from marginalia.records import Answer, SegmentRead
 from wim_requests import is_margin
@@ -217,3 +219,81 @@ def test_smollm2_llamacpp_batched_branches_keep_the_cache(smollm2_llamacpp: Any,
     assert second.stats.prefilled_context_tokens == 0 and reader.worker.length == length
     assert len(second.margins) == second.segments_total >= 3
     assert any("ferry" in m.text.lower() for m in second.margins)
+
+
+# -- long context answered from WiM's reading (the benchmark's shared reading) -------------------------------
+
+
+def test_a_whole_answer_from_the_reading_prefills_no_document_token(doc: str) -> None:
+    gen = ScriptedGenerator(echo)
+    reader = WiM(gen, segment_tokens=100).reader(doc)
+    reader.answer(Q1)
+    whole = reader.ask_whole(Q2, LongContext(gen, max_new_tokens=7)).answer()
+    assert whole.pattern == "lc" and whole.segments_total == 1
+    assert whole.stats.prefilled_context_tokens == 0 and whole.stats.reprefilled_context_tokens == 0
+    assert whole.stats.cached_context_tokens == whole.stats.context_tokens > 0
+    assert gen.requests[-1].params.max_new_tokens == 7  # lc's answer settings, not wim's
+
+
+def test_a_whole_answer_equals_long_context_with_wims_intro(doc: str) -> None:
+    """The same prompt, token for token, as long context given WiM's intro: the reading changes the cost
+    of the answer, never the answer."""
+    gen = ScriptedGenerator(echo)
+    wim = WiM(gen, segment_tokens=100)
+    reader = wim.reader(doc)
+    reader.answer(Q1)
+    whole = reader.ask_whole(Q2, LongContext(gen)).answer()
+    alone = ScriptedGenerator(echo)
+    expected = LongContext(alone, intro=wim.judge.intro_template).answer(doc, Q2)
+    assert whole.text == expected.text
+    last, other = gen.requests[-1], alone.requests[-1]
+    assert last.prompt == other.prompt  # (each fake numbers its own tokens: compare the text)
+
+
+def test_a_whole_answer_reads_what_a_stopped_reading_left_unread(doc: str) -> None:
+    gen = ScriptedGenerator(echo)
+    reader = WiM(gen, segment_tokens=100).reader(doc)
+    run = reader.ask(Q1)
+    for event in run:
+        if isinstance(event, SegmentRead):
+            run.stop()
+    assert reader.read == 1 < len(reader.segments)
+    whole = reader.ask_whole(Q2, LongContext(gen)).answer()
+    first = reader.segments[0].n_tokens
+    assert whole.stats.prefilled_context_tokens == whole.stats.context_tokens - first
+    assert whole.stats.reprefilled_context_tokens == 0
+    # and a later question's margins come from the reading it completed
+    assert reader.answer(Q1).stats.prefilled_context_tokens == 0
+
+
+def test_tiny_llama_whole_answer_equals_long_context_with_wims_intro(make_tiny: Callable[..., Any]) -> None:
+    doc = " ".join(["The harbour opens at dawn and closes at dusk.", "Fact 17: the value is 1717."] * 2)
+    opts = {"segment_tokens": 24, "margin_tokens": 6, "max_new_tokens": 6}
+    gen = make_tiny()
+    wim = WiM(gen, **opts)
+    reader = wim.reader(doc)
+    reader.answer(Q1)
+    whole = reader.ask_whole(Q2, LongContext(gen, max_new_tokens=6)).answer()
+    expected = LongContext(make_tiny(), intro=wim.judge.intro_template, max_new_tokens=6).answer(doc, Q2)
+    assert whole.stats.prefilled_context_tokens == 0
+    assert whole.text == expected.text
+
+
+def test_smollm2_llamacpp_whole_answer_after_other_work(smollm2_llamacpp: Any,
+                                                       make_haystack: Callable[..., str]) -> None:
+    """The model's one context served other requests (a judge, say) between the reading and lc's answer:
+    the answer restores the kept reading instead of prefilling the document again."""
+    doc = make_haystack(14, FACT, 0.5)
+    gen = smollm2_llamacpp.fork(keep_cache=False)
+    wim = WiM(gen, segment_tokens=128, margin_tokens=24, max_new_tokens=24)
+    reader = wim.reader(doc)
+    reader.answer(Q1)
+    other = gen.fork(keep_cache=False)
+    "".join(other.generate_from_cache(gen.tokenizer.encode("An unrelated request about bread."),
+                                      GenerationParams(max_new_tokens=4)))
+    whole = reader.ask_whole(Q1, LongContext(gen, max_new_tokens=24)).answer()
+    assert whole.stats.prefilled_context_tokens == 0 and whole.stats.reprefilled_context_tokens == 0
+    assert whole.stats.prefilled_other_tokens < 60
+    expected = LongContext(smollm2_llamacpp.fork(keep_cache=False), intro=wim.judge.intro_template,
+                           max_new_tokens=24).answer(doc, Q1)
+    assert whole.text == expected.text

@@ -91,6 +91,9 @@ class LcPatternConfig(LcOptions):
 
     kind: Literal["lc"]
     name: str | None = None  # default: the kind
+    # answer from the reading of the wim pattern of this name (one prefill of the context for both; the
+    # prompt then opens with WiM's intro instead of long context's)
+    reading: str | None = None
 
 
 class RagPatternConfig(RagOptions):
@@ -112,7 +115,7 @@ PatternConfig = Annotated[LcPatternConfig | RagPatternConfig | WimPatternConfig,
 
 def pattern_record(table: LcPatternConfig | RagPatternConfig | WimPatternConfig) -> PatternOptions:
     """The options record of a ``[[patterns]]`` table (the table without its kind and name)."""
-    return pattern_options(table.kind, **table.model_dump(exclude={"kind", "name"}))
+    return pattern_options(table.kind, **table.model_dump(exclude={"kind", "name", "reading"}))
 
 
 class RunConfig(_Strict):
@@ -148,6 +151,12 @@ class RunConfig(_Strict):
                 seen.add(label)
                 if not _NAME.match(label):
                     raise ValueError(f"{what} name {label!r}: use letters, digits, '.', '_' and '-' only")
+        wims = [p.name or p.kind for p in self.patterns if p.kind == "wim"]
+        for p in self.patterns:
+            reading = getattr(p, "reading", None)
+            if reading is not None and reading not in wims:
+                raise ValueError(f"pattern {p.name or p.kind!r} answers from the reading of {reading!r}, which is "
+                                 f"not a wim pattern of this config (its wim patterns: {', '.join(wims) or 'none'})")
         return self
 
     def pattern_names(self) -> list[str]:

@@ -28,8 +28,9 @@ from ..errors import ContextOverflow, MarginaliaError, UserError
 from ..files import append_line, atomic_write_json, atomic_write_lines, progress_bar
 from ..home import resolve_home
 from ..index.embedders import CachedEmbedder, Embedder
-from ..models.base import Generator, Tokenizer
+from ..models.base import GenerationParams, Generator, Tokenizer
 from ..patterns.base import Pattern
+from ..patterns.wim import WiM, WimReader
 from ..records import Answer, Margin, Stats
 from .config import PatternConfig, RunConfig, VotingConfig, pattern_record
 from .items import Item, TaskSpec
@@ -249,6 +250,72 @@ def build_pattern(cfg: PatternConfig, generator: Generator, embedder: Callable[[
     from .. import app
 
     return app.pattern(pattern_record(cfg), generator, embedder() if cfg.kind == "rag" else None)
+
+
+class SharedReadings:
+    """One WiM reading per (wim pattern, item), shared by that wim pattern and the lc patterns that name it
+    as their ``reading``: the item's context is prefilled once for all of them. Only the latest item's
+    reading is kept."""
+
+    def __init__(self, patterns: Mapping[str, Pattern]) -> None:
+        self.patterns = patterns  # wim patterns by name
+        self._held: dict[str, tuple[tuple[str, str], WimReader]] = {}
+
+    def reader(self, name: str, context: str, source: str) -> WimReader:
+        key = (source, context)
+        held = self._held.get(name)
+        if held is None or held[0] != key:
+            wim = self.patterns[name]
+            assert isinstance(wim, WiM)
+            held = (key, wim.reader(context, source))
+            self._held[name] = held
+        return held[1]
+
+
+class OnReading(Pattern):
+    """A pattern answered on a `SharedReadings` reading: the wim pattern itself (``whole`` false) or an lc
+    pattern answering from the wim pattern's cache (``whole`` true). Its `answer_params` are the pattern's."""
+
+    def __init__(self, pattern: Pattern, readings: SharedReadings, wim: str, whole: bool) -> None:
+        super().__init__(pattern.generator, pattern.options)
+        self.inner, self.readings, self.wim, self.whole = pattern, readings, wim, whole
+        self.name = pattern.name
+
+    @property  # type: ignore[override]
+    def answer_params(self) -> GenerationParams:
+        return self.inner.answer_params
+
+    @answer_params.setter
+    def answer_params(self, value: GenerationParams) -> None:
+        if hasattr(self, "inner"):  # Pattern.__init__ sets it before `inner` exists
+            self.inner.answer_params = value
+
+    def answer(self, context: str, question: str, source: str = "context") -> Answer:
+        reader = self.readings.reader(self.wim, context, source)
+        return (reader.ask_whole(question, self.inner) if self.whole else reader.ask(question)).answer()
+
+    def _events(self, run: Any, context: str, question: str, source: str) -> Iterator[Any]:
+        raise NotImplementedError  # pragma: no cover - answer() goes through the reader
+
+
+def share_readings(built: list[tuple[str, PatternConfig, Pattern]],
+                   wims: Mapping[str, Pattern]) -> list[tuple[str, PatternConfig, Pattern]]:
+    """The patterns, those on a shared reading wrapped in `OnReading` and the lc ones moved after the wim
+    pattern whose reading they answer from (so, per item, the reading exists when they run). ``wims``:
+    the wim patterns named as a reading, by name (built even when not run themselves)."""
+    shared = {getattr(p, "reading", None) for _, p, _ in built} - {None}
+    if not shared:
+        return built
+    readings = SharedReadings(wims)
+    out: list[tuple[str, PatternConfig, Pattern]] = []
+    for label, p, pattern in built:
+        reading = getattr(p, "reading", None)
+        if label in shared:
+            pattern = OnReading(pattern, readings, label, whole=False)
+        elif reading is not None:
+            pattern = OnReading(pattern, readings, reading, whole=True)
+        out.append((label, p, pattern))
+    return sorted(out, key=lambda entry: getattr(entry[1], "reading", None) is not None)
 
 
 def _sum_stats(stats: Sequence[Stats]) -> Stats:
@@ -493,6 +560,11 @@ def run_benchmark(
             return cached[0]
 
         built = [(p.name or p.kind, p, build_pattern(p, generator, get_embedder)) for p in selected]
+        needed = {getattr(p, "reading", None) for p in selected} - {None}
+        wims = {label: pattern for label, _, pattern in built if label in needed}
+        wims.update({p.name or p.kind: build_pattern(p, generator, get_embedder) for p in config.patterns
+                     if (p.name or p.kind) in needed - set(wims)})
+        built = share_readings(built, wims)
         judge = _make_judge(config, generator, judge_generator, home, say)
         score = score_item or _default_score()
         tasks = _build_tasks(config, build_items or _default_build(), generator.tokenizer, limit, say)

@@ -340,7 +340,8 @@ def _check_spec(spec: TaskSpec) -> None:
 
 
 def build_items(spec: TaskSpec, tokenizer: Tokenizer) -> list[Item]:
-    """Build the items of one task: every selected example at every target length x depth (or fraction).
+    """Build the items of one task: every selected example at every target length x depth (or fraction);
+    with the task option ``rotate_depths``, each example at one depth, the depths taken in turn.
 
     Args:
         spec: the task (dataset, files, lengths, depths or distractor fractions, seed, options).
@@ -388,7 +389,8 @@ def build_from_examples(spec: TaskSpec, tokenizer: Tokenizer, chosen: Sequence[E
     sweep = tuple(spec.distractor_fractions)
     sweep_depth = spec.depths[0] if spec.depths else 0.5
     items: list[Item] = []
-    for ex in chosen:
+    rotate = bool(spec.options.get("rotate_depths", False))  # one depth per example, in turn
+    for number, ex in enumerate(chosen):
         if ex.context is not None:
             items.append(_ready_item(task, ex, cache))
             continue
@@ -400,6 +402,8 @@ def build_from_examples(spec: TaskSpec, tokenizer: Tokenizer, chosen: Sequence[E
             plans: list[tuple[float | None, float | None]] = (
                 [(sweep_depth if golds else None, f) for f in sweep] if sweep
                 else ([(d, None) for d in spec.depths] if golds else [(None, None)]))
+            if rotate and not sweep and golds:
+                plans = [plans[number % len(plans)]]
             for depth, fraction in plans:
                 high, low = window(length)
                 if fraction is not None:

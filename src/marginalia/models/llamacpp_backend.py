@@ -39,6 +39,14 @@ DEFAULT_BRANCHES = 16
 LLAMACPP_INSTALL = "pip install 'marginalia[llamacpp]'  (builds llama.cpp from source, ~5 minutes once)"
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (``taskset`` and container CPU sets narrow them), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def import_llama_cpp() -> Any:
     try:
         import llama_cpp
@@ -111,7 +119,7 @@ class LlamaCppGenerator(CachingGenerator):
         path: the GGUF file.
         name: the spec it was loaded from.
         n_ctx: the context window to allocate (default: the model's training window).
-        n_threads: CPU threads (default: all cores).
+        n_threads: CPU threads (default: the cores this process may use).
         key_cache: ``f16`` (default) or ``q8_0``, the precision of the cached keys.
         n_branches: how many branches `branches` may decode side by side (0: none; the cache then
             holds one sequence).
@@ -142,7 +150,7 @@ class LlamaCppGenerator(CachingGenerator):
         llama_cpp = import_llama_cpp()
         # llama-cpp-python decodes on half the cores by default; all of them decode faster
         # (BENCHMARKS.md, the llama.cpp settings table)
-        n_threads = n_threads or os.cpu_count() or 1
+        n_threads = n_threads or usable_cores()
         if not path.is_file():
             raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
         # n_ctx=0: the window the model was trained with

@@ -265,6 +265,16 @@ class WimReader:
     def answer(self, question: str) -> Answer:
         return self.ask(question).answer()
 
+    def ask_whole(self, question: str, lc: Pattern) -> Run:
+        """Answer ``question`` as long context does, from this reading: the intro and every segment in the
+        cache (the segments not read yet are read now, without margins), then long context's answer prompt.
+
+        This is how a benchmark lets one prefill of a context serve both lc and wim: the answer is
+        ``lc``'s (its name and answer settings), but the prompt it reads opens with WiM's intro, not
+        long context's own.
+        """
+        return Run(_WholePattern(self, lc), self.context, check_question(question), self.source)
+
     def _load(self) -> None:
         """Take a stored full reading, when the store has one for this model and document."""
         if self.full is not None or self.store is None:
@@ -336,6 +346,48 @@ class WimReader:
             yield from self._read(run, question, clock, n_context, margin_suffix, answer_base)
         finally:
             gen.usage.ledger = attached
+
+    def _whole_events(self, question: str, name: str, params: GenerationParams) -> Iterator[Event]:
+        gen, framing, segments = self.wim.cache_gen, self.framing, self.segments
+        clock = Clock()
+        n_context = sum(s.n_tokens for s in segments)
+        suffix = framing.suffix(gen, "answer", question=question)
+        gen.check_fits(len(framing.head) + n_context + len(suffix) + params.max_new_tokens,
+                       what="the document, the question and the answer")
+        self._reserve = len(suffix) + params.max_new_tokens
+        attached, gen.usage.ledger = gen.usage.ledger, self.ledger
+        try:
+            before = gen.usage.snapshot()
+            ledger_before = (self.ledger.evaluated, self.ledger.repeated)
+            self._load()
+            yield Started(name, 1, n_context)
+            worker, end = self.worker, self.ends[-1]
+            if self.read < len(segments):  # read the rest (a reading stopped early), then keep it
+                if worker.length == 0 and self.full is None:
+                    worker.prefill(framing.head)
+                for segment in segments[self.read:]:
+                    self._place(segment)
+                self.full = worker.snapshot()
+            elif self.full is not None:
+                # from the kept copy: another request may have used the model's cache since
+                worker.restore(self.full)
+            worker.rollback(end)
+            text, first = yield from relay_answer(worker.generate_from_cache(suffix, params), clock)
+            used = gen.usage.since(before)
+            prefilled = self.ledger.evaluated - ledger_before[0]
+            stats = make_stats(clock, used, n_context, prefilled,
+                               reprefilled_context=self.ledger.repeated - ledger_before[1],
+                               answer_tokens=used.generated_tokens, answer_seconds=used.decode_seconds,
+                               time_to_first_answer_token=first)
+        finally:
+            gen.usage.ledger = attached
+        stats = replace(stats, cached_context_tokens=n_context - prefilled,
+                        peak_cache_tokens=min(end + len(suffix) + stats.generated_answer_tokens, gen.context_window))
+        yield Done(Answer(
+            question=question, text=text.strip(), pattern=name, model=gen.name,
+            references=(Reference(self.source, 0, len(self.context), "(the whole document)"),),
+            stats=stats, segments_read=1, segments_total=1,
+        ))
 
     def _read(self, run: Run, question: str, clock: Clock, n_context: int, margin_suffix: list[int],
               answer_base: int) -> Iterator[Event]:
@@ -475,6 +527,19 @@ class WimReader:
             margins=tuple(margins), stats=stats, segments_read=self.read,
             segments_total=len(segments), stopped_early=written < len(segments), stop_reason=stop_reason,
         ))
+
+
+class _WholePattern(Pattern):
+    """Adapts `WimReader.ask_whole` to `Run`: the reader's whole cache, answered with ``lc``'s settings."""
+
+    def __init__(self, reader: WimReader, lc: Pattern) -> None:
+        super().__init__(reader.wim.generator, lc.options)
+        self.name = lc.name
+        self.answer_params = lc.answer_params
+        self.reader = reader
+
+    def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
+        return self.reader._whole_events(question, self.name, self.answer_params)
 
 
 class _ReaderPattern(Pattern):
