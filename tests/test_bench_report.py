@@ -164,7 +164,36 @@ def test_set_tasks_default_to_f1_and_size_sweeps_to_distractors(tmp_path: Path) 
     assert "| pattern | length | distractors | n | f1 (95% CI) | em | contains | overflow | error |" in text
     assert "| rag | 4000 | 0.50 | 1 | 0.50 [0.50, 0.50] | 0.00 | 1.00 | 0 | 0 |" in text
     assert "# Benchmark report: run" in text and "unknown (not a git checkout)" in text
-    assert (folder / "heatmap-cwe-rag.png").read_bytes()[:8] == PNG
+    # one length: the score plot only (a heatmap of one column would say nothing more)
+    assert sorted(p.name for p in files.plots) == ["cost.png", "score-cwe.png"]
+    assert (folder / "score-cwe.png").read_bytes()[:8] == PNG
+
+
+def test_patterns_compared_on_the_same_items(tmp_path: Path) -> None:
+    """Paired differences with bootstrap intervals, judge-vs-contains disagreement, cost per task and
+    length, and bars with error bars for a run at one depth."""
+    records = []
+    for n in range(30):
+        wim_right, lc_right = n % 10 != 0, n % 2 == 0  # wim 27/30, lc 15/30
+        records.append(result("wim", 4000, 0.5, float(wim_right), 1.0, n=n, verdict="correct" if wim_right
+                              else "wrong", seconds=6.0))
+        records.append(result("lc", 4000, 0.5, float(lc_right), 1.0, n=n,
+                              verdict="correct" if lc_right or n == 1 else "wrong", seconds=2.0))
+    records.append(result("lc", 4000, 0.5, 1.0, 1.0, n=99, verdict="correct"))  # lc alone: not paired
+    folder = fixture_run(tmp_path / "run", records)
+    files = write_report(folder)
+    text = files.report.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| wim − lc | 4000 | 30 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    mean, interval = cells[3].split(" ", 1)
+    assert float(mean) == pytest.approx((27 - 16) / 30, abs=0.005)  # lc's judge accepts item 1 too
+    low, high = (float(v) for v in interval.strip("[]").split(", "))
+    assert 0 < low < float(mean) < high
+    assert cells[4:] == ["14", "3", "wim higher"]
+    # the judge accepted one lc answer that contains no gold answer
+    assert "| lc | 31 | 0.03 | 1 | 0 |" in text and "| wim | 30 | 0.00 | 0 | 0 |" in text
+    assert "| wim | 4000 | 30 | 1000 | 50 | 10.0 | 6.00 |" in text
+    assert sorted(p.name for p in files.plots) == ["cost.png", "score-squad.png"]
 
 
 def test_find_run_by_name_or_folder(tmp_path: Path, hermetic: Path) -> None:

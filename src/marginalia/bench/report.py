@@ -240,6 +240,61 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def paired_rows(records: list[dict[str, Any]], patterns: Sequence[str], metric: str) -> list[list[str]]:
+    """Each pair of patterns compared on the items both answered, per length: the mean difference of the
+    primary score (first minus second) with a paired bootstrap 95% interval over items, and how often
+    each was right where the other was not."""
+    by_key: dict[tuple[str, str], float] = {}
+    for r in records:
+        value = metric_value(r, metric)
+        if value is not None:
+            by_key[(str(r["item_id"]), r["pattern"])] = value
+    lengths = sorted(_order(r.get("target_tokens") for r in records), key=_sort_key)
+    rows = []
+    for length in lengths:
+        items = _order(str(r["item_id"]) for r in records if r.get("target_tokens") == length)
+        for i, a in enumerate(patterns):
+            for b in patterns[i + 1:]:
+                pairs = [(by_key[(item, a)], by_key[(item, b)]) for item in items
+                         if (item, a) in by_key and (item, b) in by_key]
+                if not pairs:
+                    continue
+                diffs = [x - y for x, y in pairs]
+                low, high = bootstrap(diffs) if len(diffs) > 1 else (math.nan, math.nan)
+                mean = sum(diffs) / len(diffs)
+                verdict = "higher" if low > 0 else "lower" if high < 0 else "no clear difference"
+                rows.append([f"{a} − {b}", str(length), str(len(pairs)), f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]",
+                             str(sum(x > y for x, y in pairs)), str(sum(x < y for x, y in pairs)),
+                             f"{a} {verdict}" if verdict != "no clear difference" else verdict])
+    return rows
+
+
+def agreement_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[list[str]]:
+    """Where the judge and ``contains`` both scored an answer: how often they disagree, each way."""
+    rows = []
+    for p in patterns:
+        both = [(metric_value(r, "judge"), metric_value(r, "contains")) for r in records if r["pattern"] == p]
+        both = [(j, c) for j, c in both if j is not None and c is not None]
+        if not both:
+            continue
+        judge_only = sum(j == 1.0 and c == 0.0 for j, c in both)
+        contains_only = sum(j == 0.0 and c == 1.0 for j, c in both)
+        rows.append([p, str(len(both)), f"{(judge_only + contains_only) / len(both):.2f}",
+                     str(judge_only), str(contains_only)])
+    return rows
+
+
+def task_cost_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[list[str]]:
+    """Tokens and seconds per answer, per pattern and length, for one task."""
+    rows = []
+    for length in sorted(_order(r.get("target_tokens") for r in records), key=_sort_key):
+        for c in cost_rows([r for r in records if r.get("target_tokens") == length], patterns):
+            if c["n"]:
+                rows.append([c["pattern"], str(length), str(c["n"]), _fmt(c["prefilled_context"], 0),
+                             _fmt(c["prefilled_other"], 0), _fmt(c["generated"], 1), _fmt(c["seconds"], 2)])
+    return rows
+
+
 def cost_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[dict[str, Any]]:
     """Mean tokens and seconds per answered item, per pattern."""
     out = []
@@ -344,6 +399,24 @@ def render_markdown(data: RunData, plots: dict[str, list[str]] | None = None) ->
         lines += ["", f"## Task {task}", "", f"Primary score: **{label}**.", "",
                   f"### {label} by pattern and length", "", summary, "",
                   f"### {label} by pattern, length and {pos_name}", "", detail]
+        metric = primary_metric(records)
+        paired = paired_rows(records, patterns, metric)
+        if paired:
+            lines += ["", f"### Patterns compared on the same items ({label})", "",
+                      "The mean difference of the two patterns' scores on the items both answered, with a paired "
+                      "bootstrap 95% interval; a difference is clear when its interval excludes zero.", "",
+                      _table(["patterns", "length", "items", "difference (95% CI)", "first right, second not",
+                              "second right, first not", "reading"], paired)]
+        agreement = agreement_rows(records, patterns)
+        if agreement:
+            lines += ["", "### Judge and contains", "",
+                      "Answers scored by both: the share where they disagree; the judge accepting an answer "
+                      "that holds no gold answer, and rejecting one that holds it.", "",
+                      _table(["pattern", "answers", "disagree", "judge right, contains wrong",
+                              "judge wrong, contains right"], agreement)]
+        lines += ["", "### Cost per answer", "",
+                  _table(["pattern", "length", "n", "prefilled context tokens", "prefilled other tokens",
+                          "generated tokens", "seconds"], task_cost_rows(records, patterns))]
         margins = margin_rows(records, patterns)
         if margins:
             lines += ["", "### Margins kept", "",
@@ -391,31 +464,65 @@ def plot_task(records: list[dict[str, Any]], task: str, patterns: Sequence[str],
     positions = sorted(_order(position(r) for r in records), key=_sort_key)
     names = []
 
+    def at(p: str, length: Any, pos: Any = ...) -> Estimate:
+        return estimate(_values([r for r in records if r["pattern"] == p and r.get("target_tokens") == length
+                                 and (pos is ... or position(r) == pos)], metric))
+
     def mean_at(p: str, length: Any, pos: Any) -> float:
-        vals = _values([r for r in records if r["pattern"] == p and r.get("target_tokens") == length
-                        and position(r) == pos], metric)
-        return sum(vals) / len(vals) if vals else math.nan
+        return at(p, length, pos).mean
+
+    def bars(ax: Any, ests: list[Estimate], xs: Any, label: str | None) -> None:
+        means = [e.mean for e in ests]
+        errors = [[max(e.mean - e.low, 0.0) for e in ests], [max(e.high - e.mean, 0.0) for e in ests]]
+        ax.bar(xs, means, width=0.8 / len(patterns), yerr=errors, capsize=3, label=label)
 
     xs = [x if x is not None else 0.0 for x in positions]
-    fig = _figure(figsize=(4.2 * len(lengths), 3.4), layout="constrained")
-    axes = fig.subplots(1, len(lengths), squeeze=False)[0]
-    for ax, length in zip(axes, lengths, strict=True):
-        for p in patterns:
-            ys = [mean_at(p, length, pos) for pos in positions]
-            if not all(math.isnan(y) for y in ys):
-                ax.plot(xs, ys, marker="o", label=p)
-        if not ax.lines:
+    if len(positions) == 1:  # one position: bars per length with their 95% intervals, not lone points
+        fig = _figure(figsize=(2.2 + 1.4 * len(lengths) * max(len(patterns), 1) / 2, 3.4), layout="constrained")
+        ax = fig.subplots()
+        for k, p in enumerate(patterns):
+            ests = [at(p, length) for length in lengths]
+            if any(e.n for e in ests):
+                bars(ax, ests, [i + (k - (len(patterns) - 1) / 2) * 0.8 / len(patterns)
+                                for i in range(len(lengths))], p)
+        ax.set_xticks(range(len(lengths)), [f"{v} tokens" if v is not None else task for v in lengths])
+        ax.set_title(task + (f", {pos_name} {_fmt(positions[0])}" if positions[0] is not None else ""))
+        ax.set_ylabel(f"{label} (95% CI)")
+        ax.set_ylim(0.0, 1.03)
+        ax.grid(alpha=0.3, axis="y")
+        if ax.patches:
+            ax.legend(loc="best", fontsize="small")
+        else:
             ax.text(0.5, 0.5, "no answers\n(overflow or error)", ha="center", va="center", transform=ax.transAxes,
                     color="gray")
-        ax.set_title(f"{task}, {length} tokens" if length is not None else task)
-        ax.set_xlabel(pos_name)
-        ax.set_ylabel(label)
-        ax.set_ylim(-0.03, 1.03)
-        ax.grid(alpha=0.3)
-    axes[0].legend(loc="best", fontsize="small")
+    else:  # a line per pattern over the positions, each point with its 95% interval (nudged apart)
+        fig = _figure(figsize=(4.2 * len(lengths), 3.4), layout="constrained")
+        axes = fig.subplots(1, len(lengths), squeeze=False)[0]
+        span = (max(xs) - min(xs)) or 1.0
+        for ax, length in zip(axes, lengths, strict=True):
+            for k, p in enumerate(patterns):
+                ests = [at(p, length, pos) for pos in positions]
+                if all(e.n == 0 for e in ests):
+                    continue
+                nudge = (k - (len(patterns) - 1) / 2) * 0.012 * span
+                ax.errorbar([x + nudge for x in xs], [e.mean for e in ests],
+                            yerr=[[max(e.mean - e.low, 0.0) if e.n else math.nan for e in ests],
+                                  [max(e.high - e.mean, 0.0) if e.n else math.nan for e in ests]],
+                            marker="o", capsize=3, label=p)
+            if not ax.lines:
+                ax.text(0.5, 0.5, "no answers\n(overflow or error)", ha="center", va="center",
+                        transform=ax.transAxes, color="gray")
+            ax.set_title(f"{task}, {length} tokens" if length is not None else task)
+            ax.set_xlabel(pos_name)
+            ax.set_ylabel(f"{label} (95% CI)")
+            ax.set_ylim(-0.03, 1.03)
+            ax.grid(alpha=0.3)
+        axes[0].legend(loc="best", fontsize="small")
     name = f"score-{_safe(task)}.png"
     fig.savefig(out / name, dpi=110)
     names.append(name)
+    if len(positions) == 1 or len(lengths) == 1:  # a heatmap of one row or column says nothing more
+        return names
 
     for p in patterns:
         grid = np.array([[mean_at(p, length, pos) for length in lengths] for pos in positions], dtype=float)
