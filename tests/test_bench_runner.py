@@ -599,3 +599,49 @@ def test_a_reading_must_name_a_wim_pattern(tmp_path: Path) -> None:
         text = CONFIG.replace('kind = "lc"\n', f'kind = "lc"\nreading = "{bad}"\n')
         with pytest.raises(UserError, match=why):
             load_config(write_config(tmp_path, text, f"{bad}.toml"))
+
+
+# -- judging a run again --------------------------------------------------------------------------------
+
+
+def test_a_run_is_judged_again_and_a_new_judge_does_not_block_resuming(tmp_path: Path) -> None:
+    from marginalia.bench.judge import ModelJudge
+    from marginalia.bench.runner import rejudge
+
+    out = tmp_path / "run"
+    config = write_config(tmp_path, CONFIG + '\n[judge]\nmodel = "scripted"\n')
+    lenient = ScriptedGenerator(lambda req: '{"correct": true}' if "You grade answers" in req.prompt
+                                else answering(req))
+    run(config, out, lenient, patterns=["lc", "rag"], limit=1)
+    assert all(r["judge"]["verdict"] == "correct" and r["judge"]["by"] == "scripted" for r in lines(out))
+
+    def strict(req: Request) -> str:  # right only where the answer holds a gold answer
+        return json.dumps({"correct": "pier 47" in req.prompt.split("Predicted answer:")[1]
+                           or "green" in req.prompt.split("Predicted answer:")[1]})
+
+    judge = ModelJudge(ScriptedGenerator(strict, name="strict"))
+    summary = rejudge(out, judge, err=io.StringIO(), save_every=3)
+    records = lines(out)
+    assert summary.judged == len(records) == 8 and summary.kept == 0
+    assert all(r["judge"]["by"] == "strict" for r in records)
+    assert all((r["judge"]["verdict"] == "correct") == (r["scores"]["contains"] == 1.0) for r in records)
+    info = json.loads((out / "run.json").read_text())
+    assert info["models"]["judge"]["name"] == "strict" and info["rejudged"][0]["judged"] == 8
+    # judged again by the same judge: nothing to do
+    assert rejudge(out, judge, err=io.StringIO()).judged == 0
+    # another judge in the config does not stop the run from resuming; new answers get the new judge
+    other = write_config(tmp_path, CONFIG + '\n[judge]\nmodel = "scripted"\nretries = 0\n', "other.toml")
+    assert run(other, out, lenient, patterns=["lc", "rag"]).written == 8
+
+
+def test_bench_judge_command(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "run"
+    run(write_config(tmp_path), out, patterns=["lc"], limit=1)
+    monkeypatch.setattr("marginalia.models.load_generator", lambda *a, **k: ScriptedGenerator(
+        lambda req: '{"correct": false, "reason": "no"}'))
+    assert cli_main(["bench", "judge", str(out), "--model", "scripted", "-q"]) == 0
+    printed = capsys.readouterr().out
+    assert str(out) in printed and "judge" in printed and "report.md" in printed
+    assert all(r["judge"]["verdict"] == "wrong" for r in lines(out))
+    assert "Primary score: **judge accuracy**" in (out / "report.md").read_text()

@@ -143,8 +143,11 @@ def check_compatible(folder: Path, config: RunConfig) -> dict[str, Any] | None:
         info = json.loads(info_path.read_text("utf-8"))
     except ValueError:
         raise UserError(f"{info_path} is damaged; delete the folder {folder} to start over") from None
-    stored = info.get("config")
+    stored = dict(info.get("config") or {})
     new = json.loads(json.dumps(config.resolved()))
+    # the judge does not change the answers: another judge may take over (`rejudge` judges them all again)
+    stored.pop("judge", None)
+    new.pop("judge", None)
     if stored != new:
         diffs = _differences(stored, new)
         shown = ", ".join(diffs[:6]) + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "")
@@ -593,16 +596,10 @@ def run_benchmark(
                     done.add(key)
                     written += 1
                     statuses[record["status"]] = statuses.get(record["status"], 0) + 1
-                    verdict = (record.get("judge") or {}).get("verdict")
-                    why = disagreement(_VERDICTS.get(verdict), record.get("scores") or {})
-                    if why is not None:
+                    line = disagreement_line(record)
+                    if line is not None:
                         n_disagree += 1
-                        append_line(disagreements, {
-                            "kind": why, "task": task, "item_id": item.id, "pattern": label,
-                            "question": item.question, "answers": list(item.answers),
-                            "prediction": record["prediction"], "scores": record["scores"],
-                            "judge": record["judge"],
-                        })
+                        append_line(disagreements, line)
                     if record["status"] != "ok":
                         bar.log(f"{task} {item.id} {label}: {record['status']}: {record.get('error', '')}")
                     bar.step(f"{task}/{label} {record['status']}")
@@ -613,6 +610,79 @@ def run_benchmark(
 
 
 _VERDICTS: dict[Any, bool] = {"correct": True, "wrong": False}
+
+
+def disagreement_line(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The disagreements.jsonl line of a judged result whose verdict contradicts its lexical scores."""
+    verdict = (record.get("judge") or {}).get("verdict")
+    why = disagreement(_VERDICTS.get(verdict), record.get("scores") or {})
+    if why is None:
+        return None
+    return {"kind": why, "task": record["task"], "item_id": record["item_id"], "pattern": record["pattern"],
+            "question": record["question"], "answers": record["answers"], "prediction": record["prediction"],
+            "scores": record["scores"], "judge": record["judge"]}
+
+
+@dataclass(frozen=True)
+class RejudgeSummary:
+    folder: Path
+    judged: int  # results judged by this call
+    kept: int  # results this judge had judged before (left as they were)
+    verdicts: dict[str, int]
+    disagreements: int
+    seconds: float
+
+
+def rejudge(folder: Path, judge: ModelJudge, *, err: TextIO | None = None, progress: bool = True,
+            save_every: int = 20) -> RejudgeSummary:
+    """Judge every answered result of a run folder again with ``judge``, replacing the stored verdicts.
+
+    Results this judge already judged (its name in the verdict) are kept, so an interrupted call resumes;
+    results.jsonl is rewritten atomically every ``save_every`` verdicts and at the end (a kill loses at
+    most those), and disagreements.jsonl is written anew from all verdicts.
+
+    Raises:
+        UserError: a benchmark run is writing to the folder, or the folder holds no results.
+    """
+    stream = err or sys.stderr
+    t0 = time.perf_counter()
+    with _locked(folder):
+        path = folder / RESULTS
+        records = read_results(path, repair=True)
+        if not records:
+            raise UserError(f"{folder} has no results to judge; run the benchmark first")
+        todo = [i for i, r in enumerate(records) if r.get("status") == "ok"
+                and (r.get("judge") or {}).get("by") != judge.name]
+        kept = sum(r.get("status") == "ok" for r in records) - len(todo)
+        bar = _Progress(len(todo), 0, stream, progress)
+        bar.log(f"judging {len(todo)} answers in {folder} with {judge.name} ({kept} judged by it before)")
+        try:
+            for n, i in enumerate(todo, 1):
+                r = records[i]
+                t_judge = time.perf_counter()
+                verdict = judge.judge(r["question"], r.get("answers") or [], r.get("prediction") or "")
+                r["judge"] = {**verdict.to_dict(), "by": judge.name,
+                              "seconds": round(time.perf_counter() - t_judge, 3)}
+                if n % save_every == 0:
+                    atomic_write_lines(path, records)
+                bar.step(f"{r['task']}/{r['pattern']} {verdict.status}")
+        finally:
+            atomic_write_lines(path, records)
+            lines = [line for line in map(disagreement_line, records) if line is not None]
+            atomic_write_lines(folder / DISAGREEMENTS, lines)
+            bar.close()
+        info_path = folder / RUN_INFO
+        if info_path.is_file():
+            info = json.loads(info_path.read_text("utf-8"))
+            info.setdefault("models", {})["judge"] = {"name": judge.name, "engine": type(judge.generator).__name__}
+            info.setdefault("rejudged", []).append({"at": _now(), "judge": judge.name, "judged": len(todo)})
+            atomic_write_json(info_path, info)
+    verdicts: dict[str, int] = {}
+    for r in records:
+        v = (r.get("judge") or {}).get("verdict")
+        if v:
+            verdicts[v] = verdicts.get(v, 0) + 1
+    return RejudgeSummary(folder, len(todo), kept, verdicts, len(lines), round(time.perf_counter() - t0, 3))
 
 
 def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: RunConfig,
@@ -639,7 +709,8 @@ def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: 
         if judge is not None:
             t_judge = time.perf_counter()
             verdict = judge.judge(item.question, item.answers, answer.text)
-            record["judge"] = {**verdict.to_dict(), "seconds": round(time.perf_counter() - t_judge, 3)}
+            record["judge"] = {**verdict.to_dict(), "by": judge.name,
+                               "seconds": round(time.perf_counter() - t_judge, 3)}
     record["seconds"] = round(time.perf_counter() - t0, 3)
     record["finished"] = _now()
     return record

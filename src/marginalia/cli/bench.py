@@ -83,6 +83,22 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
                         help="where to write the report and plots (default: the run folder)")
     report.add_argument("--no-plots", action="store_true", help="write report.md only (no matplotlib needed)")
 
+    judge = sub.add_parser(
+        "judge", parents=shared, formatter_class=formatter_class,
+        help="judge a run's answers again with a model judge",
+        description="Ask a model judge whether each answer of a run is right and replace the stored verdicts "
+                    "(results.jsonl is rewritten atomically every few verdicts, so an interrupted call loses "
+                    "little and resumes: answers this judge already judged are kept); disagreements.jsonl and "
+                    "the report are written anew. Not while the run itself is writing to the folder.",
+    )
+    judge.add_argument("run", metavar="RUN", help="a run folder, or the name of a run under <home>/bench/runs")
+    judge.add_argument("--model", metavar="SPEC", default=None,
+                       help="the judge model (default: the run config's [judge] model, else the run's own model)")
+    judge.add_argument("--backend", choices=("auto", "llamacpp", "transformers"), default=None,
+                       help="engine for a GGUF judge (default: the run config's)")
+    judge.add_argument("--no-report", action="store_true", help="do not write report.md and the plots afterwards")
+    judge.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
     from .common import model_options
 
     generate = sub.add_parser(
@@ -119,6 +135,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return _cmd_run(args, out, err)
     if args.bench_command == "report":
         return _cmd_report(args, out, err)
+    if args.bench_command == "judge":
+        return _cmd_judge(args, out, err)
     if args.bench_command == "qa-generate":
         return _cmd_qa_generate(args, out, err)
     if args.bench_command == "qa-review":
@@ -180,6 +198,57 @@ def _print_summary(folder: Any, out: TextIO) -> None:
             other = sum(r.get("status") != "ok" for r in group)
             out.write(f"{task}\t{p}\t{metric}\t{est.format()}\tn={est.n}"
                       + (f"\tnot answered={other}" if other else "") + "\n")
+
+
+def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import json
+
+    from ..bench.judge import ModelJudge
+    from ..bench.report import find_run
+    from ..bench.runner import RUN_INFO, rejudge
+    from ..models import load_generator
+
+    folder = find_run(args.run, args.home)
+    quiet = getattr(args, "quiet", False)
+    try:
+        config = json.loads((folder / RUN_INFO).read_text("utf-8")).get("config") or {}
+    except (OSError, ValueError):
+        config = {}
+    stored = config.get("judge") or {}
+    spec = args.model or stored.get("model") or config.get("model")
+    if not spec:
+        raise UserError(f"{folder} does not say which model answered; give the judge with --model SPEC")
+    backend = args.backend or stored.get("backend") or config.get("backend") or "auto"
+
+    def log(message: str) -> None:
+        if not quiet:
+            print(message, file=err, flush=True)
+
+    log(f"loading judge {spec}")
+    generator = load_generator(spec, home=args.home, backend=backend, log=log if args.verbose else None)
+    judge = ModelJudge(generator, retries=int(stored.get("retries", 2)),
+                       max_new_tokens=int(stored.get("max_new_tokens", 96)))
+    try:
+        summary = rejudge(folder, judge, err=err, progress=not quiet)
+    except KeyboardInterrupt:
+        print("marginalia: interrupted; the verdicts so far are saved: run the same command again to go on",
+              file=err, flush=True)
+        raise
+    verdicts = ", ".join(f"{n} {v}" for v, n in sorted(summary.verdicts.items()))
+    log(f"judged {summary.judged} answers in {summary.seconds:.1f}s ({summary.kept} judged by it before): "
+        f"{verdicts}; {summary.disagreements} disagreements with the lexical scores")
+    out.write(f"{folder}\n")
+    _print_summary(folder, out)
+    if not args.no_report:
+        from ..bench.report import write_report
+
+        try:
+            files = write_report(folder)
+        except MissingDependency as exc:
+            log(f"plots skipped: {exc}")
+            files = write_report(folder, plots=False)
+        out.write(f"{files.report}\n")
+    return 0
 
 
 def _cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
