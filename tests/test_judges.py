@@ -9,7 +9,7 @@ import pytest
 from marginalia.errors import UserError
 from marginalia.models.base import GenerationParams
 from marginalia.models.fake import ScriptedGenerator
-from marginalia.patterns.grounding import SentenceSplitter, sentence_spans, units
+from marginalia.patterns.grounding import SentenceSplitter, list_items, sentence_spans, units
 from marginalia.patterns.judges import (
     CombinedJudge,
     FusedJudge,
@@ -311,3 +311,40 @@ def test_a_rare_word_brought_in_from_another_sentence_is_dropped() -> None:
     assert not verdict.relevant and "'lindholm' comes from another part" in verdict.reason
     # a word the text never uses is a paraphrase, weighed by the threshold instead
     assert _judge(QUESTION, "The night ferry to Brackwater departs from pier 47.", read).relevant
+
+
+# -- list margins: partial aggregates ---------------------------------------------------------------------
+
+WORDS_READ = "1. lantern\n2. gravel\n3. lantern\n4. orchid\n5. gravel\n6. copper\n7. lantern\n"
+WORDS_NEXT = "8. thimble\n9. orchid\n10. walnut\n"
+COMMON = "The context is a numbered list of words, some of which repeat. What are the 3 most common words?"
+
+
+def test_list_items_split_and_stay_short() -> None:
+    assert list_items("lantern, gravel and orchid.") == ["lantern", "gravel", "orchid"]
+    assert list_items("- lantern\n- gravel\n- lantern\n- orchid") == ["lantern", "gravel", "orchid"]
+    assert list_items("1. lantern 2. gravel 3. orchid") == ["lantern", "gravel", "orchid"]
+    assert list_items("3.5 metres, 1,200 tonnes, 7 ships") == ["3.5 metres", "1,200 tonnes", "7 ships"]
+    assert list_items("lantern, gravel") == []  # two items: not a list
+    assert list_items("The ferry, which leaves at dawn from the far pier, is late, they said.") == []
+
+
+def test_a_list_of_words_from_the_part_just_read_is_kept_and_cites_it() -> None:
+    read = WORDS_READ + WORDS_NEXT
+    segment = Segment(1, len(WORDS_READ), len(read), WORDS_NEXT, ())
+    verdict = GroundedJudge().judge(COMMON, "thimble, orchid, walnut", segment, read)
+    assert verdict.relevant and verdict.score == 1.0 and "3 items" in verdict.reason
+    assert verdict.evidence == (segment.start, segment.end)
+    # a word cut off at the margin's token limit costs a share, not the whole list
+    partial = GroundedJudge().judge(COMMON, "thimble, orchid, walnut, thimble, orchid, wal", segment, read)
+    assert partial.relevant and partial.score == pytest.approx(3 / 4)
+
+
+def test_a_list_the_part_does_not_hold_is_dropped() -> None:
+    read = WORDS_READ + WORDS_NEXT
+    segment = Segment(1, len(WORDS_READ), len(read), WORDS_NEXT, ())
+    invented = GroundedJudge().judge(COMMON, "apple, bird, cloud, thimble", segment, read)
+    assert not invented.relevant and invented.score == 0.25 and "25%" in invented.reason
+    # words read in an earlier part are not this part's aggregate
+    earlier = GroundedJudge().judge(COMMON, "lantern, gravel, copper", segment, read)
+    assert not earlier.relevant

@@ -182,6 +182,40 @@ class Reading:
         return [(m.start(), m.end()) for m, _ in zip(found, range(64), strict=False)]
 
 
+#: what separates a list's items: commas, semicolons, line breaks and bullets (a final "and" is dropped)
+_ITEM_SPLIT = regex.compile(r"\s*(?:(?<!\d),|,(?!\d)|[;\n\u3001\uff0c]|^\s*[-*\u2022]|\s\d+[.)]\s)\s*",
+                            regex.MULTILINE)
+_LEADING = regex.compile(r"^(?:and|or|\d+[.)])\s+", regex.IGNORECASE)
+#: a list item is a few words: longer pieces are clauses of a sentence, not items
+LIST_ITEM_WORDS = 4
+#: the fewest items that make a margin a list
+LIST_MIN_ITEMS = 3
+
+
+def list_items(margin: str) -> list[str]:
+    """The items of a margin written as a list (``a, b and c``; one per line; bullets), each once, in order;
+    [] when the margin is not such a list (fewer than `LIST_MIN_ITEMS` items, or an item of more than
+    `LIST_ITEM_WORDS` words)."""
+    pieces = []
+    for piece in _ITEM_SPLIT.split(margin.strip().rstrip(".")):
+        piece = _LEADING.sub("", piece.strip()).strip(" .:")
+        if " and " in piece and len(piece.split()) > 1:  # "x and y" at the end of a list: two items
+            pieces += [p.strip() for p in piece.split(" and ")]
+        elif piece:
+            pieces.append(piece)
+    items = list(dict.fromkeys(p for p in pieces if _WORD.search(p)))
+    if len(items) < LIST_MIN_ITEMS or any(len(_WORD.findall(item)) > LIST_ITEM_WORDS for item in items):
+        return []
+    return items
+
+
+def items_found(items: list[str], text: str) -> list[str]:
+    """The items that occur verbatim in ``text`` as whole words (case, spacing and punctuation aside)."""
+    reading = Reading.__new__(Reading)  # only `copies`, which needs the text alone
+    reading.text = text
+    return [item for item in items if reading.copies(item)]
+
+
 def find_evidence(question: str, margin: str, text: str | Reading) -> Evidence | None:
     """The sentence of ``text`` that best supports ``margin``, or None when none does.
 

@@ -31,7 +31,17 @@ from ..models.base import CachingGenerator, GenerationParams, Generator, close_s
 from ..options import JUDGE_MODES
 from ..prompts import render
 from ..records import Segment
-from .grounding import Evidence, Reading, content_words, find_evidence, is_empty_margin, is_number, units
+from .grounding import (
+    Evidence,
+    Reading,
+    content_words,
+    find_evidence,
+    is_empty_margin,
+    is_number,
+    items_found,
+    list_items,
+    units,
+)
 
 __all__ = ["CombinedJudge", "Evidence", "FusedJudge", "GroundedJudge", "MarginJudge", "SeparateJudge", "Verdict",
            "content_words", "find_evidence", "is_empty_margin", "make_judge"]
@@ -42,6 +52,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 TOPIC_THRESHOLD = 0.3
 #: a word the text holds in at most this many sentences is rare: a margin may not bring one in from elsewhere
 RARE_SENTENCES = 2
+#: the least share of a list margin's items (`grounding.list_items`) found verbatim in the part just read
+LIST_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -111,14 +123,30 @@ class GroundedJudge(MarginJudge):
         self.threshold = threshold
         self.topic_threshold = topic_threshold
 
-    def ground(self, question: str, margin: str, read: str) -> tuple[Verdict, Evidence | None]:
+    def ground(self, question: str, margin: str, read: str,
+               segment: Segment | None = None) -> tuple[Verdict, Evidence | None]:
         """The grounding verdict, and the evidence it rests on (None when the text does not support the margin:
-        nothing of it was read, too little in one sentence, or a number of its own)."""
+        nothing of it was read, too little in one sentence, or a number of its own).
+
+        A margin written as a list of short items (words, names, figures: a partial aggregate, such as the
+        words frequent in the part just read) is judged as a list: kept when at least `LIST_SHARE` of its
+        items occur verbatim in ``segment`` (the part just read), cited as that part. The question's words
+        are not asked of it: a list's items rarely repeat them.
+        """
         if is_empty_margin(margin):
             return Verdict(False, margin, 0.0, "the margin says nothing was found"), None
         asked = set(units(question))
         if not set(units(margin)) - asked:
             return Verdict(False, margin, 0.0, "the margin adds nothing to the question"), None
+        items = list_items(margin) if segment is not None else []
+        if items and segment is not None:
+            part = read[segment.start:segment.end]
+            share = len(items_found(items, part)) / len(items)
+            listed = f"a list of {len(items)} items, {share:.0%} of them in the part just read"
+            if share >= LIST_SHARE:
+                whole = Evidence(segment.start, segment.end, share, 1.0, copied=share == 1.0)
+                return Verdict(True, margin, share, listed, (segment.start, segment.end)), whole
+            return Verdict(False, margin, share, listed), None
         reading = Reading(read)
         ev = find_evidence(question, margin, reading)
         if ev is None:
@@ -149,7 +177,7 @@ class GroundedJudge(MarginJudge):
 
     def judge(self, question: str, margin: str, segment: Segment, read: str,
               p_yes: float | None = None) -> Verdict:
-        return self.ground(question, margin, read)[0]
+        return self.ground(question, margin, read, segment)[0]
 
 
 class CombinedJudge(GroundedJudge):
@@ -182,7 +210,7 @@ class CombinedJudge(GroundedJudge):
 
     def judge(self, question: str, margin: str, segment: Segment, read: str,
               p_yes: float | None = None) -> Verdict:
-        verdict, ev = self.ground(question, margin, read)
+        verdict, ev = self.ground(question, margin, read, segment)
         if ev is None or p_yes is None or not verdict.relevant:
             return verdict
         blend = self.weight * p_yes + (1.0 - self.weight) * ev.topic
