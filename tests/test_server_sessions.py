@@ -116,3 +116,38 @@ def test_without_the_reading_cache_every_question_reads_the_document(tmp_path):
         assert reply["answer"] == ANSWER
         assert reply["stats"]["prefilled_context_tokens"] == reply["stats"]["context_tokens"] > 0
     assert not (tmp_path / "cache" / "documents").exists() or not any((tmp_path / "cache" / "documents").iterdir())
+
+
+def test_the_bounded_store_ends_items_once_and_a_lease_releases_once():
+    from dataclasses import dataclass
+
+    from marginalia.errors import NotFound
+    from marginalia.server.sessions import BoundedStore
+
+    @dataclass
+    class Item:
+        id: str
+        busy: int = 0
+        last_used: float = 0.0
+
+    now = [0.0]
+    ended: list[str] = []
+    store: BoundedStore[Item] = BoundedStore(10, 2, "thing", "POST /things", lambda n: RuntimeError(f"{n} busy"),
+                                             on_end=lambda items: ended.extend(i.id for i in items),
+                                             clock=lambda: now[0])
+    store.add(Item("a"))
+    store.add(Item("b"))
+    lease = store.lease("a")
+    store.add(Item("c"))  # full: the least recently used idle item ("b") makes room
+    assert ended == ["b"]
+    lease.release()
+    lease.release()  # a second release changes nothing
+    assert store.get("a").busy == 0
+    with pytest.raises(RuntimeError, match="2 busy"):
+        store.acquire("a"), store.acquire("c"), store.add(Item("d"))
+    store.release(store.get("a"))
+    store.release(store.get("c"))
+    now[0] = 11.0  # both idle past the ttl: they end when the store is next looked at
+    assert len(store) == 0 and sorted(ended) == ["a", "b", "c"]
+    with pytest.raises(NotFound, match="no thing 'a': it expired after 10 s idle.*POST /things"):
+        store.get("a")

@@ -18,7 +18,6 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ from ..index.store import Collection
 from ..models.base import CachingGenerator, Generator
 from ..options import ComposeOptions
 from .errors import Busy
+from .sessions import BoundedStore
 from .worker import Failed
 
 log = logging.getLogger("marginalia.server")
@@ -218,20 +218,14 @@ class ComposeSession:
                 "expires_at": self.last_used + ttl, "memory": self.memory()}
 
 
-class ComposeSessions:
-    """At most ``limit`` compose sessions; one idle for ``ttl`` seconds ends, and when the store is full the
-    least recently used idle one makes room (its client gets 404 and starts a new one). An ended session's
-    models go back to ``pool``."""
+class ComposeSessions(BoundedStore[ComposeSession]):
+    """At most ``limit`` compose sessions (see `BoundedStore`); an ended session is closed and its models go
+    back to ``pool`` once its threads have stopped."""
 
     def __init__(self, ttl: float, limit: int, pool: ModelPool, clock: Callable[[], float] = time.time) -> None:
-        self.ttl = ttl
-        self.limit = limit
+        super().__init__(ttl, limit, "compose session", "POST /v1/compose/sessions", SessionsFull,
+                         on_end=self._retire, clock=clock)
         self.pool = pool
-        self.clock = clock
-        self._sessions: OrderedDict[str, ComposeSession] = OrderedDict()  # least recently used first
-        self._lock = threading.Lock()
-
-    # -- starting ---------------------------------------------------------------------------------------
 
     def start(self, store: Collection, options: ComposeOptions, exclude: Sequence[str], client_spec: str,
               memory_spec: str) -> ComposeSession:
@@ -242,7 +236,7 @@ class ComposeSessions:
             UserError: a model that cannot serve (the message names which), an empty collection.
             BackendError: a model failed while loading.
         """
-        self._check_room()  # before any model loads
+        self.check_room()  # before any model loads
         borrowed: list[Borrowed] = []
 
         def borrow(spec: str, role: str) -> Generator:
@@ -265,102 +259,14 @@ class ComposeSessions:
         session = ComposeSession(store.name, options, exclude, {"model": client_spec, "memory_model": memory_spec},
                                  composer, watch, borrowed, self.clock())
         try:
-            self._add(session)
+            return self.add(session)
         except BaseException:
             self._retire([session])
             raise
-        return session
-
-    def _check_room(self) -> None:
-        with self._lock:
-            ended = self._expire()
-            full = len(self._sessions) >= self.limit and all(s.busy for s in self._sessions.values())
-        self._retire(ended)
-        if full:
-            raise SessionsFull(len(self._sessions))
-
-    def _add(self, session: ComposeSession) -> None:
-        with self._lock:
-            ended = self._expire()
-            if len(self._sessions) >= self.limit:
-                idle = next((s for s in self._sessions.values() if not s.busy), None)
-                if idle is None:
-                    self._retire(ended)
-                    raise SessionsFull(len(self._sessions))
-                del self._sessions[idle.id]
-                ended.append(idle)
-            self._sessions[session.id] = session
-        self._retire(ended)
-
-    # -- finding ----------------------------------------------------------------------------------------
-
-    def _expire(self) -> list[ComposeSession]:
-        """Take the sessions idle past ``ttl`` out of the store (under the lock); the caller retires them."""
-        now = self.clock()
-        ended = [s for s in self._sessions.values() if not s.busy and now - s.last_used > self.ttl]
-        for session in ended:
-            del self._sessions[session.id]
-        return ended
-
-    def _find(self, session_id: str) -> ComposeSession:
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise NotFound(f"no compose session {session_id!r}: it expired after {self.ttl:.0f} s idle, was "
-                           "ended, or made room for newer ones; start a new one with POST /v1/compose/sessions",
-                           "compose session", session_id)
-        session.last_used = self.clock()
-        self._sessions.move_to_end(session_id)
-        return session
-
-    def get(self, session_id: str) -> ComposeSession:
-        """The session, marked as used now.
-
-        Raises:
-            NotFound: no such session (it may have expired).
-        """
-        with self._lock:
-            ended = self._expire()
-            try:
-                return self._find(session_id)
-            finally:
-                self._retire(ended)
-
-    def acquire(self, session_id: str) -> ComposeSession:
-        """The session, kept from expiring or making room until `release`."""
-        with self._lock:
-            ended = self._expire()
-            try:
-                session = self._find(session_id)
-                session.busy += 1
-                return session
-            finally:
-                self._retire(ended)
-
-    def release(self, session: ComposeSession) -> None:
-        with self._lock:
-            session.busy -= 1
-            session.last_used = self.clock()
-
-    # -- ending -----------------------------------------------------------------------------------------
-
-    def delete(self, session_id: str) -> None:
-        """End a session (a suggestion in progress is cancelled).
-
-        Raises:
-            NotFound: no such session.
-        """
-        with self._lock:
-            session = self._sessions.pop(session_id, None)
-        if session is None:
-            raise NotFound(f"no compose session {session_id!r}", "compose session", session_id)
-        self._retire([session])
 
     def close(self) -> None:
         """End every session (the server stops)."""
-        with self._lock:
-            ended = list(self._sessions.values())
-            self._sessions.clear()
-        for session in ended:
+        for session in self.clear():
             session.close()
 
     def _retire(self, sessions: Iterable[ComposeSession]) -> None:
@@ -375,14 +281,6 @@ class ComposeSessions:
             self.pool.give_back(session.borrowed)
         else:  # its models stay with the thread that still uses them, and go when it does
             log.warning("compose session %s did not stop in time; its models are not lent again", session.id)
-
-    def __len__(self) -> int:
-        """Sessions alive now."""
-        with self._lock:
-            ended = self._expire()
-            count = len(self._sessions)
-        self._retire(ended)
-        return count
 
 
 # -- one suggestion --------------------------------------------------------------------------------------

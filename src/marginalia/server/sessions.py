@@ -12,7 +12,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import NotFound
 from .errors import Busy
@@ -48,21 +48,170 @@ class Session:
                 "created_at": self.created_at, "expires_at": self.last_used + ttl, "history": list(self.history)}
 
 
-class SessionStore:
-    """At most ``limit`` sessions; one idle for ``ttl`` seconds expires, and when the store is full the least
-    recently used idle one makes room (its client gets 404 and starts a new one)."""
+class Held(Protocol):
+    """What a `BoundedStore` keeps: an id, a count of requests using it, and when it was last used."""
 
-    def __init__(self, ttl: float, limit: int, clock: Callable[[], float] = time.time) -> None:
-        self.ttl = ttl
-        self.limit = limit
-        self.clock = clock
-        self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
+    id: str
+    busy: int
+    last_used: float
+
+
+H = TypeVar("H", bound=Held)
+
+
+class Lease(Generic[H]):
+    """An item kept from expiring or making room until `release` (which may be called any number of times:
+    the first call releases it)."""
+
+    def __init__(self, store: BoundedStore[H], item: H) -> None:
+        self.store = store
+        self.item = item
+        self._released = False
         self._lock = threading.Lock()
 
-    def _expire(self) -> None:
+    def release(self) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        self.store.release(self.item)
+
+
+class BoundedStore(Generic[H]):
+    """At most ``limit`` items; one idle for ``ttl`` seconds ends, and when the store is full the least
+    recently used idle one makes room (its client gets 404 and starts a new one). A busy item (`acquire`,
+    `lease`) neither expires nor makes room.
+
+    Args:
+        ttl, limit: idle seconds before an item ends; the most items at once.
+        what: what an item is called in errors ("session").
+        start_with: how a client starts a new one ("POST /v1/sessions").
+        full: the error when the store is full and every item is busy (HTTP 429), given the count.
+        on_end: called, outside the lock, with the items that ended (expired, made room, deleted).
+        clock: the time now, in seconds.
+    """
+
+    def __init__(self, ttl: float, limit: int, what: str, start_with: str, full: Callable[[int], Exception],
+                 on_end: Callable[[list[H]], None] | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.ttl = ttl
+        self.limit = limit
+        self.what = what
+        self.start_with = start_with
+        self.full = full
+        self.on_end = on_end or (lambda items: None)
+        self.clock = clock
+        self._items: OrderedDict[str, H] = OrderedDict()  # least recently used first
+        self._lock = threading.Lock()
+
+    def _expire(self) -> list[H]:
+        """Take the items idle past ``ttl`` out (under the lock); the caller hands them to ``on_end``."""
         now = self.clock()
-        for sid in [s.id for s in self._sessions.values() if not s.busy and now - s.last_used > self.ttl]:
-            del self._sessions[sid]
+        ended = [h for h in self._items.values() if not h.busy and now - h.last_used > self.ttl]
+        for item in ended:
+            del self._items[item.id]
+        return ended
+
+    def check_room(self) -> None:
+        """Raise the ``full`` error now when an `add` would (before making an item that is costly to make)."""
+        with self._lock:
+            ended = self._expire()
+            full = len(self._items) >= self.limit and all(h.busy for h in self._items.values())
+            count = len(self._items)
+        self.on_end(ended)
+        if full:
+            raise self.full(count)
+
+    def add(self, item: H) -> H:
+        """Keep ``item``, making room if the store is full.
+
+        Raises:
+            the ``full`` error: the store is full and every item is busy.
+        """
+        with self._lock:
+            ended = self._expire()
+            error: Exception | None = None
+            if len(self._items) >= self.limit:
+                idle = next((h for h in self._items.values() if not h.busy), None)
+                if idle is None:
+                    error = self.full(len(self._items))
+                else:
+                    del self._items[idle.id]
+                    ended.append(idle)
+            if error is None:
+                self._items[item.id] = item
+        self.on_end(ended)
+        if error is not None:
+            raise error
+        return item
+
+    def _take(self, item_id: str, busy: int) -> H:
+        with self._lock:
+            ended = self._expire()
+            item = self._items.get(item_id)
+            if item is not None:
+                item.last_used = self.clock()
+                item.busy += busy
+                self._items.move_to_end(item_id)
+        self.on_end(ended)
+        if item is None:
+            raise NotFound(f"no {self.what} {item_id!r}: it expired after {self.ttl:.0f} s idle, was ended, or "
+                           f"made room for newer ones; start a new one with {self.start_with}", self.what, item_id)
+        return item
+
+    def get(self, item_id: str) -> H:
+        """The item, marked as used now.
+
+        Raises:
+            NotFound: no such item (it may have expired).
+        """
+        return self._take(item_id, 0)
+
+    def acquire(self, item_id: str) -> H:
+        """The item, kept from expiring or making room until `release`."""
+        return self._take(item_id, 1)
+
+    def lease(self, item_id: str) -> Lease[H]:
+        """`acquire` as a `Lease`, whose release is safe to call from every path that ends the request."""
+        return Lease(self, self.acquire(item_id))
+
+    def release(self, item: H) -> None:
+        with self._lock:
+            item.busy -= 1
+            item.last_used = self.clock()
+
+    def delete(self, item_id: str) -> None:
+        """End an item.
+
+        Raises:
+            NotFound: no such item.
+        """
+        with self._lock:
+            item = self._items.pop(item_id, None)
+        if item is None:
+            raise NotFound(f"no {self.what} {item_id!r}", self.what, item_id)
+        self.on_end([item])
+
+    def clear(self) -> list[H]:
+        """Take every item out (the server stops); they are returned, not handed to ``on_end``."""
+        with self._lock:
+            items = list(self._items.values())
+            self._items.clear()
+        return items
+
+    def __len__(self) -> int:
+        """Items alive now."""
+        with self._lock:
+            ended = self._expire()
+            count = len(self._items)
+        self.on_end(ended)
+        return count
+
+
+class SessionStore(BoundedStore[Session]):
+    """Chat sessions (see `BoundedStore`)."""
+
+    def __init__(self, ttl: float, limit: int, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(ttl, limit, "session", "POST /v1/sessions", lambda n: Busy(5, n), clock=clock)
 
     def create(self, target: Target) -> Session:
         """A new session.
@@ -70,56 +219,5 @@ class SessionStore:
         Raises:
             Busy: the store is full and every session is answering a message.
         """
-        with self._lock:
-            self._expire()
-            if len(self._sessions) >= self.limit:
-                idle = next((s.id for s in self._sessions.values() if not s.busy), None)
-                if idle is None:
-                    raise Busy(5, len(self._sessions))
-                del self._sessions[idle]
-            now = self.clock()
-            session = Session(uuid.uuid4().hex, target, now, now)
-            self._sessions[session.id] = session
-            return session
-
-    def _find(self, session_id: str) -> Session:
-        self._expire()
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise NotFound(f"no session {session_id!r}: it expired after {self.ttl:.0f} s idle, was ended, or made "
-                           "room for newer ones; start a new one with POST /v1/sessions", "session", session_id)
-        session.last_used = self.clock()
-        self._sessions.move_to_end(session_id)
-        return session
-
-    def get(self, session_id: str) -> Session:
-        """The session, marked as used now.
-
-        Raises:
-            NotFound: no such session (it may have expired).
-        """
-        with self._lock:
-            return self._find(session_id)
-
-    def acquire(self, session_id: str) -> Session:
-        """The session, kept from expiring or being evicted until `release`."""
-        with self._lock:
-            session = self._find(session_id)
-            session.busy += 1
-            return session
-
-    def release(self, session: Session) -> None:
-        with self._lock:
-            session.busy -= 1
-            session.last_used = self.clock()
-
-    def delete(self, session_id: str) -> None:
-        with self._lock:
-            if self._sessions.pop(session_id, None) is None:
-                raise NotFound(f"no session {session_id!r}", "session", session_id)
-
-    def __len__(self) -> int:
-        """Sessions alive now."""
-        with self._lock:
-            self._expire()
-            return len(self._sessions)
+        now = self.clock()
+        return self.add(Session(uuid.uuid4().hex, target, now, now))

@@ -70,15 +70,8 @@ def delete_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
 @router.post("/sessions/{session_id}/suggestions", summary="Suggest what comes next in the text",
              description=SUGGEST_DOC)
 async def suggest(session_id: str, body: SuggestionRequest, service: ServiceDep) -> Response:
-    session = service.compose.acquire(session_id)
-    released = False
-
-    def release() -> None:
-        nonlocal released
-        if not released:
-            released = True
-            service.compose.release(session)
-
+    lease = service.compose.lease(session_id)
+    session, release = lease.item, lease.release
     handed_over = False  # to the event stream, which then releases the session itself
     try:
         suggestion = Suggestion(session, body.text)

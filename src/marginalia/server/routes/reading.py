@@ -73,14 +73,8 @@ def delete_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
 @router.post("/sessions/{session_id}/messages", tags=["sessions"], summary="Ask the session's source a question",
              description=EVENTS_DOC, responses=STREAMED)
 async def send_message(session_id: str, body: MessageRequest, request: Request, service: ServiceDep) -> Response:
-    session = service.sessions.acquire(session_id)
-    released = False
-
-    def release() -> None:
-        nonlocal released
-        if not released:
-            released = True
-            service.sessions.release(session)
+    lease = service.sessions.lease(session_id)
+    session, release = lease.item, lease.release
 
     def remember(result: Answer) -> None:
         session.remember(body.message, result.text)
