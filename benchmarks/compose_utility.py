@@ -116,15 +116,32 @@ def detokenize_email(text: str) -> str:
     return text.replace("( ", "(")
 
 
+#: a header line of an e-mail quoted or forwarded inside another
+_HEADER = re.compile(r"^\s*(from|to|cc|bcc|subject|date|sent|message - id|importance)\s*:", re.IGNORECASE)
+#: forwarding marks, separator rules, and "name 10 / 31 / 2000 07 : 21 am" stamps above a quoted reply
+_MARK = re.compile(r"forwarded|original message|- - - -|\d+ / \d+ / \d+\s+\d+\s?:\s?\d+", re.IGNORECASE)
+
+
+def email_body(text: str) -> str:
+    """The e-mail's own writing: its longest run of lines (by characters) holding no header line of a
+    forwarded or quoted message, no forwarding mark and no reply stamp."""
+    runs: list[list[str]] = [[]]
+    for line in text.split("\n"):
+        if not line.strip():
+            continue
+        if _HEADER.match(line) or _MARK.search(line):
+            runs.append([])
+        else:
+            runs[-1].append(line.strip())
+    return max((" ".join(run) for run in runs), key=len)
+
+
 def enron_items(rows: list[dict[str, Any]], n: int, seed: int) -> list[Item]:
     rng = random.Random(seed)
     items = []
     for row in rows:
         text = detokenize_email(row["text"])
-        lines = [ln for ln in text.split("\n") if ln.strip()]
-        # the e-mail's own writing: its longest run of lines with no header or forwarding marks
-        body = max(" ".join(lines).split(" - - - "), key=len)
-        cut = _cut(" ".join(body.split()), rng)
+        cut = _cut(" ".join(email_body(text).split()), rng)
         if cut is None:
             continue
         items.append(Item("enron", f"enron{row['id']}", "", cut[-PREFIX_CHARS:].lstrip()))
@@ -376,6 +393,9 @@ def main() -> None:
                 continue
             preds, lps = run_row(row_client, ds_items, ds_records, memory_of[row], args.tokens)
             results[f"{dataset}/{row}"] = scores(preds, labels, lps, home)
+            # how many items had any memory at all in this row (an empty memory is the vanilla prompt)
+            source = memory_of[row]
+            results[f"{dataset}/{row}"]["with_memory"] = sum(bool(r[source]) for r in ds_records) if source else 0
             predictions_kept.setdefault(dataset, {})[row] = preds
             print(f"{dataset} {row}: GLEU {results[f'{dataset}/{row}']['gleu']:.1f} "
                   f"PPL {results[f'{dataset}/{row}']['ppl']:.1f}", flush=True)
@@ -417,16 +437,18 @@ def main() -> None:
         r = results.get(f"{dataset}/{row}")
         if r is None:
             why = "not run (no tuned client given)" if row == "tuned" else "not run"
-            return f"| {ROW_NAMES[row]} | {why} | | | | | | | |"
+            return f"| {ROW_NAMES[row]} | {why} | | | | | | | | |"
         low, high = r["gleu_ci"]
         return (f"| {ROW_NAMES[row]} | {r['ppl']:.1f} | {r['gleu']:.1f} [{low:.1f}, {high:.1f}] | {r['meteor']:.1f} | "
-                f"{r['bleu4']:.1f} | {r['rouge1']:.1f} | {r['rougeL']:.1f} | {r['bertscore']:.1f} | {r['n']} |")
+                f"{r['bleu4']:.1f} | {r['rouge1']:.1f} | {r['rougeL']:.1f} | {r['bertscore']:.1f} | {r['n']} | "
+                f"{r['with_memory'] if memory_of[row] else '–'} |")
 
     tables = []
     for dataset, title in (("wikitext", "WikiText (in domain)"), ("enron", "Enron e-mails (out of domain)")):
         tables += [f"**{title}**", "",
-                   "| row | PPL (labels) | GLEU [95% CI] | METEOR | BLEU-4 | ROUGE-1 | ROUGE-L | BERTScore F1 | n |",
-                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+                   "| row | PPL (labels) | GLEU [95% CI] | METEOR | BLEU-4 | ROUGE-1 | ROUGE-L | BERTScore F1 | n | "
+                   "with memory |",
+                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
                    *[fmt_row(dataset, row) for row in ROWS], ""]
 
     def ordering(dataset: str) -> str:
