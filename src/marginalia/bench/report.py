@@ -241,8 +241,8 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def paired_rows(records: list[dict[str, Any]], patterns: Sequence[str], metric: str) -> list[list[str]]:
-    """Each pair of patterns compared on the items both answered, per length: the mean difference of the
-    primary score (first minus second) with a paired bootstrap 95% interval over items, and how often
+    """Each pair of patterns compared on the items both answered, per length (wim patterns first): the mean
+    difference of the primary score (first minus second) with a paired bootstrap 95% interval over items, and how often
     each was right where the other was not."""
     by_key: dict[tuple[str, str], float] = {}
     for r in records:
@@ -250,6 +250,8 @@ def paired_rows(records: list[dict[str, Any]], patterns: Sequence[str], metric: 
         if value is not None:
             by_key[(str(r["item_id"]), r["pattern"])] = value
     lengths = sorted(_order(r.get("target_tokens") for r in records), key=_sort_key)
+    kinds = {r["pattern"]: r.get("kind") for r in records}
+    patterns = sorted(patterns, key=lambda p: kinds.get(p) != "wim")  # wim first: "wim − lc", "wim − rag"
     rows = []
     for length in lengths:
         items = _order(str(r["item_id"]) for r in records if r.get("target_tokens") == length)

@@ -1,0 +1,100 @@
+"""Summarise the quality run (`configs/bench/quality.toml`: the eval model, 50 questions per task) into
+BENCHMARKS.md: per task, each pattern's score with its 95% interval, the patterns compared on the same items
+(paired differences), kept-margin precision and recall, judge-vs-contains disagreement, and the cost per answer.
+
+    marginalia bench run configs/bench/quality.toml       (resumable; hours on 2 cores)
+    marginalia bench judge quality --model SPEC            (optional: verdicts from a model judge)
+    python benchmarks/quality.py [RUN]                     (default: the run named "quality")
+
+A run still in progress is summarised as far as it got (the section says how far).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import write_section  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", nargs="?", default="quality", help="run folder or name under <home>/bench/runs")
+    ap.add_argument("--home", default=None, help="marginalia's home (default: $MARGINALIA_HOME)")
+    ap.add_argument("--section", default="quality", help="the BENCHMARKS.md section to write")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
+    args = ap.parse_args()
+
+    from marginalia.bench.report import (
+        _table,
+        agreement_rows,
+        find_run,
+        load_run,
+        margin_rows,
+        paired_rows,
+        pattern_order,
+        primary_metric,
+        task_cost_rows,
+        task_tables,
+    )
+
+    folder = find_run(args.run, args.home)
+    data = load_run(folder)
+    info, records = data.info, data.records
+    patterns = pattern_order(data)
+    config = info.get("config") or {}
+    planned = {t.get("name") or t.get("dataset"): t.get("limit") for t in config.get("tasks", [])}
+    models = info.get("models") or {}
+    commit = str((info.get("commit") or {}).get("commit", "?"))[:10]
+    invocations = info.get("invocations") or []
+    commits = sorted({str((i.get("commit") or {}).get("commit", "?"))[:10] for i in invocations})
+    shared = [p.get("name") or p.get("kind") for p in config.get("patterns", []) if p.get("reading")]
+    judge = models.get("judge")
+    lines = [
+        "## Long context vs RAG vs WiM, the eval model, 50 questions per task (`benchmarks/quality.py`)", "",
+        f"Commands: `marginalia bench run configs/bench/quality.toml` then `python benchmarks/quality.py` · "
+        f"started at commit {commit}" + (f" (resumed at {', '.join(c for c in commits if c != commit)})"
+                                         if len(commits) > 1 else "")
+        + f" · model `{(models.get('generator') or {}).get('spec', '?')}` · started {info.get('started', '?')}", "",
+    ]
+    done = {t: len({r["example_id"] for r in records if r["task"] == t}) for t in dict.fromkeys(r["task"] for r in records)}
+    progress = ", ".join(f"{t} {done.get(t, 0)} of {n} questions" for t, n in planned.items())
+    lines += [f"Progress: {progress}. Each question once, at {', '.join(str(x) for x in config.get('tasks', [{}])[0].get('lengths', []))} "
+              "tokens, its gold at one of five depths in turn (0, 0.25, 0.5, 0.75, 1). "
+              + (f"{', '.join(shared)} answers from wim's reading of the same item (its prompt opens with WiM's "
+                 "intro, not long context's own). " if shared else "")
+              + ("Verdicts from the judge " + str(judge.get("name")) + "." if judge else
+                 "No model judge: scores are lexical (`contains` for QA, set F1 for CWE)."), ""]
+    for task in dict.fromkeys(r["task"] for r in records):
+        group = [r for r in records if r["task"] == task]
+        _, summary, (label, _) = task_tables(group, patterns)
+        metric = primary_metric(group)
+        lines += [f"### {task}", "", summary, ""]
+        paired = paired_rows(group, patterns, metric)
+        if paired:
+            lines += [f"Paired on the same items ({label}):", "",
+                      _table(["patterns", "length", "items", "difference (95% CI)", "first right, second not",
+                              "second right, first not", "reading"], paired), ""]
+        margins = margin_rows(group, patterns)
+        if margins:
+            lines += ["Kept margins (a margin holding a gold answer counts as answer-bearing):", "",
+                      _table(["pattern", "n", "kept", "precision", "recall", "questions with a kept answer"],
+                             margins), ""]
+        agreement = agreement_rows(group, patterns)
+        if agreement:
+            lines += ["Judge and contains:", "",
+                      _table(["pattern", "answers", "disagree", "judge right, contains wrong",
+                              "judge wrong, contains right"], agreement), ""]
+        lines += ["Cost per answer (means):", "",
+                  _table(["pattern", "length", "n", "prefilled context tokens", "prefilled other tokens",
+                          "generated tokens", "seconds"], task_cost_rows(group, patterns)), ""]
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_write:
+        write_section(args.section, text)
+
+
+if __name__ == "__main__":
+    main()
