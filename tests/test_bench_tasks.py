@@ -259,6 +259,10 @@ def test_needle_at_depth(tmp_path: Path) -> None:
         assert item.meta["measured_depth"] == pytest.approx(recount_depth(item, tok))
         assert abs(item.meta["measured_depth"] - item.depth) <= 0.05
     assert items[0].id == "niah/needle-000/1000/d0/s0"
+    rotated = build_items(TaskSpec("niah", spec.path, limit=3, lengths=(1000,), depths=(0.0, 0.3, 0.7, 1.0),
+                                   options={"rotate_depths": True}), tok)
+    assert [(i.example_id, i.depth) for i in rotated] == [("needle-000", 0.0), ("needle-001", 0.3),
+                                                          ("needle-002", 0.7)]
 
 
 def test_cwe_answers_are_the_most_common_words() -> None:

@@ -80,7 +80,8 @@ def _haystack(texts: list[str], start: int, tokens: int, cache: TokenCache) -> s
 
 
 def build_niah(spec: TaskSpec, tokenizer: Tokenizer) -> list[Item]:
-    """Needle-in-a-haystack items: ``spec.limit`` needles x lengths x depths over the haystack ``spec.path``."""
+    """Needle-in-a-haystack items: ``spec.limit`` needles x lengths x depths over the haystack ``spec.path``
+    (with the option ``rotate_depths``, each needle at one depth, the depths taken in turn)."""
     task = spec.name or spec.dataset
     if spec.distractor_fractions:
         raise UserError(f"task {task}: niah has no distractor sweep; give depths instead of distractor_fractions")
@@ -97,8 +98,9 @@ def build_niah(spec: TaskSpec, tokenizer: Tokenizer) -> list[Item]:
         example_id = f"needle-{i:03d}"
         needle, question, value = make_needle(example_rng(spec.seed, example_id), i, avoid=stream)
         needle_tokens = cache.count(needle) + 1
+        depths = [spec.depths[i % len(spec.depths)]] if spec.options.get("rotate_depths") else spec.depths
         for length in spec.lengths:
-            for depth in spec.depths:
+            for depth in depths:
                 item_id = f"{task}/{example_id}/{length}/d{label(depth)}/s{spec.seed}"
                 context, pos, context_spans, filler_tokens = _place_needle(
                     stream, spans, starts, needle, needle_tokens, length, depth, cache, item_id)
