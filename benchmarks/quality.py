@@ -53,8 +53,10 @@ def main() -> None:
     shared = [p.get("name") or p.get("kind") for p in config.get("patterns", []) if p.get("reading")]
     judge = models.get("judge")
     lines = [
-        "## Long context vs RAG vs WiM, the eval model, 50 questions per task (`benchmarks/quality.py`)", "",
-        f"Commands: `marginalia bench run configs/bench/quality.toml` then `python benchmarks/quality.py` · "
+        f"## Long context vs RAG vs WiM, 50 questions per task: {config.get('name', args.run)} "
+        "(`benchmarks/quality.py`)", "",
+        f"Commands: `marginalia bench run configs/bench/{config.get('name', 'quality')}.toml` then "
+        f"`python benchmarks/quality.py {args.run}` · "
         f"started at commit {commit}" + (f" (resumed at {', '.join(c for c in commits if c != commit)})"
                                          if len(commits) > 1 else "")
         + f" · model `{(models.get('generator') or {}).get('spec', '?')}` · started {info.get('started', '?')}", "",

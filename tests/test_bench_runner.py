@@ -191,7 +191,7 @@ def test_config_missing_dataset_file_and_bad_toml(tmp_path: Path) -> None:
         load_config(tmp_path / "absent.toml")
 
 
-@pytest.mark.parametrize("name", ["example.toml", "smoke.toml", "quality.toml"])
+@pytest.mark.parametrize("name", ["example.toml", "smoke.toml", "quality.toml", "quality-smollm2.toml"])
 def test_shipped_configs_load(name: str) -> None:
     path = ROOT / "configs" / "bench" / name
     if not (ROOT.parent / "shared" / "data").is_dir():
