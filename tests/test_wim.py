@@ -419,3 +419,15 @@ def test_notes_that_do_not_fit_keep_the_latest() -> None:
     assert fit_notes(notes, count("- second note\n- third"), count) == "- second note\n- third"
     assert fit_notes(notes, 0, count) == "- (no notes)"
     assert fit_notes([], 1000, count) == "- (no notes)"
+
+
+def test_the_extract_margin_style_asks_for_items_too() -> None:
+    from marginalia.models.fake import ScriptedGenerator
+
+    gen = ScriptedGenerator(lambda req: "NONE")
+    sentence = gen.tokenizer.decode(WiM(gen).framing().head)
+    extract = gen.tokenizer.decode(WiM(gen, margin_style="extract").framing().head)
+    assert "copy the sentence" in sentence and "short list" not in sentence
+    assert "short list" in extract and "NONE" in extract
+    # the fused judge keeps its own intro (its margins open with YES or NO)
+    assert WiM(gen, judge="fused", margin_style="extract").framing().head == WiM(gen, judge="fused").framing().head

@@ -82,6 +82,11 @@ class WimOptions(PatternOptions):
         default=0.5, ge=0.0, le=1.0,
         description="wim, grounded and combined judges: share of a margin's new words (by rarity) one sentence "
                     "read must hold; a margin copied from the text holds them all")
+    margin_style: Literal["sentence", "extract"] = Field(
+        default="sentence",
+        description="wim (grounded, combined and separate judges): what the intro asks each margin to copy: "
+                    "the sentence that answers the question, or also, for a question whose answer gathers "
+                    "things from the whole document, the items the part adds as a short list")
     batch_margins: bool = Field(
         default=False,
         description="wim: write a stored reading's margins side by side (on llama.cpp about twice as fast; "

@@ -98,6 +98,7 @@ class WiM(Pattern):
         self.segment_tokens = opts.segment_tokens
         self.stop_at_score = opts.stop_at_score
         self.batch_margins = opts.batch_margins
+        self.margin_style = opts.margin_style
         self.judge = make_judge(opts.judge, generator, opts.grounding_threshold)
         self.margin_params = GenerationParams(
             max_new_tokens=opts.margin_tokens, stop=() if opts.judge == "fused" else ("\n\n",),
@@ -106,7 +107,10 @@ class WiM(Pattern):
 
     def framing(self) -> Framing:
         """The prompt around the document: its intro says what to write after each part."""
-        return Framing.build(self.generator, intro=self.judge.intro_template)
+        intro = self.judge.intro_template
+        if intro == "wim_intro" and self.margin_style == "extract":
+            intro = "wim_intro_extract"
+        return Framing.build(self.generator, intro=intro)
 
     def segments(self, context: str) -> list[Segment]:
         ids, offsets = self.generator.tokenizer.encode_with_offsets(context)
