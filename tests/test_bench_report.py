@@ -224,8 +224,14 @@ def test_report_gives_kept_margin_precision_and_recall(tmp_path: Path) -> None:
     two["margins"] = [margin("In 1997.", False), margin("NONE", False)]  # written, never kept
     old = result("wim", 1000, 1.0, 1, 1.0, n=2)
     old["margins"] = 3  # schema 1 kept only the count: left out
+    # a repeat of the kept note is not a lost answer; a yes/no question cannot be scored by its margins
+    one["margins"].append({**margin("It leaves from Pier 47.", False), "reason": "repeats an earlier note"})
+    yes_no = result("wim", 1000, 0.5, 1, 1.0, n=3)
+    yes_no["answers"] = ["no"]
+    yes_no["margins"] = [margin("NO", False), margin("No, they are not.", True)]
     lc = result("lc", 1000, 0.0, 1, 1.0, n=0)
-    text = write_report(fixture_run(tmp_path / "run", [one, two, old, lc]), plots=False).report.read_text()
+    text = write_report(fixture_run(tmp_path / "run", [one, two, old, yes_no, lc]),
+                        plots=False).report.read_text()
     assert "| pattern | n | kept | precision | recall | questions with a kept answer |" in text
     # 2 kept, 1 with the answer; 3 answer-bearing, 1 kept; questions: 2 with one written, 1 kept
     assert "| wim | 2 | 2 | 0.50 | 0.33 | 1 of 2 |" in text

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import MissingDependency, UserError
 from ..files import atomic_write_text
+from ..patterns.wim import REPEAT_REASON
 from .metrics import contains_answer
 from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, result_key, runs_dir
 
@@ -321,9 +322,11 @@ def margin_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[
     """Kept-margin precision and recall per pattern, for results with gold answers and their margins.
 
     A margin is answer-bearing when it contains a gold answer (SQuAD-normalised). Precision: of the kept
-    margins, the share answer-bearing; recall: of the answer-bearing margins, the share kept; and the
-    questions where an answer-bearing margin was written, and where one was kept. Results written before
-    margins were kept (schema 1: a count) are left out.
+    margins, the share answer-bearing; recall: of the answer-bearing margins, the share kept, leaving out
+    those dropped only for repeating a kept note (nothing new was lost); and the questions where an
+    answer-bearing margin was written, and where one was kept. Questions answered yes or no are left out (a
+    margin saying "no" does not bear the answer), as are results written before margins were kept (schema
+    1: a count).
     """
     rows = []
     for p in patterns:
@@ -331,9 +334,11 @@ def margin_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[
         for r in records:
             margins = r.get("margins")
             if r["pattern"] != p or r.get("status") != "ok" or r.get("scoring", "qa") != "qa" \
-                    or not r.get("answers") or not isinstance(margins, list) or not margins:
+                    or not r.get("answers") or not isinstance(margins, list) or not margins \
+                    or all(str(a).strip().lower() in ("yes", "no") for a in r["answers"]):
                 continue
             n += 1
+            margins = [m for m in margins if m["kept"] or m.get("reason") != REPEAT_REASON]
             has = [any(contains_answer(m["text"], a) for a in r["answers"]) for m in margins]
             kept += sum(m["kept"] for m in margins)
             hits += sum(m["kept"] and h for m, h in zip(margins, has, strict=True))

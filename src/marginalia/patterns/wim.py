@@ -56,6 +56,10 @@ Place = Callable[[Segment], bool]
 NOTES_RESERVED = 4  # margins' worth of window kept free for the notes in the answer prompt
 
 
+#: why a relevant margin is dropped when a kept one already cites the same evidence
+REPEAT_REASON = "repeats an earlier note"
+
+
 @dataclass(frozen=True)
 class _Written:
     """A margin as its request returned it, before judging."""
@@ -422,7 +426,7 @@ class WimReader:
                 verdict = verdict.result()
             relevant, reason = verdict.relevant, verdict.reason
             if relevant and verdict.evidence is not None and verdict.evidence in cited:
-                relevant, reason = False, "repeats an earlier note"
+                relevant, reason = False, REPEAT_REASON
             if relevant and verdict.evidence is not None:
                 cited.add(verdict.evidence)
             margin = Margin(segment.index, verdict.text, relevant, judge.mode, verdict.score, reason,
