@@ -73,6 +73,11 @@ def test_contains_is_whole_words() -> None:
     assert contains_answer("The answer is the Denver Broncos.", "Denver Broncos") == 1.0
     assert contains_answer("Denverite fans cheered", "Denver") == 0.0
     assert contains_answer("anything", "the") == 0.0  # an answer that normalises to nothing never matches
+    # a possessive does not hide the answer, and a possessive gold still matches itself
+    assert contains_answer("Google's report states it has no plans.", "Google") == 1.0
+    assert contains_answer("It is Google\u2019s.", "Google") == 1.0
+    assert contains_answer("They ate at McDonald's.", "McDonald's") == 1.0
+    assert contains_answer("The googles are big.", "Google") == 0.0
 
 
 def test_unanswerable_needs_an_abstention() -> None:

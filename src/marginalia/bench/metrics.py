@@ -61,10 +61,20 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+_POSSESSIVE = re.compile(r"(\w)['\u2019]s\b")
+
+
 def contains_answer(prediction: str, gold: str) -> float:
-    """1.0 when the normalised gold appears in the normalised prediction as whole words, else 0.0."""
+    """1.0 when the normalised gold appears in the normalised prediction as whole words, else 0.0.
+
+    A possessive in the prediction does not hide the answer: "Google's report" contains "Google" (SQuAD's
+    normalisation alone makes it "googles report").
+    """
     ref = normalize_answer(gold)
-    return float(bool(ref) and f" {ref} " in f" {normalize_answer(prediction)} ")
+    if not ref:
+        return 0.0
+    return float(any(f" {ref} " in f" {normalize_answer(text)} "
+                     for text in (prediction, _POSSESSIVE.sub(r"\1", prediction))))
 
 
 def qa_scores(prediction: str, answers: Sequence[str]) -> dict[str, float]:
