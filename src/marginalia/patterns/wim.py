@@ -462,14 +462,6 @@ class WimReader:
             steps = itertools.chain(
                 wim._batched(run, worker, segments[:held_before], len(segments), self.ends, margin_suffix, clock),
                 write(run, worker, segments[held_before:], len(segments), self._place, margin_suffix, clock))
-        elif held_before and gen.concurrency <= 1:
-            # the kept reading's margins from the last segment back: each margin's prefix is a prefix of the
-            # one before, so the cache is only ever cut back (no copy of the kept reading is restored per
-            # margin, and a server's prefix cache keeps serving); they are yielded in segment order
-            steps = itertools.chain(
-                in_segment_order(write(run, worker, segments[held_before - 1::-1], len(segments), self._place,
-                                       margin_suffix, clock)),
-                write(run, worker, segments[held_before:], len(segments), self._place, margin_suffix, clock))
         else:
             steps = write(run, worker, segments, len(segments), self._place, margin_suffix, clock)
         for item in steps:
@@ -568,16 +560,6 @@ class _ReaderPattern(Pattern):
 
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
         return self.reader._events(run, question)
-
-
-def in_segment_order(steps: Iterator[SegmentRead | _Written]) -> Iterator[SegmentRead | _Written]:
-    """The steps of margins written in another order, each segment's read and written steps together, by
-    segment (they are all taken first)."""
-    by: dict[int, list[SegmentRead | _Written]] = {}
-    for step in steps:
-        by.setdefault(step.segment.index, []).append(step)
-    for index in sorted(by):
-        yield from by[index]
 
 
 def fit_notes(texts: list[str], room: int, count: Callable[[str], int]) -> str:
