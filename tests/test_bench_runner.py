@@ -652,3 +652,15 @@ def test_bench_judge_command(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     assert str(out) in printed and "judge" in printed and "report.md" in printed
     assert all(r["judge"]["verdict"] == "wrong" for r in lines(out))
     assert "Primary score: **judge accuracy**" in (out / "report.md").read_text()
+
+
+def test_a_run_begun_before_an_option_existed_resumes(tmp_path: Path) -> None:
+    """A new option's default changes nothing a run did: its absence from the stored config is no difference."""
+    out = tmp_path / "run"
+    config = write_config(tmp_path)
+    run(config, out, patterns=["lc"], limit=1)
+    info = json.loads((out / "run.json").read_text())
+    for p in info["config"]["patterns"]:
+        p.pop("margin_style", None)  # as a run made before the option was added stored it
+    (out / "run.json").write_text(json.dumps(info))
+    assert run(config, out).written == 20

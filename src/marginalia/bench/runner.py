@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from filelock import FileLock, Timeout
+from pydantic import ValidationError
 
 from ..errors import ContextOverflow, MarginaliaError, UserError
 from ..files import append_line, atomic_write_json, atomic_write_lines, progress_bar
@@ -144,6 +145,11 @@ def check_compatible(folder: Path, config: RunConfig) -> dict[str, Any] | None:
     except ValueError:
         raise UserError(f"{info_path} is damaged; delete the folder {folder} to start over") from None
     stored = dict(info.get("config") or {})
+    try:  # options added since the run began take their defaults, which change nothing it did
+        stored = json.loads(json.dumps(RunConfig.model_validate(
+            {k: v for k, v in stored.items() if k != "schema"}).resolved()))
+    except ValidationError:
+        pass  # compared as stored: the differences are then listed
     new = json.loads(json.dumps(config.resolved()))
     # the judge does not change the answers: another judge may take over (`rejudge` judges them all again)
     stored.pop("judge", None)
