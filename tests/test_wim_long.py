@@ -144,3 +144,20 @@ def test_the_default_drop_prefills_the_kept_tail_again(make_tiny: Callable[..., 
     fresh.prefill(ids[:3] + ids[9:])
     # equal up to float rounding: the tail is prefilled in chunks that start elsewhere
     assert torch.allclose(gen._pending_logits(), fresh._pending_logits(), atol=1e-5)
+
+
+def test_long_context_from_a_reading_that_dropped_segments_reads_it_anew(
+        make_haystack: Callable[..., str]) -> None:
+    """WiM's prompts need more room than long context's answer: a document can fit the window for lc yet
+    have lost its first segments in WiM's reading; lc then reads it again, whole, instead of failing."""
+    from marginalia.patterns.long_context import LongContext
+
+    doc = make_haystack(20, FACT, 0.5)
+    n = len(ScriptedGenerator(reader).tokenizer.encode(doc))
+    gen = ScriptedGenerator(reader, context_window=n + 190)
+    wim_reader = WiM(gen, segment_tokens=100, margin_tokens=48, max_new_tokens=16).reader(doc)
+    assert wim_reader.answer(QUESTION).stats.dropped_context_tokens > 0
+    whole = wim_reader.ask_whole(QUESTION, LongContext(gen, max_new_tokens=16)).answer()
+    assert whole.stats.prefilled_context_tokens == whole.stats.context_tokens == n
+    assert whole.stats.reprefilled_context_tokens == 0  # a new reading, not a repeat within one
+    assert FACT in gen.requests[-1].prefix and len(gen.requests[-1].prefix_ids) + 16 <= gen.context_window

@@ -331,6 +331,12 @@ class WimReader:
         self.full = None  # the kept copy no longer holds the whole reading
         self._drops.append(SegmentsDropped(first, self.dropped, tokens, worker.length))
 
+    def _read_anew(self) -> None:
+        """Forget a reading whose cache lost its first segments: the next one starts after the intro."""
+        self.worker.rollback(len(self.framing.head))
+        self.read = self.dropped = self.dropped_tokens = 0
+        self.ledger = self._new_ledger()
+
     def _events(self, run: Run, question: str) -> Iterator[Event]:
         wim, gen, framing, segments = self.wim, self.wim.cache_gen, self.framing, self.segments
         clock = Clock()
@@ -346,9 +352,7 @@ class WimReader:
                        what="the intro, a segment and WiM's prompts and answer")
         self._reserve = reserve
         if self.dropped:  # a long document is read anew for each question: its cache holds only the end
-            self.worker.rollback(len(framing.head))
-            self.read = self.dropped = self.dropped_tokens = 0
-            self.ledger = self._new_ledger()
+            self._read_anew()
         attached, gen.usage.ledger = gen.usage.ledger, self.ledger
         try:
             yield from self._read(run, question, clock, n_context, margin_suffix, answer_base)
@@ -363,6 +367,8 @@ class WimReader:
         gen.check_fits(len(framing.head) + n_context + len(suffix) + params.max_new_tokens,
                        what="the document, the question and the answer")
         self._reserve = len(suffix) + params.max_new_tokens
+        if self.dropped:  # wim's prompts needed more room than this answer: its cache lost the start
+            self._read_anew()
         attached, gen.usage.ledger = gen.usage.ledger, self.ledger
         try:
             before = gen.usage.snapshot()
