@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Generator as PyGenerator
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -125,15 +125,19 @@ def relay_answer(
 
 
 @contextmanager
-def ledger_for(generator: Generator, reference: Sequence[int],
-               context: Sequence[tuple[int, int]]) -> Iterator[PrefillLedger]:
-    """A `PrefillLedger` of ``reference`` attached to ``generator``'s usage account while the block runs."""
-    ledger = PrefillLedger(reference, context)
-    attached, generator.usage.ledger = generator.usage.ledger, ledger
+def attached(generator: Generator, ledger: PrefillLedger) -> Iterator[PrefillLedger]:
+    """``ledger`` attached to ``generator``'s usage account while the block runs (the one before, after)."""
+    before, generator.usage.ledger = generator.usage.ledger, ledger
     try:
         yield ledger
     finally:
-        generator.usage.ledger = attached
+        generator.usage.ledger = before
+
+
+def ledger_for(generator: Generator, reference: Sequence[int],
+               context: Sequence[tuple[int, int]]) -> AbstractContextManager[PrefillLedger]:
+    """A `PrefillLedger` of ``reference`` attached to ``generator``'s usage account while the block runs."""
+    return attached(generator, PrefillLedger(reference, context))
 
 
 def check_context(context: str) -> None:

@@ -46,7 +46,17 @@ from ..records import (
     SegmentsDropped,
     Started,
 )
-from .base import Framing, Pattern, Run, check_context, check_question, make_stats, relay_answer, resolve_options
+from .base import (
+    Framing,
+    Pattern,
+    Run,
+    attached,
+    check_context,
+    check_question,
+    make_stats,
+    relay_answer,
+    resolve_options,
+)
 from .judges import CombinedJudge, SeparateJudge, Verdict, is_empty_margin, make_judge
 
 log = logging.getLogger(__name__)
@@ -353,11 +363,8 @@ class WimReader:
         self._reserve = reserve
         if self.dropped:  # a long document is read anew for each question: its cache holds only the end
             self._read_anew()
-        attached, gen.usage.ledger = gen.usage.ledger, self.ledger
-        try:
+        with attached(gen, self.ledger):
             yield from self._read(run, question, clock, n_context, margin_suffix, answer_base)
-        finally:
-            gen.usage.ledger = attached
 
     def _whole_events(self, question: str, name: str, params: GenerationParams) -> Iterator[Event]:
         gen, framing, segments = self.wim.cache_gen, self.framing, self.segments
@@ -369,8 +376,7 @@ class WimReader:
         self._reserve = len(suffix) + params.max_new_tokens
         if self.dropped:  # wim's prompts needed more room than this answer: its cache lost the start
             self._read_anew()
-        attached, gen.usage.ledger = gen.usage.ledger, self.ledger
-        try:
+        with attached(gen, self.ledger):
             before = gen.usage.snapshot()
             ledger_before = (self.ledger.evaluated, self.ledger.repeated)
             self._load()
@@ -393,8 +399,6 @@ class WimReader:
                                reprefilled_context=self.ledger.repeated - ledger_before[1],
                                answer_tokens=used.generated_tokens, answer_seconds=used.decode_seconds,
                                time_to_first_answer_token=first)
-        finally:
-            gen.usage.ledger = attached
         stats = replace(stats, cached_context_tokens=n_context - prefilled,
                         peak_cache_tokens=min(end + len(suffix) + stats.generated_answer_tokens, gen.context_window))
         yield Done(Answer(
