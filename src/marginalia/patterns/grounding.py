@@ -173,13 +173,19 @@ class Reading:
         return len(self.spans) - 1
 
     def copies(self, margin: str) -> list[tuple[int, int]]:
-        """Where ``margin`` occurs verbatim in the text (case, spacing and punctuation between words aside)."""
-        words = _WORD.findall(margin)
-        if not words:
-            return []
-        pattern = r"(?<![\p{L}\p{N}])" + r"[\W_]+".join(regex.escape(w) for w in words) + r"(?![\p{L}\p{N}])"
-        found = regex.finditer(pattern, self.text, regex.IGNORECASE | regex.V1)
-        return [(m.start(), m.end()) for m, _ in zip(found, range(64), strict=False)]
+        """Where ``margin`` occurs verbatim in the text (see `verbatim_spans`)."""
+        return verbatim_spans(margin, self.text)
+
+
+def verbatim_spans(phrase: str, text: str, limit: int = 64) -> list[tuple[int, int]]:
+    """Where ``phrase`` occurs in ``text`` as whole words (case, spacing and punctuation between words aside),
+    at most ``limit`` places."""
+    words = _WORD.findall(phrase)
+    if not words:
+        return []
+    pattern = r"(?<![\p{L}\p{N}])" + r"[\W_]+".join(regex.escape(w) for w in words) + r"(?![\p{L}\p{N}])"
+    found = regex.finditer(pattern, text, regex.IGNORECASE | regex.V1)
+    return [(m.start(), m.end()) for m, _ in zip(found, range(limit), strict=False)]
 
 
 #: what separates a list's items: commas, semicolons, line breaks and bullets (a final "and" is dropped)
@@ -211,9 +217,7 @@ def list_items(margin: str) -> list[str]:
 
 def items_found(items: list[str], text: str) -> list[str]:
     """The items that occur verbatim in ``text`` as whole words (case, spacing and punctuation aside)."""
-    reading = Reading.__new__(Reading)  # only `copies`, which needs the text alone
-    reading.text = text
-    return [item for item in items if reading.copies(item)]
+    return [item for item in items if verbatim_spans(item, text, limit=1)]
 
 
 def find_evidence(question: str, margin: str, text: str | Reading) -> Evidence | None:
