@@ -77,3 +77,10 @@ class TaskSpec:
     seed: int = 0
     name: str = ""  # how results and reports call this task; defaults to ``dataset``
     options: dict[str, Any] = field(default_factory=dict)  # dataset-specific knobs (e.g. cwe word counts)
+
+    def depths_of(self, number: int) -> tuple[float, ...]:
+        """The depths example ``number`` (0-based, in build order) is built at: all of them, or with the option
+        ``rotate_depths`` one, the depths taken in turn."""
+        if self.options.get("rotate_depths") and self.depths:
+            return (self.depths[number % len(self.depths)],)
+        return self.depths

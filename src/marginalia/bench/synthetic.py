@@ -98,9 +98,8 @@ def build_niah(spec: TaskSpec, tokenizer: Tokenizer) -> list[Item]:
         example_id = f"needle-{i:03d}"
         needle, question, value = make_needle(example_rng(spec.seed, example_id), i, avoid=stream)
         needle_tokens = cache.count(needle) + 1
-        depths = [spec.depths[i % len(spec.depths)]] if spec.options.get("rotate_depths") else spec.depths
         for length in spec.lengths:
-            for depth in depths:
+            for depth in spec.depths_of(i):
                 item_id = f"{task}/{example_id}/{length}/d{label(depth)}/s{spec.seed}"
                 context, pos, context_spans, filler_tokens = _place_needle(
                     stream, spans, starts, needle, needle_tokens, length, depth, cache, item_id)

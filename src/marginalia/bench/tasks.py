@@ -389,7 +389,6 @@ def build_from_examples(spec: TaskSpec, tokenizer: Tokenizer, chosen: Sequence[E
     sweep = tuple(spec.distractor_fractions)
     sweep_depth = spec.depths[0] if spec.depths else 0.5
     items: list[Item] = []
-    rotate = bool(spec.options.get("rotate_depths", False))  # one depth per example, in turn
     for number, ex in enumerate(chosen):
         if ex.context is not None:
             items.append(_ready_item(task, ex, cache))
@@ -401,9 +400,7 @@ def build_from_examples(spec: TaskSpec, tokenizer: Tokenizer, chosen: Sequence[E
         for length in spec.lengths:
             plans: list[tuple[float | None, float | None]] = (
                 [(sweep_depth if golds else None, f) for f in sweep] if sweep
-                else ([(d, None) for d in spec.depths] if golds else [(None, None)]))
-            if rotate and not sweep and golds:
-                plans = [plans[number % len(plans)]]
+                else ([(d, None) for d in spec.depths_of(number)] if golds else [(None, None)]))
             for depth, fraction in plans:
                 high, low = window(length)
                 if fraction is not None:
