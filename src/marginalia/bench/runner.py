@@ -312,14 +312,13 @@ def share_readings(built: list[tuple[str, PatternConfig, Pattern]],
     """The patterns, those on a shared reading wrapped in `OnReading` and the lc ones moved after the wim
     pattern whose reading they answer from (so, per item, the reading exists when they run). ``wims``:
     the wim patterns named as a reading, by name (built even when not run themselves)."""
-    shared = {getattr(p, "reading", None) for _, p, _ in built} - {None}
-    if not shared:
+    if not wims:
         return built
     readings = SharedReadings(wims)
     out: list[tuple[str, PatternConfig, Pattern]] = []
     for label, p, pattern in built:
         reading = getattr(p, "reading", None)
-        if label in shared:
+        if label in wims:
             pattern = OnReading(pattern, readings, label, whole=False)
         elif reading is not None:
             pattern = OnReading(pattern, readings, reading, whole=True)

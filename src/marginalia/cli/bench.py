@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from ..errors import MissingDependency, UserError
 from ..home import ENV_HOME
+from ..models.registry import BACKENDS
 from .common import non_negative_int, positive_int
 
 
@@ -94,7 +95,7 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     judge.add_argument("run", metavar="RUN", help="a run folder, or the name of a run under <home>/bench/runs")
     judge.add_argument("--model", metavar="SPEC", default=None,
                        help="the judge model (default: the run config's [judge] model, else the run's own model)")
-    judge.add_argument("--backend", choices=("auto", "llamacpp", "transformers"), default=None,
+    judge.add_argument("--backend", choices=BACKENDS, default=None,
                        help="engine for a GGUF judge (default: the run config's)")
     judge.add_argument("--no-report", action="store_true", help="do not write report.md and the plots afterwards")
     judge.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
@@ -169,17 +170,23 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     out.write(f"{summary.folder}\n")
     _print_summary(summary.folder, out)
     if not args.no_report:
-        from ..bench.report import write_report
-
         try:
-            files = write_report(summary.folder)
-        except MissingDependency as exc:  # matplotlib missing: the tables still help
-            log(f"plots skipped: {exc}")
-            files = write_report(summary.folder, plots=False)
+            _write_report(summary.folder, out, log)
         except UserError:  # no results at all (every task built no items)
             return 0
-        out.write(f"{files.report}\n")
     return 0
+
+
+def _write_report(folder: Any, out: TextIO, log: Callable[[str], None]) -> None:
+    """Write a run's report and plots (the tables alone when matplotlib is missing) and print its path."""
+    from ..bench.report import write_report
+
+    try:
+        files = write_report(folder)
+    except MissingDependency as exc:  # matplotlib missing: the tables still help
+        log(f"plots skipped: {exc}")
+        files = write_report(folder, plots=False)
+    out.write(f"{files.report}\n")
 
 
 def _print_summary(folder: Any, out: TextIO) -> None:
@@ -203,6 +210,7 @@ def _print_summary(folder: Any, out: TextIO) -> None:
 def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import json
 
+    from ..bench.config import JudgeConfig
     from ..bench.judge import ModelJudge
     from ..bench.report import find_run
     from ..bench.runner import RUN_INFO, rejudge
@@ -218,16 +226,18 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     spec = args.model or stored.get("model") or config.get("model")
     if not spec:
         raise UserError(f"{folder} does not say which model answered; give the judge with --model SPEC")
-    backend = args.backend or stored.get("backend") or config.get("backend") or "auto"
+    settings = JudgeConfig.model_validate({  # the stored judge's settings; defaults where it had none
+        **{k: v for k, v in stored.items() if k in ("retries", "max_new_tokens", "device")},
+        "model": spec, "backend": args.backend or stored.get("backend") or config.get("backend") or "auto"})
 
     def log(message: str) -> None:
         if not quiet:
             print(message, file=err, flush=True)
 
     log(f"loading judge {spec}")
-    generator = load_generator(spec, home=args.home, backend=backend, log=log if args.verbose else None)
-    judge = ModelJudge(generator, retries=int(stored.get("retries", 2)),
-                       max_new_tokens=int(stored.get("max_new_tokens", 96)))
+    generator = load_generator(spec, home=args.home, device=settings.device, backend=settings.backend,
+                               log=log if args.verbose else None)
+    judge = ModelJudge(generator, retries=settings.retries, max_new_tokens=settings.max_new_tokens)
     try:
         summary = rejudge(folder, judge, err=err, progress=not quiet)
     except KeyboardInterrupt:
@@ -240,14 +250,7 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     out.write(f"{folder}\n")
     _print_summary(folder, out)
     if not args.no_report:
-        from ..bench.report import write_report
-
-        try:
-            files = write_report(folder)
-        except MissingDependency as exc:
-            log(f"plots skipped: {exc}")
-            files = write_report(folder, plots=False)
-        out.write(f"{files.report}\n")
+        _write_report(folder, out, log)
     return 0
 
 
