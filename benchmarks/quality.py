@@ -27,18 +27,7 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
     args = ap.parse_args()
 
-    from marginalia.bench.report import (
-        _table,
-        agreement_rows,
-        find_run,
-        load_run,
-        margin_rows,
-        paired_rows,
-        pattern_order,
-        primary_metric,
-        task_cost_rows,
-        task_tables,
-    )
+    from marginalia.bench.report import find_run, load_run, pattern_order, task_sections, task_tables
 
     folder = find_run(args.run, args.home)
     data = load_run(folder)
@@ -71,27 +60,8 @@ def main() -> None:
                  "No model judge: scores are lexical (`contains` for QA, set F1 for CWE)."), ""]
     for task in dict.fromkeys(r["task"] for r in records):
         group = [r for r in records if r["task"] == task]
-        _, summary, (label, _) = task_tables(group, patterns)
-        metric = primary_metric(group)
-        lines += [f"### {task}", "", summary, ""]
-        paired = paired_rows(group, patterns, metric)
-        if paired:
-            lines += [f"Paired on the same items ({label}):", "",
-                      _table(["patterns", "length", "items", "difference (95% CI)", "first right, second not",
-                              "second right, first not", "reading"], paired), ""]
-        margins = margin_rows(group, patterns)
-        if margins:
-            lines += ["Kept margins (a margin holding a gold answer counts as answer-bearing):", "",
-                      _table(["pattern", "n", "kept", "precision", "recall", "questions with a kept answer"],
-                             margins), ""]
-        agreement = agreement_rows(group, patterns)
-        if agreement:
-            lines += ["Judge and contains:", "",
-                      _table(["pattern", "answers", "disagree", "judge right, contains wrong",
-                              "judge wrong, contains right"], agreement), ""]
-        lines += ["Cost per answer (means):", "",
-                  _table(["pattern", "length", "n", "prefilled context tokens", "prefilled other tokens",
-                          "generated tokens", "seconds"], task_cost_rows(group, patterns)), ""]
+        _, summary, _ = task_tables(group, patterns)
+        lines += [f"### {task}", "", summary, *task_sections(group, patterns, level="####"), ""]
     text = "\n".join(lines)
     print(text)
     if not args.no_write:

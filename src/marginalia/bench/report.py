@@ -395,6 +395,39 @@ def _header(data: RunData) -> list[str]:
     return lines
 
 
+def task_sections(records: list[dict[str, Any]], patterns: Sequence[str], level: str = "###") -> list[str]:
+    """Markdown for one task beyond its score tables: patterns compared on the same items, judge against
+    contains, cost per answer, margins kept (each where the records give it), under ``level`` headings."""
+    metric = primary_metric(records)
+    label = "judge accuracy" if metric == "judge" else metric
+    lines: list[str] = []
+    paired = paired_rows(records, patterns, metric)
+    if paired:
+        lines += ["", f"{level} Patterns compared on the same items ({label})", "",
+                  "The mean difference of the two patterns' scores on the items both answered, with a paired "
+                  "bootstrap 95% interval; a difference is clear when its interval excludes zero.", "",
+                  _table(["patterns", "length", "items", "difference (95% CI)", "first right, second not",
+                          "second right, first not", "reading"], paired)]
+    agreement = agreement_rows(records, patterns)
+    if agreement:
+        lines += ["", f"{level} Judge and contains", "",
+                  "Answers scored by both: the share where they disagree; the judge accepting an answer "
+                  "that holds no gold answer, and rejecting one that holds it.", "",
+                  _table(["pattern", "answers", "disagree", "judge right, contains wrong",
+                          "judge wrong, contains right"], agreement)]
+    lines += ["", f"{level} Cost per answer", "",
+              _table(["pattern", "length", "n", "prefilled context tokens", "prefilled other tokens",
+                      "generated tokens", "seconds"], task_cost_rows(records, patterns))]
+    margins = margin_rows(records, patterns)
+    if margins:
+        lines += ["", f"{level} Margins kept", "",
+                  "Of the kept margins, the share holding a gold answer (precision); of the margins holding "
+                  "one, the share kept (recall); questions where one was written, and kept.", "",
+                  _table(["pattern", "n", "kept", "precision", "recall", "questions with a kept answer"],
+                         margins)]
+    return lines
+
+
 def render_markdown(data: RunData, plots: dict[str, list[str]] | None = None) -> str:
     """The report's markdown; ``plots`` maps a section (task name or ``cost``) to PNG file names."""
     plots = plots or {}
@@ -406,31 +439,7 @@ def render_markdown(data: RunData, plots: dict[str, list[str]] | None = None) ->
         lines += ["", f"## Task {task}", "", f"Primary score: **{label}**.", "",
                   f"### {label} by pattern and length", "", summary, "",
                   f"### {label} by pattern, length and {pos_name}", "", detail]
-        metric = primary_metric(records)
-        paired = paired_rows(records, patterns, metric)
-        if paired:
-            lines += ["", f"### Patterns compared on the same items ({label})", "",
-                      "The mean difference of the two patterns' scores on the items both answered, with a paired "
-                      "bootstrap 95% interval; a difference is clear when its interval excludes zero.", "",
-                      _table(["patterns", "length", "items", "difference (95% CI)", "first right, second not",
-                              "second right, first not", "reading"], paired)]
-        agreement = agreement_rows(records, patterns)
-        if agreement:
-            lines += ["", "### Judge and contains", "",
-                      "Answers scored by both: the share where they disagree; the judge accepting an answer "
-                      "that holds no gold answer, and rejecting one that holds it.", "",
-                      _table(["pattern", "answers", "disagree", "judge right, contains wrong",
-                              "judge wrong, contains right"], agreement)]
-        lines += ["", "### Cost per answer", "",
-                  _table(["pattern", "length", "n", "prefilled context tokens", "prefilled other tokens",
-                          "generated tokens", "seconds"], task_cost_rows(records, patterns))]
-        margins = margin_rows(records, patterns)
-        if margins:
-            lines += ["", "### Margins kept", "",
-                      "Of the kept margins, the share holding a gold answer (precision); of the margins holding "
-                      "one, the share kept (recall); questions where one was written, and kept.", "",
-                      _table(["pattern", "n", "kept", "precision", "recall", "questions with a kept answer"],
-                             margins)]
+        lines += task_sections(records, patterns)
         for name in plots.get(task, []):
             lines += ["", f"![{name}]({name})"]
     costs = cost_rows(data.records, patterns)
