@@ -30,7 +30,7 @@ def main() -> None:
     from marginalia.bench.report import find_run, load_run, pattern_order, task_sections, task_tables
 
     folder = find_run(args.run, args.home)
-    data = load_run(folder)
+    data = load_run(folder, rescore_answers=True)  # stored scores may predate a metric fix
     info, records = data.info, data.records
     patterns = pattern_order(data)
     config = info.get("config") or {}
@@ -57,7 +57,9 @@ def main() -> None:
               + (f"{', '.join(shared)} answers from wim's reading of the same item (its prompt opens with WiM's "
                  "intro, not long context's own). " if shared else "")
               + ("Verdicts from the judge " + str(judge.get("name")) + "." if judge else
-                 "No model judge: scores are lexical (`contains` for QA, set F1 for CWE)."), ""]
+                 "No model judge: scores are lexical (`contains` for QA, set F1 for CWE).")
+              + (f" Scored with the metrics of this checkout ({data.rescored} answers' stored scores, from an "
+                 "older version, differ)." if data.rescored else ""), ""]
     for task in dict.fromkeys(r["task"] for r in records):
         group = [r for r in records if r["task"] == task]
         _, summary, _ = task_tables(group, patterns)

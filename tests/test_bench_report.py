@@ -236,3 +236,22 @@ def test_report_gives_kept_margin_precision_and_recall(tmp_path: Path) -> None:
     # 2 kept, 1 with the answer; 3 answer-bearing, 1 kept; questions: 2 with one written, 1 kept
     assert "| wim | 2 | 2 | 0.50 | 0.33 | 1 of 2 |" in text
     assert "| lc |" not in text.split("### Margins kept")[1].split("##")[0]
+
+
+def test_rescore_uses_todays_metrics_and_says_how_many_changed(tmp_path: Path) -> None:
+    """A run answered before a metric fix: --rescore scores the stored answers again; results.jsonl stays."""
+    stale = result("lc", 1000, 0.0, 0.0, 0.0, n=0)  # as if an older metric missed "Orla Maye's"
+    fresh = result("lc", 1000, 0.0, 1.0, 1.0, em=1.0, n=1)
+    stale.update(prediction="the Orla Maye's crew", answers=["Orla Maye"])
+    fresh.update(prediction="Orla Maye", answers=["Orla Maye"])
+    fresh["scores"]["abstained"] = 0.0
+    folder = fixture_run(tmp_path / "run", [stale, fresh])
+    before = (folder / "results.jsonl").read_text()
+    assert load_run(folder).rescored == 0 and load_run(folder).records[0]["scores"]["contains"] == 0.0
+    data = load_run(folder, rescore_answers=True)
+    assert data.rescored == 1
+    assert data.records[0]["scores"]["contains"] == 1.0 and data.records[0]["stored_scores"]["contains"] == 0.0
+    text = write_report(folder, plots=False, rescore=True).report.read_text()
+    assert "1 answers scored again with today's metrics" in text
+    assert "| lc | 1000 | 0.00 | 2 | 1.00 [0.34, 1.00] |" in text
+    assert (folder / "results.jsonl").read_text() == before

@@ -391,6 +391,23 @@ def test_patterns_and_limit_select_a_subset(tmp_path: Path) -> None:
         run(config, out, patterns=["bm25"])
 
 
+def test_tasks_select_and_order_the_tasks(tmp_path: Path) -> None:
+    """--tasks runs the named tasks in the order given; the rest resume later in the same folder."""
+    two = CONFIG.replace("[[patterns]]\nkind = \"lc\"", "[[tasks]]\nname = \"second\"\ndataset = \"fake\"\n"
+                         "lengths = [300]\ndepths = [0.0]\nlimit = 1\n\n[[patterns]]\nkind = \"lc\"", 1)
+    out = tmp_path / "run"
+    config = write_config(tmp_path, two)
+    assert load_config(config).task_names() == ["fake", "second"]
+    summary = run(config, out, tasks=["second"])
+    assert summary.written == 3 and {r["task"] for r in lines(out)} == {"second"}
+    summary = run(config, out, tasks=["second", "fake"])
+    assert summary.resumed == 3 and [r["task"] for r in lines(out)][3:] == ["fake"] * 24
+    invocations = json.loads((out / "run.json").read_text())["invocations"]
+    assert [i["tasks"] for i in invocations] == [["second"], ["second", "fake"]]
+    with pytest.raises(UserError, match="no task called 'niah'.*its tasks are: fake, second"):
+        run(config, out, tasks=["niah"])
+
+
 class CountingEmbedder(HashingEmbedder):
     def __init__(self) -> None:
         super().__init__()

@@ -162,6 +162,9 @@ class RunConfig(_Strict):
     def pattern_names(self) -> list[str]:
         return [p.name or p.kind for p in self.patterns]
 
+    def task_names(self) -> list[str]:
+        return [t.name or t.dataset for t in self.tasks]
+
     def resolved(self) -> dict[str, Any]:
         """A JSON-ready dict with every default filled (what a run stores and compares)."""
         data = self.model_dump(mode="json")

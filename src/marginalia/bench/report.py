@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import MissingDependency, UserError
 from ..files import atomic_write_text
 from ..patterns.wim import REPEAT_REASON
-from .metrics import contains_answer
+from .metrics import METRICS, contains_answer
 from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, result_key, runs_dir
 
 REPORT = "report.md"
@@ -91,6 +91,7 @@ class RunData:
     info: dict[str, Any]
     records: list[dict[str, Any]]
     disagreements: int
+    rescored: int = 0
 
 
 def find_run(run: str | Path, home: str | Path | None = None) -> Path:
@@ -105,8 +106,24 @@ def find_run(run: str | Path, home: str | Path | None = None) -> Path:
                     "or the name of a run under the home's bench/runs")
 
 
-def load_run(folder: Path) -> RunData:
-    """Read a run folder (a truncated last result line is ignored)."""
+def rescore(record: dict[str, Any]) -> bool:
+    """Score an answered record again with today's metric for its ``scoring`` (the stored scores were
+    computed by the code of the day it was answered); True when that changed them."""
+    metric = METRICS.get(str(record.get("scoring")))
+    prediction = record.get("prediction")
+    if record.get("status") != "ok" or metric is None or not isinstance(prediction, str):
+        return False
+    scores = {k: float(v) for k, v in metric.score(prediction, record.get("answers") or []).items()}
+    if scores == record.get("scores"):
+        return False
+    record["stored_scores"] = record.get("scores")
+    record["scores"] = scores
+    return True
+
+
+def load_run(folder: Path, rescore_answers: bool = False) -> RunData:
+    """Read a run folder (a truncated last result line is ignored); with ``rescore_answers`` the answers are
+    scored again with today's metrics (`RunData.rescored` counts the records whose stored scores changed)."""
     info: dict[str, Any] = {}
     if (folder / RUN_INFO).is_file():
         try:
@@ -116,10 +133,11 @@ def load_run(folder: Path) -> RunData:
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
     for record in read_results(folder / RESULTS):
         latest[result_key(record)] = record
+    rescored = sum(rescore(record) for record in latest.values()) if rescore_answers else 0
     keys: set[tuple[str, ...]] = set()
     for record in read_results(folder / DISAGREEMENTS):
         keys.add((str(record.get("task")), str(record.get("item_id")), str(record.get("pattern"))))
-    return RunData(folder, info, list(latest.values()), len(keys))
+    return RunData(folder, info, list(latest.values()), len(keys), rescored)
 
 
 def position(record: dict[str, Any]) -> float | None:
@@ -384,6 +402,9 @@ def _header(data: RunData) -> list[str]:
         f"- **results**: {len(data.records)} ({statuses['ok']} answered, {statuses['overflow']} overflow, "
         f"{statuses['error']} error)",
     ]
+    if data.rescored:
+        lines.append(f"- **scores**: {data.rescored} answers scored again with today's metrics (their stored "
+                     f"scores were computed by an older version; {RESULTS} keeps those)")
     judged = [r for r in data.records if r.get("judge")]
     if judged:
         unjudged = sum(r["judge"].get("verdict") == "unjudged" for r in judged)
@@ -603,7 +624,7 @@ class ReportFiles:
 
 
 def write_report(run: str | Path, out: str | Path | None = None, home: str | Path | None = None,
-                 plots: bool = True) -> ReportFiles:
+                 plots: bool = True, rescore: bool = False) -> ReportFiles:
     """Render ``report.md`` and the plots for a run folder (or a run name under the home).
 
     Args:
@@ -611,13 +632,14 @@ def write_report(run: str | Path, out: str | Path | None = None, home: str | Pat
         out: where to write (default: the run folder).
         home: marginalia's home, for run names.
         plots: draw the PNG plots (needs matplotlib).
+        rescore: score the stored answers again with today's metrics (see `load_run`).
 
     Raises:
         UserError: no such run, or it has no results yet.
         MissingDependency: matplotlib is missing and plots were asked for.
     """
     folder = find_run(run, home)
-    data = load_run(folder)
+    data = load_run(folder, rescore_answers=rescore)
     if not data.records:
         raise UserError(f"{folder} has no results yet; run the benchmark first (marginalia bench run CONFIG)")
     target = Path(out).expanduser() if out is not None else folder

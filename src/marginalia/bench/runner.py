@@ -446,10 +446,12 @@ def _make_judge(config: RunConfig, generator: Generator, judge_generator: Genera
 
 
 def _build_tasks(config: RunConfig, build: BuildItems, tokenizer: Tokenizer, limit: int | None,
-                 say: Callable[[str], None]) -> list[tuple[str, list[Item]]]:
-    """Every task's items, built once with the model's tokenizer (the same items for every pattern)."""
+                 say: Callable[[str], None], only: Sequence[str] | None = None) -> list[tuple[str, list[Item]]]:
+    """Every task's items (or those of the tasks named in ``only``, in that order), built once with the
+    model's tokenizer (the same items for every pattern)."""
     tasks: list[tuple[str, list[Item]]] = []
-    for task in config.tasks:
+    by_name = dict(zip(config.task_names(), config.tasks, strict=True))
+    for task in [by_name[name] for name in only] if only else config.tasks:
         spec = task.spec(limit)
         items = build(spec, tokenizer)
         ids = [item.id for item in items]
@@ -464,12 +466,14 @@ def _build_tasks(config: RunConfig, build: BuildItems, tokenizer: Tokenizer, lim
 
 
 def _record_invocation(folder: Path, info: dict[str, Any] | None, config: RunConfig, limit: int | None,
-                       patterns: Sequence[str] | None, models: dict[str, Any], say: Callable[[str], None]) -> None:
+                       patterns: Sequence[str] | None, models: dict[str, Any], say: Callable[[str], None],
+                       tasks: Sequence[str] | None = None) -> None:
     """Write run.json: on the first run everything; later runs add an entry to its ``invocations``."""
     now = _now()
     commit = git_commit()
     invocation = {"started": now, "commit": commit, "models": models, "limit": limit,
-                  "patterns": list(patterns or []), "argv": sys.argv[1:]}
+                  "patterns": list(patterns or []),
+                  "tasks": list(tasks or []), "argv": sys.argv[1:]}
     if info is None:
         info = {"schema": RESULT_SCHEMA, "config": config.resolved(), "commit": commit, "models": models,
                 "machine": machine_info(), "started": now, "invocations": [invocation]}
@@ -489,6 +493,7 @@ def run_benchmark(
     out: str | Path | None = None,
     limit: int | None = None,
     patterns: Sequence[str] | None = None,
+    tasks: Sequence[str] | None = None,
     retry_errors: bool = False,
     generator: Generator | None = None,
     embedder: Embedder | None = None,
@@ -507,6 +512,7 @@ def run_benchmark(
         out: the run folder; default ``<home>/bench/runs/<config name>``.
         limit: cap examples per task below the config's ``limit`` (a selection: not part of the config).
         patterns: run only these pattern names (a selection: not part of the config).
+        tasks: run only these task names, in the order given (a selection: not part of the config).
         retry_errors: run again the pairs whose stored result is an error (their old lines are dropped).
         generator, embedder, judge_generator: already-loaded models to use instead of loading the config's.
         build_items, score_item: the data side's functions (default: `bench.tasks.build_items`,
@@ -516,7 +522,8 @@ def run_benchmark(
         log: where load messages go (default: ``err`` when ``progress``).
 
     Raises:
-        UserError: the folder holds a different config, another run holds it, or an unknown pattern name.
+        UserError: the folder holds a different config, another run holds it, or an unknown pattern or task
+            name.
         KeyboardInterrupt: passed on after every finished result is on disk.
     """
     stream = err or sys.stderr
@@ -535,6 +542,11 @@ def run_benchmark(
             raise UserError(f"no pattern called {', '.join(map(repr, unknown))} in the config; "
                             f"its patterns are: {', '.join(names)}")
     selected = [p for p in config.patterns if not patterns or p.name in patterns]
+    if tasks:
+        unknown = [t for t in tasks if t not in config.task_names()]
+        if unknown:
+            raise UserError(f"no task called {', '.join(map(repr, unknown))} in the config; "
+                            f"its tasks are: {', '.join(config.task_names())}")
     folder = run_folder(config, home, out)
     info = check_compatible(folder, config)
     folder.mkdir(parents=True, exist_ok=True)
@@ -575,17 +587,18 @@ def run_benchmark(
         built = share_readings(built, wims)
         judge = _make_judge(config, generator, judge_generator, home, say)
         score = score_item or _default_score()
-        tasks = _build_tasks(config, build_items or _default_build(), generator.tokenizer, limit, say)
+        built_tasks = _build_tasks(config, build_items or _default_build(), generator.tokenizer, limit, say,
+                                   only=tasks)
 
         _record_invocation(folder, info, config, limit, patterns,
-                           model_ids(config, generator, cached[0] if cached else None, judge), say)
+                           model_ids(config, generator, cached[0] if cached else None, judge), say, tasks)
 
-        pairs = [(task, item, label, p, pattern) for task, items in tasks for item in items
+        pairs = [(task, item, label, p, pattern) for task, items in built_tasks for item in items
                  for label, p, pattern in built]
         resumed = sum((task, item.id, label) in done for task, item, label, _, _ in pairs)
         bar = _Progress(len(pairs), resumed, stream, progress)
         bar.log(f"run folder {folder}: {len(pairs)} answers "
-                f"({sum(len(i) for _, i in tasks)} items x {len(built)} patterns), {resumed} done before")
+                f"({sum(len(i) for _, i in built_tasks)} items x {len(built)} patterns), {resumed} done before")
         statuses: dict[str, int] = {}
         n_disagree = 0
         written = 0

@@ -67,6 +67,9 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
                      help="at most N examples per task (below the config's own limit), for a quick look")
     run.add_argument("--patterns", type=_names, default=None, metavar="A,B",
                      help="run only these patterns (their names in the config), comma-separated (default: all)")
+    run.add_argument("--tasks", type=_names, default=None, metavar="A,B",
+                     help="run only these tasks (their names in the config: the dataset unless named), "
+                          "comma-separated, in this order (default: all, in the config's order)")
     run.add_argument("--retry-errors", action="store_true",
                      help="run again the answers that ended in an error (not overflows)")
     run.add_argument("--no-report", action="store_true",
@@ -83,6 +86,9 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     report.add_argument("--out", metavar="DIR", default=None,
                         help="where to write the report and plots (default: the run folder)")
     report.add_argument("--no-plots", action="store_true", help="write report.md only (no matplotlib needed)")
+    report.add_argument("--rescore", action="store_true",
+                        help="score the stored answers again with this version's metrics (for a run answered by "
+                             "an older version; results.jsonl is left as it is, the report says how many changed)")
 
     judge = sub.add_parser(
         "judge", parents=shared, formatter_class=formatter_class,
@@ -158,7 +164,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     try:
         summary = run_benchmark(config, home=args.home, out=args.out, limit=args.limit, patterns=args.patterns,
-                                retry_errors=args.retry_errors, err=err, progress=not quiet, log=log)
+                                tasks=args.tasks, retry_errors=args.retry_errors, err=err, progress=not quiet, log=log)
     except KeyboardInterrupt:
         print("marginalia: interrupted; every finished answer is saved: run the same command again to resume",
               file=err, flush=True)
@@ -257,7 +263,7 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..bench.report import write_report
 
-    files = write_report(args.run, out=args.out, home=args.home, plots=not args.no_plots)
+    files = write_report(args.run, out=args.out, home=args.home, plots=not args.no_plots, rescore=args.rescore)
     if not getattr(args, "quiet", False):
         for path in files.plots:
             print(f"wrote {path}", file=err)
