@@ -6,8 +6,10 @@ refusal) and HotpotQA yes/no questions (the gold word in a short reply, and the 
 judged by:
 
 - ``verdict``: the benchmark's model judge (`marginalia.bench.judge.ModelJudge`, a JSON verdict);
-- ``P(YES)``: the model's probability of YES for "does the reply give the reference answer?", read from the
-  first token (no decoding), at the threshold that fits best and at 0.5; and its AUC;
+- ``P(YES)`` (`marginalia.bench.judge.ProbabilityJudge`): the model's probability of YES for "does the reply
+  give the reference answer?", read from the first token (no decoding): at 0.5, and at the threshold that fits
+  best on one half of the questions (the fitting half), scored on the other half (the checking half), which
+  is the threshold to give ``marginalia bench judge RUN --method probability --threshold P``; and its AUC;
 - ``contains``: the lexical score (the normalised gold answer appears in the answer).
 
     python benchmarks/judge_check.py [--model SPEC] [--limit N] [--threads N] [--no-write]
@@ -39,9 +41,6 @@ NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven tw
                 "sixteen seventeen eighteen nineteen twenty").split()
 REFUSAL = "The document does not say."
 
-YESNO_SYSTEM = "You check answers to questions about a text. You reply YES or NO."
-YESNO_USER = ("Question: {question}\nReference answer: {reference}\nReply to check: {reply}\n\n"
-              "Does the reply give the reference answer (the same answer, in any words)? Reply YES or NO.")
 
 
 def candidates(limit: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -75,8 +74,8 @@ def candidates(limit: int, seed: int = 0) -> list[dict[str, Any]]:
                 (f"Either {other} or {gold}; the text is not clear.", False, KINDS[5])]
         if gold.strip().isdigit() and int(gold) < len(NUMBER_WORDS):  # right, though it holds no gold string
             made.append((f"{NUMBER_WORDS[int(gold)].capitalize()}.", True, KINDS[6]))
-        out += [{"question": first["question"], "answers": golds, "prediction": p, "right": r, "kind": k}
-                for p, r, k in made if p]
+        out += [{"question": first["question"], "answers": golds, "prediction": p, "right": r, "kind": k,
+                 "group": f"squad/{first['id']}"} for p, r, k in made if p]
     hotpot = json.loads((DATA / "hotpotqa-dev-distractor.part1.json").read_text("utf-8"))
     yes_no = [item for item in hotpot if str(item["answer"]).strip().lower() in ("yes", "no")]
     for item in yes_no[:limit]:
@@ -84,7 +83,8 @@ def candidates(limit: int, seed: int = 0) -> list[dict[str, Any]]:
         opposite = "no" if answer == "yes" else "yes"
         for word, right, kind in ((answer, True, KINDS[7]), (opposite, False, KINDS[8])):
             out.append({"question": item["question"], "answers": [item["answer"]],
-                        "prediction": f"{word.capitalize()}, according to the text.", "right": right, "kind": kind})
+                        "prediction": f"{word.capitalize()}, according to the text.", "right": right, "kind": kind,
+                        "group": f"hotpotqa/{item['id']}"})
     return out
 
 
@@ -102,15 +102,16 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=40, help="SQuAD paragraphs to make answers from")
     ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: all cores)")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
+    ap.add_argument("--rows", metavar="FILE", default=None,
+                    help="also write every answer with its checks' results as JSON lines to FILE")
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"{DATA} is missing: the development data must sit beside the checkout")
 
-    from marginalia.bench.judge import ModelJudge
+    from marginalia.bench.judge import ModelJudge, ProbabilityJudge
     from marginalia.bench.metrics import contains_answer
     from marginalia.bench.report import wilson
     from marginalia.models import load_generator
-    from marginalia.models.base import CachingGenerator
     from marginalia.models.llamacpp_backend import LlamaCppGenerator
 
     spec = args.model
@@ -119,6 +120,7 @@ def main() -> None:
     else:
         gen = load_generator(spec)
     judge = ModelJudge(gen)
+    prob = ProbabilityJudge(gen) if getattr(gen, "supports_choice_probabilities", False) else None
     t0 = time.perf_counter()
     rows = candidates(args.limit)
     timing = {"verdict": 0.0, "P(YES)": 0.0}
@@ -126,40 +128,43 @@ def main() -> None:
         t = time.perf_counter()
         c["verdict"] = judge.judge(c["question"], c["answers"], c["prediction"]).correct
         timing["verdict"] += time.perf_counter() - t
-        if isinstance(gen, CachingGenerator) and gen.supports_choice_probabilities:
+        if prob is not None:
             t = time.perf_counter()
-            ids = gen.encode_chat([{"role": "system", "content": YESNO_SYSTEM},
-                                   {"role": "user", "content": YESNO_USER.format(
-                                       question=c["question"], reference=c["answers"][0], reply=c["prediction"])}])
-            worker = gen.fork(keep_cache=False)
-            worker.prefill(ids)
-            c["p_yes"] = worker.choice_probabilities([], ["YES", "NO"])["YES"]
+            c["p_yes"] = prob.p_yes(c["question"], c["answers"], c["prediction"])
             timing["P(YES)"] += time.perf_counter() - t
         c["contains"] = any(contains_answer(c["prediction"], a) for a in c["answers"])
         print(f"{n}/{len(rows)} {c['kind']}: verdict {c['verdict']}, P(YES) {c.get('p_yes', float('nan')):.2f}",
               file=sys.stderr, flush=True)
 
     has_p = all("p_yes" in c for c in rows)
+    # the threshold is fitted on the questions of one half and scored on the others (split by question, seeded)
+    groups = sorted({c["group"] for c in rows})
+    random.Random(1).shuffle(groups)
+    fitting = set(groups[: len(groups) // 2])
+    fit = [c for c in rows if c["group"] in fitting]
+    held = [c for c in rows if c["group"] not in fitting]
     best_t = 0.5
     if has_p:
         grid = [t / 100 for t in range(5, 96)]
-        best_t = max(grid, key=lambda t: sum((c["p_yes"] >= t) == c["right"] for c in rows))
+        best_t = max(grid, key=lambda t: (sum((c["p_yes"] >= t) == c["right"] for c in fit), -abs(t - 0.5)))
     checks: list[tuple[str, Any]] = [("verdict (JSON)", lambda c: c["verdict"])]
     if has_p:
         checks += [("P(YES) >= 0.5", lambda c: c["p_yes"] >= 0.5),
-                   (f"P(YES) >= {best_t:.2f} (the best threshold here)", lambda c: c["p_yes"] >= best_t)]
+                   (f"P(YES) >= {best_t:.2f} (fitted on the fitting half)", lambda c: c["p_yes"] >= best_t)]
     checks.append(("contains", lambda c: c["contains"]))
     counts = {k: sum(c["kind"] == k for c in rows) for k in KINDS}
     header = "| check | " + " | ".join(f"{k} ({'right' if k in RIGHT else 'wrong'})" for k in KINDS) + " | all |"
-    lines = [header, "|---|" + "---:|" * (len(KINDS) + 1)]
+    header = header.replace(" | all |", " | all, checking half | all, fitting half |")
+    lines = [header, "|---|" + "---:|" * (len(KINDS) + 2)]
     for name, check in checks:
         cells = []
         for k in KINDS:
-            group = [c for c in rows if c["kind"] == k]
+            group = [c for c in held if c["kind"] == k]
             cells.append(f"{sum(check(c) == c['right'] for c in group)}/{len(group)}" if group else "–")
-        good = sum(check(c) == c["right"] for c in rows)
-        lo, hi = wilson(good, len(rows))
-        cells.append(f"{good}/{len(rows)} ({lo:.2f}–{hi:.2f})")
+        for half in (held, fit):
+            good = sum(check(c) == c["right"] for c in half)
+            lo, hi = wilson(good, len(half))
+            cells.append(f"{good}/{len(half)} ({lo:.2f}–{hi:.2f})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     unjudged = sum(c["verdict"] is None for c in rows)
     body = [
@@ -169,16 +174,23 @@ def main() -> None:
         f"{len(rows)} answers whose rightness is known, made from {counts[KINDS[0]]} SQuAD development questions "
         f"(the gold answer bare and in its sentence; another question's answer from the same paragraph, bare and in "
         f"its sentence; a refusal; a hedge naming both; a small gold number written as a word) and {counts[KINDS[7]]} HotpotQA yes/no questions (the gold word, the opposite). "
-        "Each cell: answers the check got right, of that kind.", "",
+        f"The questions are split in two halves at random (by question, seed 1): P(YES)'s threshold is fitted on "
+        f"the fitting half ({len(fit)} answers); the cells by kind and the first total are on the checking half "
+        f"({len(held)} answers), which the threshold never saw. Each cell: answers the check got right, of that "
+        "kind.", "",
         *lines, "",
         f"- Unreadable verdicts (retried, then counted as not right): {unjudged}.",
     ]
     if has_p:
-        body.append(f"- P(YES) ranks right above wrong answers with AUC {auc([(c['p_yes'], c['right']) for c in rows]):.2f}; "
-                    "the best threshold is fitted on these answers, so it flatters the check.")
+        body.append(f"- P(YES) ranks right above wrong answers with AUC "
+                    f"{auc([(c['p_yes'], c['right']) for c in held]):.2f} on the checking half. To judge a run with "
+                    f"it: `marginalia bench judge RUN --model {spec} --method probability --threshold {best_t:.2f}`.")
     body.append(f"- Seconds per answer: verdict {timing['verdict'] / len(rows):.2f}, "
                 f"P(YES) {timing['P(YES)'] / len(rows):.2f}.")
     text = "\n".join(body)
+    if args.rows:
+        Path(args.rows).write_text("".join(json.dumps({**c, "fitting": c["group"] in fitting}) + "\n" for c in rows),
+                                   "utf-8")
     print(text)
     if not args.no_write:
         write_section("judge_check", text)

@@ -114,3 +114,42 @@ def test_medoid_picks_the_consensus_answer() -> None:
 ])
 def test_disagreement(correct: bool | None, scores: dict[str, float], expected: str | None) -> None:
     assert disagreement(correct, scores) == expected
+
+
+def test_probability_judge_reads_p_yes_against_its_threshold() -> None:
+    from marginalia.bench.judge import ProbabilityJudge, make_model_judge
+
+    def model(req: Request) -> str:  # P(YES) 0.8 when the reply names the reference, else 0.3
+        reply = (req.prefix + req.suffix).split("Reply to check:")[1]
+        return "0.8" if "Orla Maye" in reply else "0.3"
+
+    gen = ScriptedGenerator(model)
+    judge = make_model_judge(gen, "probability", threshold=0.5)
+    assert isinstance(judge, ProbabilityJudge) and judge.name == "scripted P(YES)>=0.5"
+    right = judge.judge("Which dredger was hired?", ["Orla Maye"], "They hired the Orla Maye.")
+    wrong = judge.judge("Which dredger was hired?", ["Orla Maye"], "The Maverick's Revenge.")
+    assert right.status == "correct" and right.p_yes == pytest.approx(0.8)
+    assert wrong.status == "wrong" and wrong.p_yes == pytest.approx(0.3)
+    assert right.to_dict()["p_yes"] == 0.8 and "P(YES) 0.80" in right.reason
+    asked = gen.requests[0].prefix
+    assert "Which dredger was hired?" in asked and '"Orla Maye"' in asked and "YES or NO" in asked
+    # a lower threshold turns the 0.3 into a right answer; no reference: the unanswerable question
+    assert ProbabilityJudge(gen, threshold=0.25).judge("Q?", ["Orla Maye"], "No idea.").status == "correct"
+    ProbabilityJudge(gen).judge("Who won?", [], "The text does not say.")
+    assert "does not answer this question" in gen.requests[-1].prefix
+
+
+def test_probability_judge_refuses_what_it_cannot_do() -> None:
+    from marginalia.bench.judge import ProbabilityJudge, make_model_judge
+    from marginalia.errors import UserError
+
+    gen = ScriptedGenerator(lambda req: "0.5")
+    with pytest.raises(UserError, match="between 0 and 1"):
+        ProbabilityJudge(gen, threshold=1.0)
+    with pytest.raises(UserError, match="unknown judge method 'vote'"):
+        make_model_judge(gen, "vote")
+    gen.supports_choice_probabilities = False
+    with pytest.raises(UserError, match="does not give next-token probabilities"):
+        ProbabilityJudge(gen)
+    failing = ScriptedGenerator(lambda req: (_ for _ in ()).throw(BackendError("model died")))
+    assert ProbabilityJudge(failing).judge("Q?", ["a"], "a").status == "unjudged"

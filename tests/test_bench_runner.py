@@ -669,6 +669,16 @@ def test_bench_judge_command(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     assert str(out) in printed and "judge" in printed and "report.md" in printed
     assert all(r["judge"]["verdict"] == "wrong" for r in lines(out))
     assert "Primary score: **judge accuracy**" in (out / "report.md").read_text()
+    # the probability judge: P(YES) 0.4 passes a 0.3 threshold; these verdicts are a new judge's
+    monkeypatch.setattr("marginalia.models.load_generator", lambda *a, **k: ScriptedGenerator(lambda req: "0.4"))
+    args = ["bench", "judge", str(out), "--model", "scripted", "--method", "probability", "-q"]
+    assert cli_main([*args, "--threshold", "0.3"]) == 0
+    judged = [r["judge"] for r in lines(out)]
+    assert all(j["verdict"] == "correct" and j["p_yes"] == 0.4 and j["by"] == "scripted P(YES)>=0.3"
+               for j in judged)
+    capsys.readouterr()
+    assert cli_main([*args, "--threshold", "1.5"]) != 0
+    assert "bad judge settings: threshold" in capsys.readouterr().err
 
 
 def test_a_run_begun_before_an_option_existed_resumes(tmp_path: Path) -> None:

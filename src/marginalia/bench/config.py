@@ -38,8 +38,10 @@ class JudgeConfig(_Strict):
     model: str = Field(min_length=1)
     backend: Backend = "auto"
     device: Device = "auto"
-    retries: int = Field(default=2, ge=0, le=10)
-    max_new_tokens: int = Field(default=96, gt=0)
+    method: Literal["verdict", "probability"] = "verdict"  # a JSON verdict, or P(YES) against a threshold
+    threshold: float = Field(default=0.5, gt=0.0, lt=1.0)  # probability: P(YES) from which an answer is right
+    retries: int = Field(default=2, ge=0, le=10)  # verdict: tries after an unreadable reply
+    max_new_tokens: int = Field(default=96, gt=0)  # verdict: the longest reply
 
 
 class VotingConfig(_Strict):

@@ -1,8 +1,16 @@
-"""The model judge (is this prediction right?), medoid voting over sampled answers, and judge-vs-lexical checks.
+"""The model judges (is this prediction right?), medoid voting over sampled answers, and judge-vs-lexical checks.
 
-The judge asks any generator for a small JSON object, ``{"correct": true, "reason": "..."}``; the reply is
-validated with pydantic, tolerating code fences and prose around it. A garbled reply is retried with a fresh
-sampling seed, and after the last try the item is recorded ``unjudged``: judging never stops a run.
+Two judges, chosen by ``[judge] method``:
+
+- ``verdict`` (`ModelJudge`): asks any generator for a small JSON object, ``{"correct": true, "reason":
+  "..."}``; the reply is validated with pydantic, tolerating code fences and prose around it. A garbled reply
+  is retried with a fresh sampling seed, and after the last try the item is recorded ``unjudged``: judging
+  never stops a run.
+- ``probability`` (`ProbabilityJudge`): asks a YES/NO question and reads the model's probability of YES from
+  its first token (nothing is decoded, so nothing can be garbled); right when it reaches a threshold. Needs an
+  in-process model. Small models answer such questions with a YES probability that ranks answers well but
+  sits far from 0.5, so the threshold is measured, not assumed: ``benchmarks/judge_check.py`` fits it on half
+  of a set of answers of known rightness and checks it on the other half.
 """
 
 from __future__ import annotations
@@ -11,12 +19,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import MarginaliaError
-from ..models.base import GenerationParams, Generator, Message
+from ..errors import MarginaliaError, UserError
+from ..models.base import CachingGenerator, GenerationParams, Generator, Message
 from ..prompts import template
 from .metrics import normalize_answer
 from .metrics import token_f1 as metric_f1
@@ -41,6 +49,7 @@ class Verdict:
     reason: str = ""
     attempts: int = 0
     raw: str = ""  # the last reply, kept when it could not be read
+    p_yes: float | None = None  # the model's probability of YES (the probability judge)
 
     @property
     def correct(self) -> bool | None:
@@ -50,6 +59,8 @@ class Verdict:
         data: dict[str, object] = {"verdict": self.status, "reason": self.reason, "attempts": self.attempts}
         if self.status == "unjudged":
             data["raw"] = self.raw
+        if self.p_yes is not None:
+            data["p_yes"] = round(self.p_yes, 4)
         return data
 
 
@@ -126,6 +137,83 @@ class ModelJudge:
             if reply is not None:
                 return Verdict("correct" if reply.correct else "wrong", reply.reason.strip(), attempts)
         return Verdict("unjudged", f"no readable JSON verdict in {attempts} replies", attempts, raw)
+
+
+class Judge(Protocol):
+    """What the runner needs of a judge."""
+
+    generator: Generator
+
+    @property
+    def name(self) -> str: ...
+
+    def judge(self, question: str, answers: Sequence[str], prediction: str) -> Verdict: ...
+
+
+def yesno_messages(question: str, answers: Sequence[str], prediction: str) -> list[Message]:
+    """The probability judge's chat: a YES/NO question about the reply against the references."""
+    values = {"question": question.strip(), "prediction": prediction.strip() or "(empty)"}
+    if answers:
+        name = "judge_yesno"
+        values["answers"] = " | ".join(json.dumps(a, ensure_ascii=False) for a in answers)
+    else:
+        name = "judge_yesno_unanswerable"
+    return [{"role": "system", "content": template("judge_yesno_system").template.strip()},
+            {"role": "user", "content": template(name).substitute(values).strip()}]
+
+
+class ProbabilityJudge:
+    """Right when the model's probability of YES, for "does the reply give the reference answer?", reaches
+    ``threshold``; the probability is read from the first token after the question, never decoded.
+
+    Args:
+        generator: an in-process model (one that gives next-token probabilities).
+        threshold: P(YES) from which an answer is right (measure it: ``benchmarks/judge_check.py``).
+
+    Raises:
+        UserError: the model gives no probabilities, or the threshold is not between 0 and 1.
+    """
+
+    choices = ("YES", "NO")
+
+    def __init__(self, generator: Generator, threshold: float = 0.5) -> None:
+        if not (isinstance(generator, CachingGenerator) and generator.supports_choice_probabilities):
+            raise UserError(f"the probability judge reads the model's probability of YES, and {generator.name} "
+                            "does not give next-token probabilities; use method = \"verdict\", or an "
+                            "in-process judge model (smollm2, gguf:, hf:)")
+        if not 0.0 < threshold < 1.0:
+            raise UserError(f"the judge's threshold must be between 0 and 1 (exclusive), got {threshold}")
+        self.generator: CachingGenerator = generator
+        self.threshold = threshold
+
+    @property
+    def name(self) -> str:
+        return f"{self.generator.name} P(YES)>={self.threshold:g}"
+
+    def p_yes(self, question: str, answers: Sequence[str], prediction: str) -> float:
+        """The model's probability of YES (against NO) that ``prediction`` gives a reference answer."""
+        worker = self.generator.fork(keep_cache=False)
+        worker.prefill(self.generator.encode_chat(yesno_messages(question, answers, prediction)))
+        return worker.choice_probabilities([], self.choices)[self.choices[0]]
+
+    def judge(self, question: str, answers: Sequence[str], prediction: str) -> Verdict:
+        """Judge one prediction; a failing model gives ``unjudged``, never an exception."""
+        try:
+            p = self.p_yes(question, answers, prediction)
+        except MarginaliaError as exc:
+            return Verdict("unjudged", f"the judge model failed: {exc}", 1)
+        status: Literal["correct", "wrong"] = "correct" if p >= self.threshold else "wrong"
+        return Verdict(status, f"P(YES) {p:.2f} against the threshold {self.threshold:g}", 1, p_yes=p)
+
+
+def make_model_judge(generator: Generator, method: str = "verdict", *, threshold: float = 0.5, retries: int = 2,
+                     max_new_tokens: int = 96, seed: int = 0) -> Judge:
+    """The judge ``[judge] method`` names, on ``generator``."""
+    if method == "verdict":
+        return ModelJudge(generator, retries=retries, max_new_tokens=max_new_tokens, seed=seed)
+    if method == "probability":
+        return ProbabilityJudge(generator, threshold)
+    raise UserError(f"unknown judge method {method!r}; choose verdict or probability")
 
 
 # -- medoid voting -------------------------------------------------------------------------------

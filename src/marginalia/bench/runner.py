@@ -35,7 +35,7 @@ from ..patterns.wim import WiM, WimReader
 from ..records import Answer, Margin, Stats
 from .config import PatternConfig, RunConfig, VotingConfig, pattern_record
 from .items import Item, TaskSpec
-from .judge import ModelJudge, disagreement, medoid
+from .judge import Judge, disagreement, make_model_judge, medoid
 
 RESULTS = "results.jsonl"
 RUN_INFO = "run.json"
@@ -223,7 +223,7 @@ def _now() -> str:
 
 
 def model_ids(config: RunConfig, generator: Generator, embedder: Embedder | None,
-              judge: ModelJudge | None) -> dict[str, Any]:
+              judge: Judge | None) -> dict[str, Any]:
     device = getattr(generator, "device", None)
     ids: dict[str, Any] = {
         "generator": {"spec": config.model, "name": generator.name, "engine": type(generator).__name__,
@@ -426,7 +426,7 @@ def _default_score() -> ScoreItem:
 
 
 def _make_judge(config: RunConfig, generator: Generator, judge_generator: Generator | None,
-                home: str | Path | None, say: Callable[[str], None]) -> ModelJudge | None:
+                home: str | Path | None, say: Callable[[str], None]) -> Judge | None:
     """The model judge of ``[judge]``; the run's own generator serves when the judge names the same model."""
     if config.judge is None:
         return None
@@ -441,8 +441,8 @@ def _make_judge(config: RunConfig, generator: Generator, judge_generator: Genera
             say(f"loading judge {config.judge.model}")
             jgen = load_generator(config.judge.model, home=home, device=config.judge.device,
                                   backend=config.judge.backend, log=say)
-    return ModelJudge(jgen, retries=config.judge.retries, max_new_tokens=config.judge.max_new_tokens,
-                      seed=config.seed)
+    return make_model_judge(jgen, config.judge.method, threshold=config.judge.threshold,
+                            retries=config.judge.retries, max_new_tokens=config.judge.max_new_tokens, seed=config.seed)
 
 
 def _build_tasks(config: RunConfig, build: BuildItems, tokenizer: Tokenizer, limit: int | None,
@@ -651,7 +651,7 @@ class RejudgeSummary:
     seconds: float
 
 
-def rejudge(folder: Path, judge: ModelJudge, *, err: TextIO | None = None, progress: bool = True,
+def rejudge(folder: Path, judge: Judge, *, err: TextIO | None = None, progress: bool = True,
             save_every: int = 20) -> RejudgeSummary:
     """Judge every answered result of a run folder again with ``judge``, replacing the stored verdicts.
 
@@ -704,7 +704,7 @@ def rejudge(folder: Path, judge: ModelJudge, *, err: TextIO | None = None, progr
 
 
 def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: RunConfig,
-             score: ScoreItem, judge: ModelJudge | None) -> dict[str, Any]:
+             score: ScoreItem, judge: Judge | None) -> dict[str, Any]:
     """One result line: the answer, its scores and verdict, or what went wrong."""
     record = _item_fields(task, item, p)
     t0 = time.perf_counter()

@@ -103,6 +103,14 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
                        help="the judge model (default: the run config's [judge] model, else the run's own model)")
     judge.add_argument("--backend", choices=BACKENDS, default=None,
                        help="engine for a GGUF judge (default: the run config's)")
+    judge.add_argument("--method", choices=("verdict", "probability"), default=None,
+                       help="verdict: the model writes a JSON verdict; probability: the model's P(YES) for "
+                            "'does the reply give the reference answer?' against --threshold (in-process models "
+                            "only; benchmarks/judge_check.py measures a threshold) (default: the run config's, "
+                            "else verdict)")
+    judge.add_argument("--threshold", type=float, default=None, metavar="P",
+                       help="probability method: P(YES) from which an answer is right (default: the run "
+                            "config's, else 0.5)")
     judge.add_argument("--no-report", action="store_true", help="do not write report.md and the plots afterwards")
     judge.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
@@ -216,8 +224,10 @@ def _print_summary(folder: Any, out: TextIO) -> None:
 def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import json
 
+    from pydantic import ValidationError
+
     from ..bench.config import JudgeConfig
-    from ..bench.judge import ModelJudge
+    from ..bench.judge import make_model_judge
     from ..bench.report import find_run
     from ..bench.runner import RUN_INFO, rejudge
     from ..models import load_generator
@@ -232,9 +242,15 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     spec = args.model or stored.get("model") or config.get("model")
     if not spec:
         raise UserError(f"{folder} does not say which model answered; give the judge with --model SPEC")
-    settings = JudgeConfig.model_validate({  # the stored judge's settings; defaults where it had none
-        **{k: v for k, v in stored.items() if k in ("retries", "max_new_tokens", "device")},
-        "model": spec, "backend": args.backend or stored.get("backend") or config.get("backend") or "auto"})
+    try:
+        settings = JudgeConfig.model_validate({  # the stored judge's settings; defaults where it had none
+            **{k: v for k, v in stored.items()
+               if k in ("retries", "max_new_tokens", "device", "method", "threshold")},
+            **{k: v for k, v in (("method", args.method), ("threshold", args.threshold)) if v is not None},
+            "model": spec, "backend": args.backend or stored.get("backend") or config.get("backend") or "auto"})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise UserError(f"bad judge settings: {problems}") from None
 
     def log(message: str) -> None:
         if not quiet:
@@ -243,7 +259,8 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     log(f"loading judge {spec}")
     generator = load_generator(spec, home=args.home, device=settings.device, backend=settings.backend,
                                log=log if args.verbose else None)
-    judge = ModelJudge(generator, retries=settings.retries, max_new_tokens=settings.max_new_tokens)
+    judge = make_model_judge(generator, settings.method, threshold=settings.threshold, retries=settings.retries,
+                             max_new_tokens=settings.max_new_tokens)
     try:
         summary = rejudge(folder, judge, err=err, progress=not quiet)
     except KeyboardInterrupt:
