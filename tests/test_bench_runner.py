@@ -691,3 +691,19 @@ def test_a_run_begun_before_an_option_existed_resumes(tmp_path: Path) -> None:
         p.pop("margin_style", None)  # as a run made before the option was added stored it
     (out / "run.json").write_text(json.dumps(info))
     assert run(config, out).written == 20
+
+
+def test_a_folder_being_written_is_refused_before_a_judge_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from filelock import FileLock
+
+    out = tmp_path / "run"
+    run(write_config(tmp_path), out, patterns=["lc"], limit=1)
+    loaded: list[str] = []
+    monkeypatch.setattr("marginalia.models.load_generator", lambda spec, *a, **k: loaded.append(spec))
+    with FileLock(out / ".lock"):  # as a running `bench run` holds it
+        with pytest.raises(UserError, match="another benchmark run is writing"):
+            run(write_config(tmp_path), out, patterns=["lc"], limit=1)
+        assert cli_main(["bench", "judge", str(out), "--model", "scripted"]) != 0
+    err = capsys.readouterr().err
+    assert "judge its answers once it has finished or been stopped" in err and not loaded

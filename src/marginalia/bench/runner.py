@@ -103,18 +103,27 @@ def result_key(record: Mapping[str, Any]) -> Key:
 
 
 @contextmanager
-def _locked(folder: Path) -> Iterator[None]:
+def _locked(folder: Path, advice: str = "wait for it to finish or give --out DIR for a separate folder"
+            ) -> Iterator[None]:
     """Hold the run folder's lock, so two processes never append to one results file."""
     lock = FileLock(folder / ".lock", timeout=0, thread_local=False, is_singleton=False)
     try:
         lock.acquire()
     except Timeout:
-        raise UserError(f"another benchmark run is writing to {folder}; wait for it to finish "
-                        "or give --out DIR for a separate folder") from None
+        raise UserError(f"another benchmark run is writing to {folder}; {advice}") from None
     try:
         yield
     finally:
         lock.release()
+
+
+JUDGE_ADVICE = "judge its answers once it has finished or been stopped (Ctrl-C; it resumes later)"
+
+
+def check_unlocked(folder: Path) -> None:
+    """Raise the same `UserError` as a locked folder would, before anything slow (loading a model) is done."""
+    with _locked(folder, JUDGE_ADVICE):
+        pass
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -664,7 +673,7 @@ def rejudge(folder: Path, judge: Judge, *, err: TextIO | None = None, progress: 
     """
     stream = err or sys.stderr
     t0 = time.perf_counter()
-    with _locked(folder):
+    with _locked(folder, JUDGE_ADVICE):
         path = folder / RESULTS
         records = read_results(path, repair=True)
         if not records:

@@ -229,7 +229,7 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..bench.config import JudgeConfig
     from ..bench.judge import make_model_judge
     from ..bench.report import find_run
-    from ..bench.runner import RUN_INFO, rejudge
+    from ..bench.runner import RUN_INFO, check_unlocked, rejudge
     from ..models import load_generator
 
     folder = find_run(args.run, args.home)
@@ -256,6 +256,7 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if not quiet:
             print(message, file=err, flush=True)
 
+    check_unlocked(folder)  # a run writing to the folder: say so before loading the judge
     log(f"loading judge {spec}")
     generator = load_generator(spec, home=args.home, device=settings.device, backend=settings.backend,
                                log=log if args.verbose else None)
