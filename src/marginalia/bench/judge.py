@@ -142,7 +142,8 @@ class ModelJudge:
 class Judge(Protocol):
     """What the runner needs of a judge."""
 
-    generator: Generator
+    @property
+    def generator(self) -> Generator: ...
 
     @property
     def name(self) -> str: ...
