@@ -182,3 +182,34 @@ def test_answer_is_stripped_and_question_trimmed(doc: str) -> None:
     gen = ScriptedGenerator(default="  Pier 47.  \n")
     answer = LongContext(gen).answer(doc, f"  {QUESTION}\n")
     assert answer.text == "Pier 47." and answer.question == QUESTION
+
+
+SHORT = "with the answer alone"
+
+
+@pytest.mark.parametrize("name", ["wim", "lc", "rag"])
+def test_answer_style_short_asks_for_the_answer_alone(doc: str, name: str) -> None:
+    """answer_style = "short" swaps the answer prompt's instruction (yes or no for a yes/no question); the
+    default asks for one short sentence. Margins are asked for as before."""
+    for style, wanted, unwanted in (("short", SHORT, "one short sentence"), ("sentence", "one short sentence", SHORT)):
+        gen = ScriptedGenerator(answering)
+        opts: dict[str, Any] = {"wim": {"segment_tokens": 100}, "lc": {},
+                                "rag": {"embedder": HashingEmbedder(), "chunk_tokens": 60}}[name]
+        answer = make_pattern(name, gen, answer_style=style, **opts).answer(doc, QUESTION)
+        assert answer.text == "Pier 47."
+        final = [r for r in gen.requests if not is_margin(r)][-1]
+        assert wanted in final.suffix and unwanted not in final.suffix
+        assert "yes or no" in final.suffix if style == "short" else True
+        assert not any(SHORT in r.suffix for r in gen.requests if is_margin(r))
+    with pytest.raises(UserError, match="answer_style"):
+        make_pattern(name, ScriptedGenerator(answering), answer_style="terse")
+
+
+def test_lc_on_a_wim_reading_keeps_its_own_answer_style(doc: str) -> None:
+    from marginalia.patterns.wim import WimReader
+
+    gen = ScriptedGenerator(answering)
+    wim = make_pattern("wim", gen, segment_tokens=100)
+    reader = WimReader(wim, doc)
+    whole = reader.ask_whole(QUESTION, LongContext(gen, answer_style="short")).answer()
+    assert whole.text == "Pier 47." and SHORT in gen.requests[-1].suffix

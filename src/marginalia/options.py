@@ -20,6 +20,7 @@ RagSplit = Literal["tokens", "paragraphs"]
 Scope = Literal["sections", "chunks", "documents"]
 SearchMode = Literal["hybrid", "dense", "bm25"]
 MemoryMode = Literal["takeaways", "margins"]
+AnswerStyle = Literal["sentence", "short"]
 
 PATTERNS: tuple[str, ...] = get_args(PatternName)
 JUDGE_MODES: tuple[str, ...] = get_args(JudgeMode)
@@ -27,6 +28,7 @@ RAG_SPLITS: tuple[str, ...] = get_args(RagSplit)
 SCOPES: tuple[str, ...] = get_args(Scope)
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
 MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
+ANSWER_STYLES: tuple[str, ...] = get_args(AnswerStyle)
 
 
 class Options(BaseModel):
@@ -48,6 +50,10 @@ class PatternOptions(Options):
 
     pattern: ClassVar[str]
     max_new_tokens: int = Field(default=96, gt=0, description="the most tokens of the answer")
+    answer_style: AnswerStyle = Field(
+        default="sentence",
+        description="how the answer is asked for: one short sentence, or short: the answer alone (a name, a "
+                    "number, a date; yes or no for a yes/no question)")
 
 
 class LcOptions(PatternOptions):

@@ -95,6 +95,11 @@ class Pattern(ABC):
         # "=====" opens our prompts' question block: a model that writes one is inventing the next turn
         self.answer_params = GenerationParams(max_new_tokens=options.max_new_tokens, stop=("=====",))
 
+    def answer_template(self, name: str = "answer") -> str:
+        """The prompt template that asks for the answer (``answer`` or ``answer_margins``) in this pattern's
+        ``answer_style``."""
+        return name if self.options.answer_style == "sentence" else f"{name}_{self.options.answer_style}"
+
     def run(self, context: str, question: str, source: str = "context") -> Run:
         """Start reading; iterate the returned `Run` for events."""
         question = check_question(question)

@@ -352,7 +352,8 @@ class WimReader:
         clock = Clock()
         n_context = sum(s.n_tokens for s in segments)
         margin_suffix = framing.suffix(gen, wim.judge.margin_template, question=question)
-        answer_base = len(framing.suffix(gen, "answer_margins", question=question, margins=""))
+        answer_base = len(framing.suffix(gen, wim.answer_template("answer_margins"), question=question,
+                                         margins=""))
         # room for the margin prompt, or for the answer prompt with a few notes
         reserve = max(len(margin_suffix) + wim.margin_params.max_new_tokens,
                       answer_base + NOTES_RESERVED * wim.margin_params.max_new_tokens
@@ -366,11 +367,12 @@ class WimReader:
         with attached(gen, self.ledger):
             yield from self._read(run, question, clock, n_context, margin_suffix, answer_base)
 
-    def _whole_events(self, question: str, name: str, params: GenerationParams) -> Iterator[Event]:
+    def _whole_events(self, question: str, name: str, params: GenerationParams,
+                      template: str = "answer") -> Iterator[Event]:
         gen, framing, segments = self.wim.cache_gen, self.framing, self.segments
         clock = Clock()
         n_context = sum(s.n_tokens for s in segments)
-        suffix = framing.suffix(gen, "answer", question=question)
+        suffix = framing.suffix(gen, template, question=question)
         gen.check_fits(len(framing.head) + n_context + len(suffix) + params.max_new_tokens,
                        what="the document, the question and the answer")
         self._reserve = len(suffix) + params.max_new_tokens
@@ -522,7 +524,7 @@ class WimReader:
         t_answer = clock()
         generated = gen.usage.generated_tokens
         text, first_token = yield from relay_answer(worker.generate_from_cache(
-            framing.suffix(gen, "answer_margins", question=question, margins=notes),
+            framing.suffix(gen, wim.answer_template("answer_margins"), question=question, margins=notes),
             wim.answer_params,
         ), clock)
         answer_tokens = gen.usage.generated_tokens - generated
@@ -557,7 +559,7 @@ class _WholePattern(Pattern):
         self.reader = reader
 
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
-        return self.reader._whole_events(question, self.name, self.answer_params)
+        return self.reader._whole_events(question, self.name, self.answer_params, self.answer_template())
 
 
 class _ReaderPattern(Pattern):
