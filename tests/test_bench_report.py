@@ -255,3 +255,21 @@ def test_rescore_uses_todays_metrics_and_says_how_many_changed(tmp_path: Path) -
     assert "1 answers scored again with today's metrics" in text
     assert "| lc | 1000 | 0.00 | 2 | 1.00 [0.34, 1.00] |" in text
     assert (folder / "results.jsonl").read_text() == before
+
+
+def test_report_counts_yes_no_answers_contains_cannot_score(tmp_path: Path) -> None:
+    from marginalia.bench.metrics import says_neither_yes_nor_no
+
+    assert says_neither_yes_nor_no("X and Y were of the same nationality.", ["yes"])
+    assert not says_neither_yes_nor_no("No, they were not.", ["yes"])  # wrong, but scorable
+    assert not says_neither_yes_nor_no("Yes.", ["Yes"]) and not says_neither_yes_nor_no("Paris", ["Paris"])
+    assert not says_neither_yes_nor_no("nothing", [])
+    records = []
+    for n, prediction in enumerate(["Yes, both.", "They were both American.", "The same country.", "no"]):
+        r = result("lc", 1000, 0.0, 0.0, 0.0, n=n)
+        r.update(prediction=prediction, answers=["yes"])
+        records.append(r)
+    other = result("lc", 1000, 0.0, 1.0, 1.0, n=9)
+    records.append(other)
+    text = write_report(fixture_run(tmp_path / "run", records), plots=False).report.read_text()
+    assert "### Yes/no questions" in text and "| lc | 4 | 2 | 0.50 |" in text

@@ -64,6 +64,17 @@ def token_f1(prediction: str, gold: str) -> float:
 _POSSESSIVE = re.compile(r"(\w)['\u2019]s\b")
 
 
+YES_NO = ("yes", "no")
+
+
+def says_neither_yes_nor_no(prediction: str, answers: Sequence[str]) -> bool:
+    """A yes/no question (every gold answer is yes or no) answered without the word yes or no: ``contains``
+    scores it wrong whatever it says ("X and Y were of the same nationality" for a gold "yes")."""
+    if not answers or any(normalize_answer(a) not in YES_NO for a in answers):
+        return False
+    return not set(normalize_answer(prediction).split()) & set(YES_NO)
+
+
 def contains_answer(prediction: str, gold: str) -> float:
     """1.0 when the normalised gold appears in the normalised prediction as whole words, else 0.0.
 
@@ -205,6 +216,7 @@ __all__ = [
     "is_abstention",
     "normalize_answer",
     "qa_scores",
+    "says_neither_yes_nor_no",
     "score_item",
     "set_scores",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import MissingDependency, UserError
 from ..files import atomic_write_text
 from ..patterns.wim import REPEAT_REASON
-from .metrics import METRICS, contains_answer
+from .metrics import METRICS, contains_answer, says_neither_yes_nor_no
 from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, result_key, runs_dir
 
 REPORT = "report.md"
@@ -305,6 +305,19 @@ def agreement_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> li
     return rows
 
 
+def yes_no_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[list[str]]:
+    """Per pattern: answers to yes/no questions, and those saying neither yes nor no (which ``contains``
+    cannot score: they count as wrong)."""
+    rows = []
+    for p in patterns:
+        group = [r for r in records if r["pattern"] == p and r.get("status") == "ok" and r.get("scoring") == "qa"
+                 and r.get("answers") and all(str(a).strip().lower() in ("yes", "no") for a in r["answers"])]
+        if group:
+            unscored = sum(says_neither_yes_nor_no(r.get("prediction") or "", r["answers"]) for r in group)
+            rows.append([p, str(len(group)), str(unscored), f"{unscored / len(group):.2f}"])
+    return rows
+
+
 def task_cost_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[list[str]]:
     """Tokens and seconds per answer, per pattern and length, for one task."""
     rows = []
@@ -436,6 +449,13 @@ def task_sections(records: list[dict[str, Any]], patterns: Sequence[str], level:
                   "that holds no gold answer, and rejecting one that holds it.", "",
                   _table(["pattern", "answers", "disagree", "judge right, contains wrong",
                           "judge wrong, contains right"], agreement)]
+    yes_no = yes_no_rows(records, patterns)
+    if yes_no:
+        lines += ["", f"{level} Yes/no questions", "",
+                  "Answers to questions whose gold answer is yes or no, and those that say neither word: "
+                  "`contains` counts them wrong whatever they state (`answer_style = \"short\"` asks for yes "
+                  "or no).", "",
+                  _table(["pattern", "answers", "say neither yes nor no", "share"], yes_no)]
     lines += ["", f"{level} Cost per answer", "",
               _table(["pattern", "length", "n", "prefilled context tokens", "prefilled other tokens",
                       "generated tokens", "seconds"], task_cost_rows(records, patterns))]
