@@ -64,15 +64,16 @@ class Verdict:
         return data
 
 
-def judge_messages(question: str, answers: Sequence[str], prediction: str) -> list[Message]:
-    """The judge's chat: our system line and the question, references and prediction."""
+def judge_messages(question: str, answers: Sequence[str], prediction: str, prompt: str = "judge") -> list[Message]:
+    """A judge's chat: our system line and the question, references and prediction, from the templates
+    ``<prompt>_system``, ``<prompt>`` and (no reference: the question has no answer) ``<prompt>_unanswerable``."""
     values = {"question": question.strip(), "prediction": prediction.strip() or "(empty)"}
     if answers:
-        name = "judge"
+        name = prompt
         values["answers"] = " | ".join(json.dumps(a, ensure_ascii=False) for a in answers)
     else:
-        name = "judge_unanswerable"
-    return [{"role": "system", "content": template("judge_system").template.strip()},
+        name = f"{prompt}_unanswerable"
+    return [{"role": "system", "content": template(f"{prompt}_system").template.strip()},
             {"role": "user", "content": template(name).substitute(values).strip()}]
 
 
@@ -151,18 +152,6 @@ class Judge(Protocol):
     def judge(self, question: str, answers: Sequence[str], prediction: str) -> Verdict: ...
 
 
-def yesno_messages(question: str, answers: Sequence[str], prediction: str) -> list[Message]:
-    """The probability judge's chat: a YES/NO question about the reply against the references."""
-    values = {"question": question.strip(), "prediction": prediction.strip() or "(empty)"}
-    if answers:
-        name = "judge_yesno"
-        values["answers"] = " | ".join(json.dumps(a, ensure_ascii=False) for a in answers)
-    else:
-        name = "judge_yesno_unanswerable"
-    return [{"role": "system", "content": template("judge_yesno_system").template.strip()},
-            {"role": "user", "content": template(name).substitute(values).strip()}]
-
-
 class ProbabilityJudge:
     """Right when the model's probability of YES, for "does the reply give the reference answer?", reaches
     ``threshold``; the probability is read from the first token after the question, never decoded.
@@ -194,7 +183,7 @@ class ProbabilityJudge:
     def p_yes(self, question: str, answers: Sequence[str], prediction: str) -> float:
         """The model's probability of YES (against NO) that ``prediction`` gives a reference answer."""
         worker = self.generator.fork(keep_cache=False)
-        worker.prefill(self.generator.encode_chat(yesno_messages(question, answers, prediction)))
+        worker.prefill(self.generator.encode_chat(judge_messages(question, answers, prediction, "judge_yesno")))
         return worker.choice_probabilities([], self.choices)[self.choices[0]]
 
     def judge(self, question: str, answers: Sequence[str], prediction: str) -> Verdict:
