@@ -232,10 +232,17 @@ def test_report_gives_kept_margin_precision_and_recall(tmp_path: Path) -> None:
     lc = result("lc", 1000, 0.0, 1, 1.0, n=0)
     text = write_report(fixture_run(tmp_path / "run", [one, two, old, yes_no, lc]),
                         plots=False).report.read_text()
-    assert "| pattern | n | kept | precision | recall | questions with a kept answer |" in text
-    # 2 kept, 1 with the answer; 3 answer-bearing, 1 kept; questions: 2 with one written, 1 kept
-    assert "| wim | 2 | 2 | 0.50 | 0.33 | 1 of 2 |" in text
+    assert "| pattern | n | kept | precision | recall | questions with a kept answer | kept from a gold passage |" \
+        in text
+    # 2 kept, 1 with the answer; 3 answer-bearing, 1 kept; questions: 2 with one written, 1 kept; no spans kept
+    assert "| wim | 2 | 2 | 0.50 | 0.33 | 1 of 2 | – |" in text
     assert "| lc |" not in text.split("### Margins kept")[1].split("##")[0]
+    # with the gold passages' spans and each margin's evidence: the bakery note lies outside the gold passage
+    one["gold_spans"] = [[100, 200]]
+    one["margins"][0]["evidence"], one["margins"][1]["evidence"] = [150, 170], [300, 320]
+    text = write_report(fixture_run(tmp_path / "spans", [one, two, old, yes_no, lc]),
+                        plots=False).report.read_text()
+    assert "| wim | 2 | 2 | 0.50 | 0.33 | 1 of 2 | 0.50 |" in text
 
 
 def test_rescore_uses_todays_metrics_and_says_how_many_changed(tmp_path: Path) -> None:

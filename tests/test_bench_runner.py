@@ -234,7 +234,10 @@ def test_run_writes_one_line_per_pair_with_scores_and_run_info(tmp_path: Path) -
     wim = next(r for r in records if r["pattern"] == "wim")
     assert len(wim["margins"]) == wim["segments_total"] >= 1 and wim["margins_kept"] >= 1
     assert wim["margins_kept"] == sum(m["kept"] for m in wim["margins"])
-    assert set(wim["margins"][0]) == {"segment", "text", "kept", "reason", "score", "p_yes"}
+    assert set(wim["margins"][0]) == {"segment", "text", "kept", "reason", "score", "p_yes", "evidence"}
+    # a kept margin says where the context supports it, inside the gold passage the item records
+    (start, end), = wim["gold_spans"]
+    assert all(start <= m["evidence"][0] < m["evidence"][1] <= end for m in wim["margins"] if m["kept"])
     assert [m["segment"] for m in wim["margins"]] == list(range(wim["segments_total"]))
     assert all(m["reason"] for m in wim["margins"])
     assert any("pier 47" in m["text"].lower() for m in wim["margins"] if m["kept"])

@@ -357,11 +357,14 @@ def margin_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[
     those dropped only for repeating a kept note (nothing new was lost); and the questions where an
     answer-bearing margin was written, and where one was kept. Questions answered yes or no are left out (a
     margin saying "no" does not bear the answer), as are results written before margins were kept (schema
-    1: a count).
+    1: a count). Where results keep the gold passages' spans and each margin's evidence, also: of the kept
+    margins, the share whose evidence lies in a gold passage (a multi-hop question's bridge fact bears no
+    gold answer, yet it is what the answer needs).
     """
     rows = []
     for p in patterns:
         kept = hits = bearing = asked = found = n = 0
+        located = on_gold = 0
         for r in records:
             margins = r.get("margins")
             if r["pattern"] != p or r.get("status") != "ok" or r.get("scoring", "qa") != "qa" \
@@ -376,9 +379,17 @@ def margin_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[
             bearing += sum(has)
             asked += any(has)
             found += any(m["kept"] and h for m, h in zip(margins, has, strict=True))
+            spans = r.get("gold_spans")
+            if spans:
+                for m in margins:
+                    if m["kept"] and m.get("evidence"):
+                        start, end = m["evidence"]
+                        located += 1
+                        on_gold += any(start < gold_end and gold_start < end for gold_start, gold_end in spans)
         if n:
             rows.append([p, str(n), str(kept), _fmt(hits / kept if kept else None),
-                         _fmt(hits / bearing if bearing else None), f"{found} of {asked}"])
+                         _fmt(hits / bearing if bearing else None), f"{found} of {asked}",
+                         _fmt(on_gold / located if located else None)])
     return rows
 
 
@@ -463,9 +474,10 @@ def task_sections(records: list[dict[str, Any]], patterns: Sequence[str], level:
     if margins:
         lines += ["", f"{level} Margins kept", "",
                   "Of the kept margins, the share holding a gold answer (precision); of the margins holding "
-                  "one, the share kept (recall); questions where one was written, and kept.", "",
-                  _table(["pattern", "n", "kept", "precision", "recall", "questions with a kept answer"],
-                         margins)]
+                  "one, the share kept (recall); questions where one was written, and kept; of the kept "
+                  "margins, the share drawn from a gold passage (where results keep where each was found).", "",
+                  _table(["pattern", "n", "kept", "precision", "recall", "questions with a kept answer",
+                          "kept from a gold passage"], margins)]
     return lines
 
 

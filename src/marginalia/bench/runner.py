@@ -371,7 +371,8 @@ def answer_item(pattern: Pattern, item: Item, voting: VotingConfig | None = None
 def margin_fields(margin: Margin) -> dict[str, Any]:
     """One margin as results.jsonl keeps it: enough to read a wrong answer back, and to score the judge."""
     return {"segment": margin.segment_index, "text": margin.text, "kept": margin.relevant,
-            "reason": margin.reason, "score": margin.score, "p_yes": margin.p_yes}
+            "reason": margin.reason, "score": margin.score, "p_yes": margin.p_yes,
+            "evidence": list(margin.evidence) if margin.evidence else None}
 
 
 def _item_fields(task: str, item: Item, pattern: PatternConfig) -> dict[str, Any]:
@@ -381,6 +382,7 @@ def _item_fields(task: str, item: Item, pattern: PatternConfig) -> dict[str, Any
         "target_tokens": item.target_tokens, "context_tokens": item.context_tokens,
         "depth": item.depth, "distractor_fraction": item.distractor_fraction, "scoring": item.scoring,
         "question": item.question, "answers": list(item.answers),
+        "gold_spans": [list(span) for span in item.gold_spans],  # where the gold passages sit in the context
     }
 
 
