@@ -184,7 +184,7 @@ def test_answer_is_stripped_and_question_trimmed(doc: str) -> None:
     assert answer.text == "Pier 47." and answer.question == QUESTION
 
 
-SHORT = "with the answer alone"
+SHORT = "Reply with the answer alone"
 
 
 @pytest.mark.parametrize("name", ["wim", "lc", "rag"])
@@ -199,10 +199,24 @@ def test_answer_style_short_asks_for_the_answer_alone(doc: str, name: str) -> No
         assert answer.text == "Pier 47."
         final = [r for r in gen.requests if not is_margin(r)][-1]
         assert wanted in final.suffix and unwanted not in final.suffix
-        assert "yes or no" in final.suffix if style == "short" else True
         assert not any(SHORT in r.suffix for r in gen.requests if is_margin(r))
+        # a question that opens like a yes/no question is asked for yes or no
+        yes_no = "Does the night ferry to Brackwater leave from pier 47?"
+        make_pattern(name, gen, answer_style=style, **opts).answer(doc, yes_no)
+        final = [r for r in gen.requests if not is_margin(r)][-1]
+        assert ("reply Yes or No" in final.suffix) == (style == "short") and SHORT not in final.suffix
     with pytest.raises(UserError, match="answer_style"):
         make_pattern(name, ScriptedGenerator(answering), answer_style="terse")
+
+
+@pytest.mark.parametrize(("question", "yes_no"), [
+    ("Were Scott Derrickson and Ed Wood of the same nationality?", True), ("is it open?", True),
+    ('"Did she win?"', True), ("Who is older, Annie Morton or Terry Richardson?", False),
+    ("Which pier is it?", False), ("Island or mainland?", False), ("", False)])
+def test_yes_no_questions_are_told_by_their_first_word(question: str, yes_no: bool) -> None:
+    from marginalia.patterns.base import is_yes_no_question
+
+    assert is_yes_no_question(question) is yes_no
 
 
 def test_lc_on_a_wim_reading_keeps_its_own_answer_style(doc: str) -> None:

@@ -53,7 +53,7 @@ class PatternOptions(Options):
     answer_style: AnswerStyle = Field(
         default="sentence",
         description="how the answer is asked for: one short sentence, or short: the answer alone (a name, a "
-                    "number, a date; yes or no for a yes/no question)")
+                    "number, a date), and yes or no for a question that opens like one (\"Were they ...?\")")
 
 
 class LcOptions(PatternOptions):

@@ -21,6 +21,16 @@ from ..options import PatternOptions
 from ..prompts import render
 from ..records import Answer, AnswerDelta, Done, Event, Stats
 
+#: the words that open an English question answered with yes or no ("Were they of the same nationality?")
+_YES_NO_OPENERS = frozenset(
+    "is are was were am do does did can could will would shall should may might must has have had".split())
+
+
+def is_yes_no_question(question: str) -> bool:
+    """Whether an English question asks for yes or no: it opens with an auxiliary verb."""
+    words = question.strip().split(maxsplit=1)
+    return bool(words) and words[0].lower().strip("\"'(") in _YES_NO_OPENERS
+
 
 class Run:
     """One pattern run: iterate it for events; `stop()` ends reading early.
@@ -95,10 +105,12 @@ class Pattern(ABC):
         # "=====" opens our prompts' question block: a model that writes one is inventing the next turn
         self.answer_params = GenerationParams(max_new_tokens=options.max_new_tokens, stop=("=====",))
 
-    def answer_template(self, name: str = "answer") -> str:
+    def answer_template(self, question: str, name: str = "answer") -> str:
         """The prompt template that asks for the answer (``answer`` or ``answer_margins``) in this pattern's
-        ``answer_style``."""
-        return name if self.options.answer_style == "sentence" else f"{name}_{self.options.answer_style}"
+        ``answer_style``: short asks a yes/no question for yes or no, any other for the answer alone."""
+        if self.options.answer_style == "sentence":
+            return name
+        return f"{name}_short_yesno" if is_yes_no_question(question) else f"{name}_short"
 
     def run(self, context: str, question: str, source: str = "context") -> Run:
         """Start reading; iterate the returned `Run` for events."""

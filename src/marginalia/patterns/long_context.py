@@ -29,7 +29,8 @@ class LongContext(Pattern):
         """Tokens of the prompt around a context for ``question``, and of the answer it may write."""
         gen = self.generator
         framing = Framing.build(gen, intro=self.intro)
-        return (len(framing.head) + len(framing.suffix(gen, self.answer_template(), question=question))
+        suffix = framing.suffix(gen, self.answer_template(question), question=question)
+        return (len(framing.head) + len(suffix)
                 + self.answer_params.max_new_tokens)
 
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
@@ -37,7 +38,8 @@ class LongContext(Pattern):
         gen = self.generator
         framing = Framing.build(gen, intro=self.intro)
         context_ids = gen.tokenizer.encode(context)
-        prompt = framing.head + context_ids + framing.suffix(gen, self.answer_template(), question=question)
+        suffix = framing.suffix(gen, self.answer_template(question), question=question)
+        prompt = framing.head + context_ids + suffix
         gen.check_fits(len(prompt) + self.answer_params.max_new_tokens,
                        what="the document, the question and the answer")
         before = gen.usage.snapshot()

@@ -88,7 +88,7 @@ class RAG(Pattern):
             body += sep if k else []
             read.append((len(framing.head) + len(body), len(framing.head) + len(body) + chunk.n_tokens))
             body += list(chunk.token_ids)
-        prompt = framing.head + body + framing.suffix(gen, self.answer_template(), question=question)
+        prompt = framing.head + body + framing.suffix(gen, self.answer_template(question), question=question)
         gen.check_fits(len(prompt) + self.answer_params.max_new_tokens,
                        what="the retrieved passages, the question and the answer")
         before = gen.usage.snapshot()

@@ -352,8 +352,8 @@ class WimReader:
         clock = Clock()
         n_context = sum(s.n_tokens for s in segments)
         margin_suffix = framing.suffix(gen, wim.judge.margin_template, question=question)
-        answer_base = len(framing.suffix(gen, wim.answer_template("answer_margins"), question=question,
-                                         margins=""))
+        answer_base = len(framing.suffix(gen, wim.answer_template(question, "answer_margins"),
+                                         question=question, margins=""))
         # room for the margin prompt, or for the answer prompt with a few notes
         reserve = max(len(margin_suffix) + wim.margin_params.max_new_tokens,
                       answer_base + NOTES_RESERVED * wim.margin_params.max_new_tokens
@@ -524,7 +524,8 @@ class WimReader:
         t_answer = clock()
         generated = gen.usage.generated_tokens
         text, first_token = yield from relay_answer(worker.generate_from_cache(
-            framing.suffix(gen, wim.answer_template("answer_margins"), question=question, margins=notes),
+            framing.suffix(gen, wim.answer_template(question, "answer_margins"), question=question,
+                           margins=notes),
             wim.answer_params,
         ), clock)
         answer_tokens = gen.usage.generated_tokens - generated
@@ -559,7 +560,8 @@ class _WholePattern(Pattern):
         self.reader = reader
 
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
-        return self.reader._whole_events(question, self.name, self.answer_params, self.answer_template())
+        return self.reader._whole_events(question, self.name, self.answer_params,
+                                         self.answer_template(question))
 
 
 class _ReaderPattern(Pattern):
