@@ -42,7 +42,8 @@ def main() -> None:
     shared = [p.get("name") or p.get("kind") for p in config.get("patterns", []) if p.get("reading")]
     judge = models.get("judge")
     lines = [
-        f"## Long context vs RAG vs WiM, 50 questions per task: {config.get('name', args.run)} "
+        f"## {' vs '.join(patterns)}, up to {max(planned.values(), default=0)} questions per task: "
+        f"{config.get('name', args.run)} "
         "(`benchmarks/quality.py`)", "",
         f"Commands: `marginalia bench run configs/bench/{config.get('name', 'quality')}.toml` then "
         f"`python benchmarks/quality.py {args.run}` · "
@@ -53,7 +54,7 @@ def main() -> None:
     done = {t: len({r["example_id"] for r in records if r["task"] == t}) for t in dict.fromkeys(r["task"] for r in records)}
     progress = ", ".join(f"{t} {done.get(t, 0)} of {n} questions" for t, n in planned.items())
     lines += [f"Progress: {progress}. Each question once, at {', '.join(str(x) for x in config.get('tasks', [{}])[0].get('lengths', []))} "
-              "tokens, its gold at one of five depths in turn (0, 0.25, 0.5, 0.75, 1). "
+              "tokens; a QA task's gold at one of five depths in turn (0, 0.25, 0.5, 0.75, 1). "
               + (f"{', '.join(shared)} answers from wim's reading of the same item (its prompt opens with WiM's "
                  "intro, not long context's own). " if shared else "")
               + ("Verdicts from the judge " + str(judge.get("name")) + "." if judge else
