@@ -17,6 +17,7 @@ from marginalia.models.snapshots import SnapshotStore
 from marginalia.options import WimOptions
 from marginalia.patterns.long_context import LongContext
 from marginalia.patterns.wim import WiM
+from marginalia.prompts import render
 from marginalia.records import Answer, SegmentRead
 from wim_requests import is_margin
 
@@ -297,3 +298,29 @@ def test_smollm2_llamacpp_whole_answer_after_other_work(smollm2_llamacpp: Any,
     expected = LongContext(smollm2_llamacpp.fork(keep_cache=False), intro=wim.judge.intro_template,
                            max_new_tokens=24).answer(doc, Q1)
     assert whole.text == expected.text
+
+
+def test_with_instructions_in_the_margin_prompt_a_whole_answer_is_long_contexts_own(doc: str) -> None:
+    """instructions = "margin": the document is introduced as long context introduces it and each margin
+    prompt says what to write, so lc answered from the reading sees long context's exact prompt."""
+    def reply(req: Request) -> str:
+        if "Copy, word for word" in req.suffix:
+            return FACT if FACT in req.prefix[-400:] else "Nothing here."
+        return "Pier 47." if "Notes taken while reading" in req.suffix and FACT in req.suffix else "answer"
+
+    gen = ScriptedGenerator(reply)
+    wim = WiM(gen, segment_tokens=100, instructions="margin")
+    reader = wim.reader(doc)
+    answer = reader.answer(Q1)
+    margin_requests = [r for r in gen.requests if "Copy, word for word" in r.suffix]
+    assert len(margin_requests) == len(reader.segments) and all(Q1 in r.suffix for r in margin_requests)
+    assert [m.text for m in answer.margins if m.relevant] == [FACT] and answer.text == "Pier 47."
+    assert render("wim_intro").strip() not in gen.requests[0].prefix
+    assert render("document_intro").strip() in gen.requests[0].prefix
+    whole = reader.ask_whole(Q2, LongContext(gen)).answer()
+    alone = ScriptedGenerator(reply)
+    expected = LongContext(alone).answer(doc, Q2)
+    assert whole.text == expected.text and gen.requests[-1].prompt == alone.requests[-1].prompt
+    # the fused judge keeps its own intro and margin prompt
+    fused = WiM(gen, judge="fused", instructions="margin")
+    assert fused.margin_template == "margin_fused" and fused.framing().head == WiM(gen, judge="fused").framing().head

@@ -93,6 +93,12 @@ class WimOptions(PatternOptions):
         description="wim (grounded, combined and separate judges): what the intro asks each margin to copy: "
                     "the sentence that answers the question, or also, for a question whose answer gathers "
                     "things from the whole document, the items the part adds as a short list")
+    instructions: Literal["intro", "margin"] = Field(
+        default="intro",
+        description="wim (grounded, combined and separate judges): where WiM says what a margin is: in the "
+                    "intro before the document, or in each margin's own prompt, with the document introduced as "
+                    "long context introduces it (so an lc answer from the same reading is long context's exact "
+                    "prompt)")
     batch_margins: bool = Field(
         default=False,
         description="wim: write a stored reading's margins side by side (on llama.cpp about twice as fast; "

@@ -113,6 +113,7 @@ class WiM(Pattern):
         self.stop_at_score = opts.stop_at_score
         self.batch_margins = opts.batch_margins
         self.margin_style = opts.margin_style
+        self.instructions = opts.instructions
         self.judge = make_judge(opts.judge, generator, opts.grounding_threshold)
         self.margin_params = GenerationParams(
             max_new_tokens=opts.margin_tokens, stop=() if opts.judge == "fused" else ("\n\n",),
@@ -122,9 +123,19 @@ class WiM(Pattern):
     def framing(self) -> Framing:
         """The prompt around the document: its intro says what to write after each part."""
         intro = self.judge.intro_template
-        if intro == "wim_intro" and self.margin_style == "extract":
+        if intro == "wim_intro" and self.instructions == "margin":
+            intro = "document_intro"  # long context's own: the margin prompt says what to write
+        elif intro == "wim_intro" and self.margin_style == "extract":
             intro = "wim_intro_extract"
         return Framing.build(self.generator, intro=intro)
+
+    @property
+    def margin_template(self) -> str:
+        """The prompt after each part that asks for its margin."""
+        name = self.judge.margin_template
+        if name == "margin" and self.instructions == "margin":
+            return "margin_extract_instructed" if self.margin_style == "extract" else "margin_instructed"
+        return name
 
     def segments(self, context: str) -> list[Segment]:
         ids, offsets = self.generator.tokenizer.encode_with_offsets(context)
@@ -351,7 +362,7 @@ class WimReader:
         wim, gen, framing, segments = self.wim, self.wim.cache_gen, self.framing, self.segments
         clock = Clock()
         n_context = sum(s.n_tokens for s in segments)
-        margin_suffix = framing.suffix(gen, wim.judge.margin_template, question=question)
+        margin_suffix = framing.suffix(gen, wim.margin_template, question=question)
         answer_base = len(framing.suffix(gen, wim.answer_template(question, "answer_margins"),
                                          question=question, margins=""))
         # room for the margin prompt, or for the answer prompt with a few notes
