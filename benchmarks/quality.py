@@ -55,8 +55,9 @@ def main() -> None:
     progress = ", ".join(f"{t} {done.get(t, 0)} of {n} questions" for t, n in planned.items())
     lines += [f"Progress: {progress}. Each question once, at {', '.join(str(x) for x in config.get('tasks', [{}])[0].get('lengths', []))} "
               "tokens; a QA task's gold at one of five depths in turn (0, 0.25, 0.5, 0.75, 1). "
-              + (f"{', '.join(shared)} answers from wim's reading of the same item (its prompt opens with WiM's "
-                 "intro, not long context's own). " if shared else "")
+              + (f"{', '.join(shared)} answers from a wim reading of the same item (unless that reading has "
+                 "instructions = \"margin\", its prompt opens with WiM's intro, not long context's own, which "
+                 "the margin_style section measures against long context's own reading). " if shared else "")
               + ("Verdicts from the judge " + str(judge.get("name")) + "." if judge else
                  "No model judge: scores are lexical (`contains` for QA, set F1 for CWE).")
               + (f" Scored with the metrics of this checkout ({data.rescored} answers' stored scores, from an "
