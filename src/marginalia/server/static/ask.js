@@ -43,6 +43,12 @@ export class Asker {
       e.preventDefault();
       this.ask();
     });
+    els.form.addEventListener("keydown", (e) => { // Enter asks from a select too, as from any other field
+      if (e.key === "Enter" && e.target.tagName === "SELECT" && !e.altKey) {
+        e.preventDefault();
+        els.form.requestSubmit();
+      }
+    });
     els.stop.addEventListener("click", () => this.stop());
     document.addEventListener("keydown", (e) => {
       if (e.key === "Escape" && this.controller) {
