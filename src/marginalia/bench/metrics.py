@@ -67,12 +67,15 @@ _POSSESSIVE = re.compile(r"(\w)['\u2019]s\b")
 YES_NO = ("yes", "no")
 
 
+def is_yes_no_gold(answers: Sequence[str]) -> bool:
+    """Whether a question is a yes/no one by its gold answers: there are some, and each is yes or no."""
+    return bool(answers) and all(normalize_answer(str(a)) in YES_NO for a in answers)
+
+
 def says_neither_yes_nor_no(prediction: str, answers: Sequence[str]) -> bool:
-    """A yes/no question (every gold answer is yes or no) answered without the word yes or no: ``contains``
-    scores it wrong whatever it says ("X and Y were of the same nationality" for a gold "yes")."""
-    if not answers or any(normalize_answer(a) not in YES_NO for a in answers):
-        return False
-    return not set(normalize_answer(prediction).split()) & set(YES_NO)
+    """A yes/no question (`is_yes_no_gold`) answered without the word yes or no: ``contains`` scores it wrong
+    whatever it says ("X and Y were of the same nationality" for a gold "yes")."""
+    return is_yes_no_gold(answers) and not set(normalize_answer(prediction).split()) & set(YES_NO)
 
 
 def contains_answer(prediction: str, gold: str) -> float:
@@ -214,6 +217,7 @@ __all__ = [
     "exact_match",
     "extract_words",
     "is_abstention",
+    "is_yes_no_gold",
     "normalize_answer",
     "qa_scores",
     "says_neither_yes_nor_no",

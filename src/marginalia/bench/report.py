@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import MissingDependency, UserError
 from ..files import atomic_write_text
 from ..patterns.wim import REPEAT_REASON
-from .metrics import METRICS, contains_answer, says_neither_yes_nor_no
+from .metrics import METRICS, contains_answer, is_yes_no_gold, says_neither_yes_nor_no
 from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, result_key, runs_dir
 
 REPORT = "report.md"
@@ -311,7 +311,7 @@ def yes_no_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[
     rows = []
     for p in patterns:
         group = [r for r in records if r["pattern"] == p and r.get("status") == "ok" and r.get("scoring") == "qa"
-                 and r.get("answers") and all(str(a).strip().lower() in ("yes", "no") for a in r["answers"])]
+                 and is_yes_no_gold(r.get("answers") or [])]
         if group:
             unscored = sum(says_neither_yes_nor_no(r.get("prediction") or "", r["answers"]) for r in group)
             rows.append([p, str(len(group)), str(unscored), f"{unscored / len(group):.2f}"])
@@ -369,7 +369,7 @@ def margin_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[
             margins = r.get("margins")
             if r["pattern"] != p or r.get("status") != "ok" or r.get("scoring", "qa") != "qa" \
                     or not r.get("answers") or not isinstance(margins, list) or not margins \
-                    or all(str(a).strip().lower() in ("yes", "no") for a in r["answers"]):
+                    or is_yes_no_gold(r["answers"]):
                 continue
             n += 1
             margins = [m for m in margins if m["kept"] or m.get("reason") != REPEAT_REASON]
@@ -440,44 +440,43 @@ def _header(data: RunData) -> list[str]:
     return lines
 
 
+def _subsection(level: str, title: str, text: str, header: Sequence[str], rows: list[list[str]]) -> list[str]:
+    """A heading, a line saying what the table shows, and the table; nothing when there are no rows."""
+    return ["", f"{level} {title}", "", text, "", _table(header, rows)] if rows else []
+
+
 def task_sections(records: list[dict[str, Any]], patterns: Sequence[str], level: str = "###") -> list[str]:
     """Markdown for one task beyond its score tables: patterns compared on the same items, judge against
     contains, cost per answer, margins kept (each where the records give it), under ``level`` headings."""
     metric = primary_metric(records)
     label = "judge accuracy" if metric == "judge" else metric
-    lines: list[str] = []
-    paired = paired_rows(records, patterns, metric)
-    if paired:
-        lines += ["", f"{level} Patterns compared on the same items ({label})", "",
-                  "The mean difference of the two patterns' scores on the items both answered, with a paired "
-                  "bootstrap 95% interval; a difference is clear when its interval excludes zero.", "",
-                  _table(["patterns", "length", "items", "difference (95% CI)", "first right, second not",
-                          "second right, first not", "reading"], paired)]
-    agreement = agreement_rows(records, patterns)
-    if agreement:
-        lines += ["", f"{level} Judge and contains", "",
-                  "Answers scored by both: the share where they disagree; the judge accepting an answer "
-                  "that holds no gold answer, and rejecting one that holds it.", "",
-                  _table(["pattern", "answers", "disagree", "judge right, contains wrong",
-                          "judge wrong, contains right"], agreement)]
-    yes_no = yes_no_rows(records, patterns)
-    if yes_no:
-        lines += ["", f"{level} Yes/no questions", "",
-                  "Answers to questions whose gold answer is yes or no, and those that say neither word: "
-                  "`contains` counts them wrong whatever they state (`answer_style = \"short\"` asks for yes "
-                  "or no).", "",
-                  _table(["pattern", "answers", "say neither yes nor no", "share"], yes_no)]
+    lines = _subsection(
+        level, f"Patterns compared on the same items ({label})",
+        "The mean difference of the two patterns' scores on the items both answered, with a paired bootstrap 95% "
+        "interval; a difference is clear when its interval excludes zero.",
+        ["patterns", "length", "items", "difference (95% CI)", "first right, second not", "second right, first not",
+         "reading"], paired_rows(records, patterns, metric))
+    lines += _subsection(
+        level, "Judge and contains",
+        "Answers scored by both: the share where they disagree; the judge accepting an answer that holds no gold "
+        "answer, and rejecting one that holds it.",
+        ["pattern", "answers", "disagree", "judge right, contains wrong", "judge wrong, contains right"],
+        agreement_rows(records, patterns))
+    lines += _subsection(
+        level, "Yes/no questions",
+        "Answers to questions whose gold answer is yes or no, and those that say neither word: `contains` counts "
+        "them wrong whatever they state (`answer_style = \"short\"` asks for yes or no).",
+        ["pattern", "answers", "say neither yes nor no", "share"], yes_no_rows(records, patterns))
     lines += ["", f"{level} Cost per answer", "",
               _table(["pattern", "length", "n", "prefilled context tokens", "prefilled other tokens",
                       "generated tokens", "seconds"], task_cost_rows(records, patterns))]
-    margins = margin_rows(records, patterns)
-    if margins:
-        lines += ["", f"{level} Margins kept", "",
-                  "Of the kept margins, the share holding a gold answer (precision); of the margins holding "
-                  "one, the share kept (recall); questions where one was written, and kept; of the kept "
-                  "margins, the share drawn from a gold passage (where results keep where each was found).", "",
-                  _table(["pattern", "n", "kept", "precision", "recall", "questions with a kept answer",
-                          "kept from a gold passage"], margins)]
+    lines += _subsection(
+        level, "Margins kept",
+        "Of the kept margins, the share holding a gold answer (precision); of the margins holding one, the share "
+        "kept (recall); questions where one was written, and kept; of the kept margins, the share drawn from a "
+        "gold passage (where results keep where each was found).",
+        ["pattern", "n", "kept", "precision", "recall", "questions with a kept answer", "kept from a gold passage"],
+        margin_rows(records, patterns))
     return lines
 
 
