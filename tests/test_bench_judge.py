@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from marginalia.bench.config import JudgeConfig
 from marginalia.bench.judge import (
     JudgeReply,
     ModelJudge,
@@ -124,7 +125,7 @@ def test_probability_judge_reads_p_yes_against_its_threshold() -> None:
         return "0.8" if "Orla Maye" in reply else "0.3"
 
     gen = ScriptedGenerator(model)
-    judge = make_model_judge(gen, "probability", threshold=0.5)
+    judge = make_model_judge(gen, JudgeConfig(model="scripted", method="probability", threshold=0.5))
     assert isinstance(judge, ProbabilityJudge) and judge.name == "scripted P(YES)>=0.5"
     right = judge.judge("Which dredger was hired?", ["Orla Maye"], "They hired the Orla Maye.")
     wrong = judge.judge("Which dredger was hired?", ["Orla Maye"], "The Maverick's Revenge.")
@@ -147,7 +148,7 @@ def test_probability_judge_refuses_what_it_cannot_do() -> None:
     with pytest.raises(UserError, match="between 0 and 1"):
         ProbabilityJudge(gen, threshold=1.0)
     with pytest.raises(UserError, match="unknown judge method 'vote'"):
-        make_model_judge(gen, "vote")
+        make_model_judge(gen, JudgeConfig.model_construct(method="vote"))
     gen.supports_choice_probabilities = False
     with pytest.raises(UserError, match="does not give next-token probabilities"):
         ProbabilityJudge(gen)

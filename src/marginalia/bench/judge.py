@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -28,6 +28,9 @@ from ..models.base import CachingGenerator, GenerationParams, Generator, Message
 from ..prompts import template
 from .metrics import normalize_answer
 from .metrics import token_f1 as metric_f1
+
+if TYPE_CHECKING:
+    from .config import JudgeConfig
 
 RETRY_TEMPERATURE = 0.7
 
@@ -196,14 +199,13 @@ class ProbabilityJudge:
         return Verdict(status, f"P(YES) {p:.2f} against the threshold {self.threshold:g}", 1, p_yes=p)
 
 
-def make_model_judge(generator: Generator, method: str = "verdict", *, threshold: float = 0.5, retries: int = 2,
-                     max_new_tokens: int = 96, seed: int = 0) -> Judge:
-    """The judge ``[judge] method`` names, on ``generator``."""
-    if method == "verdict":
-        return ModelJudge(generator, retries=retries, max_new_tokens=max_new_tokens, seed=seed)
-    if method == "probability":
-        return ProbabilityJudge(generator, threshold)
-    raise UserError(f"unknown judge method {method!r}; choose verdict or probability")
+def make_model_judge(generator: Generator, settings: JudgeConfig, *, seed: int = 0) -> Judge:
+    """The judge a ``[judge]`` table (`JudgeConfig`) describes, on ``generator``."""
+    if settings.method == "verdict":
+        return ModelJudge(generator, retries=settings.retries, max_new_tokens=settings.max_new_tokens, seed=seed)
+    if settings.method == "probability":
+        return ProbabilityJudge(generator, settings.threshold)
+    raise UserError(f"unknown judge method {settings.method!r}; choose verdict or probability")
 
 
 # -- medoid voting -------------------------------------------------------------------------------

@@ -452,8 +452,7 @@ def _make_judge(config: RunConfig, generator: Generator, judge_generator: Genera
             say(f"loading judge {config.judge.model}")
             jgen = load_generator(config.judge.model, home=home, device=config.judge.device,
                                   backend=config.judge.backend, log=say)
-    return make_model_judge(jgen, config.judge.method, threshold=config.judge.threshold,
-                            retries=config.judge.retries, max_new_tokens=config.judge.max_new_tokens, seed=config.seed)
+    return make_model_judge(jgen, config.judge, seed=config.seed)
 
 
 def _build_tasks(config: RunConfig, build: BuildItems, tokenizer: Tokenizer, limit: int | None,

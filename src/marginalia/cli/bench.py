@@ -160,6 +160,7 @@ def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..bench import report  # noqa: F401  (loaded now: the report at the end of a long run uses the code the run started with)
     from ..bench.config import load_config
     from ..bench.runner import run_benchmark
 
@@ -260,8 +261,7 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     log(f"loading judge {spec}")
     generator = load_generator(spec, home=args.home, device=settings.device, backend=settings.backend,
                                log=log if args.verbose else None)
-    judge = make_model_judge(generator, settings.method, threshold=settings.threshold, retries=settings.retries,
-                             max_new_tokens=settings.max_new_tokens)
+    judge = make_model_judge(generator, settings)
     try:
         summary = rejudge(folder, judge, err=err, progress=not quiet)
     except KeyboardInterrupt:
