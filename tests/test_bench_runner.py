@@ -710,3 +710,26 @@ def test_a_folder_being_written_is_refused_before_a_judge_loads(tmp_path: Path, 
         assert cli_main(["bench", "judge", str(out), "--model", "scripted"]) != 0
     err = capsys.readouterr().err
     assert "judge its answers once it has finished or been stopped" in err and not loaded
+
+
+def test_a_pattern_added_to_the_config_answers_the_same_items(tmp_path: Path) -> None:
+    """A run grows by a pattern without answering the others again; a changed or removed one is refused."""
+    out = tmp_path / "run"
+    run(write_config(tmp_path), out)
+    before = lines(out)
+    grown = CONFIG + '\n[[patterns]]\nkind = "lc"\nname = "lc-short"\nanswer_style = "short"\n'
+    logged: list[str] = []
+    summary = run(write_config(tmp_path, grown, "grown.toml"), out, log=logged.append)
+    assert summary.written == 8 and summary.resumed == len(before) == 24
+    added = lines(out)[len(before):]
+    assert {r["pattern"] for r in added} == {"lc-short"}
+    assert {r["item_id"] for r in added} == {r["item_id"] for r in before}
+    assert any("patterns added to the run: lc-short" in m for m in logged)
+    info = json.loads((out / "run.json").read_text())
+    assert [p.get("name") or p["kind"] for p in info["config"]["patterns"]] == ["lc", "rag", "wim", "lc-short"]
+    assert info["invocations"][-1]["added_patterns"] == ["lc-short"]
+    assert run(write_config(tmp_path, grown, "grown.toml"), out).written == 0  # the grown config resumes
+    for changed in (CONFIG.replace("top_k = 2", "top_k = 3"),  # a stored pattern changed, or one left out
+                    CONFIG.replace('[[patterns]]\nkind = "wim"\nsegment_tokens = 300\n', "")):
+        with pytest.raises(UserError, match="holds results of a different config"):
+            run(write_config(tmp_path, changed + '\n[[patterns]]\nkind = "lc"\nname = "x"\n', "bad.toml"), out)

@@ -140,8 +140,25 @@ def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix or "(everything)"]
 
 
+def _pattern_label(p: dict[str, Any]) -> str:
+    return str(p.get("name") or p.get("kind"))
+
+
+def added_patterns(stored: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+    """The names of the patterns ``new`` adds to ``stored`` when it keeps every stored one unchanged (else
+    none: a changed or removed pattern is a different config)."""
+    by_name = {_pattern_label(p): p for p in new}
+    if len(new) <= len(stored) or any(by_name.get(_pattern_label(p)) != p for p in stored):
+        return []
+    kept = {_pattern_label(p) for p in stored}
+    return [name for name in by_name if name not in kept]
+
+
 def check_compatible(folder: Path, config: RunConfig) -> dict[str, Any] | None:
     """The folder's stored run info, after checking it was made by the same resolved config.
+
+    A config that adds patterns and keeps the stored ones unchanged is the same run grown: the info then
+    names them under ``added_patterns`` (`_record_invocation` stores the new config).
 
     Raises:
         UserError: the folder holds a run of a different config (the message lists what differs).
@@ -163,6 +180,10 @@ def check_compatible(folder: Path, config: RunConfig) -> dict[str, Any] | None:
     # the judge does not change the answers: another judge may take over (`rejudge` judges them all again)
     stored.pop("judge", None)
     new.pop("judge", None)
+    added = added_patterns(stored.get("patterns") or [], new.get("patterns") or [])
+    if added:  # patterns added to the config answer the same items; the stored ones are unchanged
+        stored["patterns"] = new["patterns"]
+        info["added_patterns"] = added
     if stored != new:
         diffs = _differences(stored, new)
         shown = ", ".join(diffs[:6]) + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "")
@@ -492,6 +513,12 @@ def _record_invocation(folder: Path, info: dict[str, Any] | None, config: RunCon
         old = first.get("commit") if isinstance(first, dict) else None
         if commit and old and commit.get("commit") != old:
             say(f"note: this run was started at commit {old[:12]}; resuming at {commit['commit'][:12]}")
+        added = info.pop("added_patterns", None)
+        if added:
+            say(f"patterns added to the run: {', '.join(added)} (they answer the same items)")
+            judge = (info.get("config") or {}).get("judge")  # the stored verdicts are still that judge's
+            info["config"] = {**config.resolved(), "judge": judge}
+            invocation["added_patterns"] = added
         info.setdefault("invocations", []).append(invocation)
     atomic_write_json(folder / RUN_INFO, info)
 
