@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import write_section  # noqa: E402
@@ -25,6 +26,8 @@ def main() -> None:
     ap.add_argument("--home", default=None, help="marginalia's home (default: $MARGINALIA_HOME)")
     ap.add_argument("--section", default="quality", help="the BENCHMARKS.md section to write")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
+    ap.add_argument("--goals", action="store_true",
+                    help="open the section with the quality goals (WiM against long context and RAG, margins kept)")
     args = ap.parse_args()
 
     from marginalia.bench.report import find_run, load_run, pattern_order, task_sections, task_tables
@@ -62,6 +65,8 @@ def main() -> None:
                  "No model judge: scores are lexical (`contains` for QA, set F1 for CWE).")
               + (f" Scored with the metrics of this checkout ({data.rescored} answers' stored scores, from an "
                  "older version, differ)." if data.rescored else ""), ""]
+    if args.goals:
+        lines += goal_lines(records, patterns)
     for task in dict.fromkeys(r["task"] for r in records):
         group = [r for r in records if r["task"] == task]
         _, summary, _ = task_tables(group, patterns)
@@ -70,6 +75,41 @@ def main() -> None:
     print(text)
     if not args.no_write:
         write_section(args.section, text)
+
+
+def goal_lines(records: list[dict[str, Any]], patterns: list[str]) -> list[str]:
+    """The quality goals, each with what the run measured and whether that meets it."""
+    from marginalia.bench.report import margin_counts, paired
+
+    lc = "lc-own" if "lc-own" in patterns else "lc"  # long context on its own reading, where the run has it
+    rows = []
+
+    def versus(task: str, a: str, b: str, metric: str, at_least: float, above_zero: bool) -> None:
+        goal = f"{task}: {a} ≥ {b}" + (f" {at_least:+.2f}" if at_least else "") + f" ({metric}, mean)" + (", interval above zero" if above_zero else "")
+        d = paired([r for r in records if r["task"] == task], a, b, metric)
+        if d is None:
+            rows.append(f"| {goal} | not run yet | – |")
+            return
+        met = d.mean >= at_least and (d.low > 0 or not above_zero)
+        short = "" if met else f" (short by {max(0.0, at_least - d.mean):.2f})" if d.mean < at_least else \
+            " (interval reaches zero)"
+        rows.append(f"| {goal} | {d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}] on {d.items} items | "
+                    f"{'met' if met else 'not met' + short} |")
+
+    for task in ("hotpotqa", "multihop"):
+        versus(task, "wim", lc, "contains", 0.05, True)
+        versus(task, "wim", "rag", "contains", 0.0, False)
+    versus("cwe", "wim", lc, "f1", 0.20, False)
+    for task in ("squad", "hotpotqa"):
+        c = margin_counts([r for r in records if r["task"] == task], "wim")
+        for name, value, goal in (("precision", c.precision, 0.9), ("recall", c.recall, 0.8)):
+            measured = "not run yet" if value is None else f"{value:.2f} ({c.hits} of {c.kept if name == 'precision' else c.bearing})"
+            verdict = "–" if value is None else "met" if value >= goal else f"not met (short by {goal - value:.2f})"
+            rows.append(f"| {task}: kept-margin {name} ≥ {goal} | {measured} | {verdict} |")
+    return ["#### Goals", "",
+            f"WiM against long context (`{lc}`) and RAG on the same items (paired 95% intervals), and the margins "
+            "WiM kept; each row says by how much a goal is missed.", "",
+            "| goal | measured | |", "|---|---|---|", *rows, ""]
 
 
 if __name__ == "__main__":

@@ -280,3 +280,33 @@ def test_report_counts_yes_no_answers_contains_cannot_score(tmp_path: Path) -> N
     records.append(other)
     text = write_report(fixture_run(tmp_path / "run", records), plots=False).report.read_text()
     assert "### Yes/no questions" in text and "| lc | 4 | 2 | 0.50 |" in text
+
+
+def test_paired_and_margin_counts() -> None:
+    """Two patterns on the items both answered: the mean difference, who was higher where; margins kept that
+    bear a gold answer, a repeat of a kept note not counted as lost, yes/no questions left out."""
+    from marginalia.bench.report import margin_counts, paired
+
+    def rec(item: str, pattern: str, contains: float, margins: list[dict[str, Any]] | None = None,
+            answers: tuple[str, ...] = ("pier 47",)) -> dict[str, Any]:
+        return {"item_id": item, "pattern": pattern, "status": "ok", "target_tokens": 100, "scores":
+                {"contains": contains}, "answers": list(answers), "margins": margins or [], "kind": pattern}
+
+    def m(text: str, kept: bool, reason: str = "") -> dict[str, Any]:
+        return {"text": text, "kept": kept, "reason": reason}
+
+    records = [rec("a", "wim", 1.0, [m("It leaves from pier 47.", True),
+                                     m("Pier 47.", False, "repeats an earlier note"), m("The bakery.", True)]),
+               rec("a", "lc", 0.0),
+               rec("b", "wim", 0.0, [m("Pier 47, they say.", False, "only 20% of its new words")]),
+               rec("b", "lc", 1.0), rec("c", "wim", 1.0), rec("c", "lc", 0.0),
+               rec("d", "wim", 1.0), rec("y", "wim", 1.0, [m("yes", True)], answers=("yes",))]
+    d = paired(records, "wim", "lc", "contains")
+    assert d is not None and d.items == 3 and d.first_higher == 2 and d.second_higher == 1
+    assert d.mean == pytest.approx(1 / 3) and d.low <= d.mean <= d.high
+    assert paired(records, "wim", "rag", "contains") is None
+    assert paired(records, "wim", "lc", "contains", length=200) is None
+    c = margin_counts(records, "wim")
+    assert (c.answers, c.kept, c.hits, c.bearing, c.asked, c.found) == (2, 2, 1, 2, 2, 1)
+    assert c.precision == 0.5 and c.recall == 0.5
+    assert margin_counts(records, "lc").precision is None

@@ -259,34 +259,56 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def paired_rows(records: list[dict[str, Any]], patterns: Sequence[str], metric: str) -> list[list[str]]:
-    """Each pair of patterns compared on the items both answered, per length (wim patterns first): the mean
-    difference of the primary score (first minus second) with a paired bootstrap 95% interval over items, and how often
-    each was right where the other was not."""
+@dataclass
+class Paired:
+    """Two patterns' scores on the items both answered (`paired`): the mean difference (first minus second)
+    with a paired bootstrap 95% interval, and how often each scored higher."""
+
+    items: int
+    mean: float
+    low: float
+    high: float
+    first_higher: int
+    second_higher: int
+
+    @property
+    def reading(self) -> str:
+        return "higher" if self.low > 0 else "lower" if self.high < 0 else "no clear difference"
+
+
+def paired(records: Iterable[dict[str, Any]], a: str, b: str, metric: str, length: Any = ...) -> Paired | None:
+    """Patterns ``a`` and ``b`` compared on the items both answered (at ``length``, or at any); None: none."""
     by_key: dict[tuple[str, str], float] = {}
     for r in records:
-        value = metric_value(r, metric)
-        if value is not None:
-            by_key[(str(r["item_id"]), r["pattern"])] = value
+        if r["pattern"] in (a, b) and (length is ... or r.get("target_tokens") == length):
+            value = metric_value(r, metric)
+            if value is not None:
+                by_key[(str(r["item_id"]), r["pattern"])] = value
+    items = _order(item for item, _ in by_key)
+    pairs = [(by_key[(item, a)], by_key[(item, b)]) for item in items if (item, a) in by_key and (item, b) in by_key]
+    if not pairs:
+        return None
+    diffs = [x - y for x, y in pairs]
+    low, high = bootstrap(diffs) if len(diffs) > 1 else (math.nan, math.nan)
+    return Paired(len(pairs), sum(diffs) / len(diffs), low, high, sum(x > y for x, y in pairs),
+                  sum(x < y for x, y in pairs))
+
+
+def paired_rows(records: list[dict[str, Any]], patterns: Sequence[str], metric: str) -> list[list[str]]:
+    """Each pair of patterns compared on the items both answered (`paired`), per length (wim patterns first)."""
     lengths = sorted(_order(r.get("target_tokens") for r in records), key=_sort_key)
     kinds = {r["pattern"]: r.get("kind") for r in records}
     patterns = sorted(patterns, key=lambda p: kinds.get(p) != "wim")  # wim first: "wim − lc", "wim − rag"
     rows = []
     for length in lengths:
-        items = _order(str(r["item_id"]) for r in records if r.get("target_tokens") == length)
         for i, a in enumerate(patterns):
             for b in patterns[i + 1:]:
-                pairs = [(by_key[(item, a)], by_key[(item, b)]) for item in items
-                         if (item, a) in by_key and (item, b) in by_key]
-                if not pairs:
+                d = paired(records, a, b, metric, length)
+                if d is None:
                     continue
-                diffs = [x - y for x, y in pairs]
-                low, high = bootstrap(diffs) if len(diffs) > 1 else (math.nan, math.nan)
-                mean = sum(diffs) / len(diffs)
-                verdict = "higher" if low > 0 else "lower" if high < 0 else "no clear difference"
-                rows.append([f"{a} − {b}", str(length), str(len(pairs)), f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]",
-                             str(sum(x > y for x, y in pairs)), str(sum(x < y for x, y in pairs)),
-                             f"{a} {verdict}" if verdict != "no clear difference" else verdict])
+                rows.append([f"{a} − {b}", str(length), str(d.items), f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]",
+                             str(d.first_higher), str(d.second_higher),
+                             f"{a} {d.reading}" if d.reading != "no clear difference" else d.reading])
     return rows
 
 
@@ -349,8 +371,30 @@ def cost_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[di
     return out
 
 
-def margin_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[list[str]]:
-    """Kept-margin precision and recall per pattern, for results with gold answers and their margins.
+@dataclass
+class MarginCounts:
+    """Kept-margin counts of one pattern's answers (`margin_counts`)."""
+
+    answers: int = 0  # answers with gold answers and margins, yes/no questions left out
+    kept: int = 0  # margins kept
+    hits: int = 0  # kept and answer-bearing
+    bearing: int = 0  # answer-bearing
+    asked: int = 0  # questions where an answer-bearing margin was written
+    found: int = 0  # ... and one was kept
+    located: int = 0  # kept margins with evidence, where the gold passages are known
+    on_gold: int = 0  # ... whose evidence lies in a gold passage
+
+    @property
+    def precision(self) -> float | None:
+        return self.hits / self.kept if self.kept else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.hits / self.bearing if self.bearing else None
+
+
+def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCounts:
+    """Kept-margin precision and recall of ``pattern``, for results with gold answers and their margins.
 
     A margin is answer-bearing when it contains a gold answer (SQuAD-normalised). Precision: of the kept
     margins, the share answer-bearing; recall: of the answer-bearing margins, the share kept, leaving out
@@ -361,35 +405,39 @@ def margin_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[
     margins, the share whose evidence lies in a gold passage (a multi-hop question's bridge fact bears no
     gold answer, yet it is what the answer needs).
     """
+    c = MarginCounts()
+    for r in records:
+        margins = r.get("margins")
+        if r["pattern"] != pattern or r.get("status") != "ok" or r.get("scoring", "qa") != "qa" \
+                or not r.get("answers") or not isinstance(margins, list) or not margins \
+                or is_yes_no_gold(r["answers"]):
+            continue
+        c.answers += 1
+        margins = [m for m in margins if m["kept"] or m.get("reason") != REPEAT_REASON]
+        has = [any(contains_answer(m["text"], a) for a in r["answers"]) for m in margins]
+        c.kept += sum(m["kept"] for m in margins)
+        c.hits += sum(m["kept"] and h for m, h in zip(margins, has, strict=True))
+        c.bearing += sum(has)
+        c.asked += any(has)
+        c.found += any(m["kept"] and h for m, h in zip(margins, has, strict=True))
+        spans = r.get("gold_spans")
+        if spans:
+            for m in margins:
+                if m["kept"] and m.get("evidence"):
+                    start, end = m["evidence"]
+                    c.located += 1
+                    c.on_gold += any(start < gold_end and gold_start < end for gold_start, gold_end in spans)
+    return c
+
+
+def margin_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[list[str]]:
+    """`margin_counts` of each pattern that has any, as table rows."""
     rows = []
     for p in patterns:
-        kept = hits = bearing = asked = found = n = 0
-        located = on_gold = 0
-        for r in records:
-            margins = r.get("margins")
-            if r["pattern"] != p or r.get("status") != "ok" or r.get("scoring", "qa") != "qa" \
-                    or not r.get("answers") or not isinstance(margins, list) or not margins \
-                    or is_yes_no_gold(r["answers"]):
-                continue
-            n += 1
-            margins = [m for m in margins if m["kept"] or m.get("reason") != REPEAT_REASON]
-            has = [any(contains_answer(m["text"], a) for a in r["answers"]) for m in margins]
-            kept += sum(m["kept"] for m in margins)
-            hits += sum(m["kept"] and h for m, h in zip(margins, has, strict=True))
-            bearing += sum(has)
-            asked += any(has)
-            found += any(m["kept"] and h for m, h in zip(margins, has, strict=True))
-            spans = r.get("gold_spans")
-            if spans:
-                for m in margins:
-                    if m["kept"] and m.get("evidence"):
-                        start, end = m["evidence"]
-                        located += 1
-                        on_gold += any(start < gold_end and gold_start < end for gold_start, gold_end in spans)
-        if n:
-            rows.append([p, str(n), str(kept), _fmt(hits / kept if kept else None),
-                         _fmt(hits / bearing if bearing else None), f"{found} of {asked}",
-                         _fmt(on_gold / located if located else None)])
+        c = margin_counts(records, p)
+        if c.answers:
+            rows.append([p, str(c.answers), str(c.kept), _fmt(c.precision), _fmt(c.recall),
+                         f"{c.found} of {c.asked}", _fmt(c.on_gold / c.located if c.located else None)])
     return rows
 
 
