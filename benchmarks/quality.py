@@ -49,7 +49,9 @@ def main() -> None:
         f"{config.get('name', args.run)} "
         "(`benchmarks/quality.py`)", "",
         f"Commands: `marginalia bench run configs/bench/{config.get('name', 'quality')}.toml` then "
-        f"`python benchmarks/quality.py {args.run}` · "
+        f"`python benchmarks/quality.py {args.run}"
+        + (f" --section {args.section}" if args.section != "quality" else "") + (" --goals" if args.goals else "")
+        + "` · "
         f"started at commit {commit}" + (f" (resumed at {', '.join(c for c in commits if c != commit)})"
                                          if len(commits) > 1 else "")
         + f" · model `{(models.get('generator') or {}).get('spec', '?')}` · started {info.get('started', '?')}", "",
@@ -111,7 +113,7 @@ def goal_lines(records: list[dict[str, Any]], patterns: list[str]) -> list[str]:
             measured = "not run yet" if value is None else f"{value:.2f} ({c.hits} of {c.kept if name == 'precision' else c.bearing})"
             verdict = "–" if value is None else "met" if value >= goal else f"not met (short by {goal - value:.2f})"
             rows.append(f"| {task}: kept-margin {name} ≥ {goal} | {measured} | {verdict} |")
-    return ["#### Goals", "",
+    return ["### Goals", "",
             f"WiM against long context (`{lc}`) and RAG on the same items (paired 95% intervals), and the margins "
             "WiM kept; each row says by how much a goal is missed.", "",
             "| goal | measured | |", "|---|---|---|", *rows, ""]
