@@ -9,7 +9,7 @@ import pytest
 from marginalia.errors import UserError
 from marginalia.models.base import GenerationParams
 from marginalia.models.fake import ScriptedGenerator
-from marginalia.patterns.grounding import SentenceSplitter, list_items, sentence_spans, units
+from marginalia.patterns.grounding import SentenceSplitter, list_items, question_names, sentence_spans, units
 from marginalia.patterns.judges import (
     CombinedJudge,
     FusedJudge,
@@ -348,3 +348,38 @@ def test_a_list_the_part_does_not_hold_is_dropped() -> None:
     # words read in an earlier part are not this part's aggregate
     earlier = GroundedJudge().judge(COMMON, "lantern, gravel, copper", segment, read)
     assert not earlier.relevant
+
+
+def test_a_supporting_sentence_beats_an_on_topic_one_that_shares_a_word() -> None:
+    """The sentence a margin was drawn from is its evidence, even when another sentence holds more of the
+    question's words but only one of the margin's (HotpotQA: an answer sentence lost to a distractor)."""
+    question = "What government position was held by the woman who starred in the film Kiss and Tell?"
+    text = ("Kiss and Tell is a film. A position within the government is held by the Deputy Prime "
+            "Minister of State. Shirley Temple was an actress. As an adult, she was named ambassador to "
+            "Ghana and served as Chief of Protocol of the State.")
+    margin = "She was ambassador to Ghana and served as Chief of Protocol of the State."
+    ev = find_evidence(question, margin, text)
+    assert ev is not None and ev.support >= 0.5
+    assert "Chief of Protocol" in text[ev.start:ev.end]
+
+
+
+def test_a_name_the_question_gives_that_was_not_read_yet_keeps_a_margin_off_topic() -> None:
+    """Before the text names Paul Baran, a sentence holding "developed" is not on "What did Paul Baran
+    develop?" (the model writes "Paul Baran developed a theory of forces" from a segment about physics)."""
+    judge = GroundedJudge()
+    before = ("Newton developed a theory of forces. Leibniz developed calculus. The apple fell from the tree. "
+              "Physics grew.")
+    segment = Segment(0, 0, len(before), before, ())
+    question = "What did Paul Baran develop?"
+    off = judge.judge(question, "Paul Baran developed a theory of forces.", segment, before)
+    assert not off.relevant and "question's words" in off.reason
+    after = before + " Paul Baran developed the concept of message block switching."
+    segment = Segment(1, 0, len(after), after, ())
+    on = judge.judge(question, "Paul Baran developed the concept of message block switching.", segment, after)
+    assert on.relevant
+    assert question_names(question) == {"paul", "baran"}
+    assert question_names("WHAT DID PAUL BARAN DEVELOP?") == set()  # all capitals: no names to tell apart
+    # a common word the text never uses still does not count against (a question may paraphrase)
+    assert judge.judge("Which tool did he devise for splitting messages?",
+                       "Paul Baran developed the concept of message block switching.", segment, after).relevant

@@ -67,6 +67,18 @@ def units(text: str) -> list[str]:
 content_words = units
 
 
+_TOKEN = regex.compile(r"[\p{L}\p{N}][\p{L}\p{N}\p{M}'’.-]*")
+
+
+def question_names(question: str) -> set[str]:
+    """The units of the words a question capitalises after its first (its names: "Paul Baran", "Saxon Garden");
+    none in a question written all in capitals or in a script without case."""
+    rest = _TOKEN.findall(question)[1:]
+    if len(rest) >= 3 and all(w[:1].isupper() or not w[:1].isalpha() for w in rest):  # a headline: no names
+        return set()
+    return {u for word in rest if word[:1].isupper() for u in units(word)}
+
+
 def is_number(unit: str) -> bool:
     return unit[:1].isdigit()
 
@@ -156,13 +168,24 @@ class Reading:
         like one read once (it counts fully against a margin that adds it)."""
         return math.log(1.0 + len(self.sets) / max(self.df(unit), 1))
 
-    def topic(self, question: Iterable[str], index: int) -> float:
-        """Share of the question's units (those the text uses anywhere) that sentence ``index`` or the one
-        before it holds, each weighed by its rarity: a name counts more than a word in every sentence."""
-        asked = {q for q in question if self.df(q)}
+    def near(self, index: int) -> set[str]:
+        """The units of sentence ``index`` and the one before it (which often names what "she" or "it" is)."""
+        return self.sets[index] | (self.sets[index - 1] if index else set())
+
+    def topic(self, question: Iterable[str], index: int, named: Iterable[str] = ()) -> float:
+        """Share of the question's units that sentence ``index`` or the one before it holds, each weighed by its
+        rarity: a name counts more than a word in every sentence.
+
+        Units the text never uses are left out (a question may paraphrase), except the question's names
+        (``named``, see `question_names`): a name not read yet counts fully against every sentence, as no
+        sentence read can be about it ("What did Paul Baran develop?" before Baran is read: a sentence
+        holding "developed" is not on the question).
+        """
+        names = set(named)
+        asked = {q for q in question if self.df(q) or q in names}
         if not asked:
             return 0.0
-        near = self.sets[index] | (self.sets[index - 1] if index else set())
+        near = self.near(index)
         total = sum(self.idf(q) for q in asked)
         return sum(self.idf(q) for q in asked if q in near) / total
 
@@ -220,14 +243,15 @@ def items_found(items: list[str], text: str) -> list[str]:
     return [item for item in items if verbatim_spans(item, text, limit=1)]
 
 
-def find_evidence(question: str, margin: str, text: str | Reading) -> Evidence | None:
+def find_evidence(question: str, margin: str, text: str | Reading, min_support: float = 0.5) -> Evidence | None:
     """The sentence of ``text`` that best supports ``margin``, or None when none does.
 
     A margin copied verbatim (a phrase, a sentence, a bare number) is supported fully where it occurs.
     Otherwise support weighs each of the margin's units beyond the question's by its rarity in the text
-    (a unit never read weighs most, and counts against). Among supporting sentences the most on-topic wins,
-    then the best supported, then the latest. None when the margin adds nothing beyond the question or
-    none of what it adds was read.
+    (a unit never read weighs most, and counts against). Among the sentences with at least ``min_support``
+    the most on-topic wins, then the best supported, then the latest; where none has that much, the best
+    supported (an on-topic sentence that shares one word with the margin does not hide the one it was
+    copied from). None when the margin adds nothing beyond the question or none of what it adds was read.
     """
     reading = text if isinstance(text, Reading) else Reading(text)
     if not reading.spans:
@@ -237,17 +261,19 @@ def find_evidence(question: str, margin: str, text: str | Reading) -> Evidence |
     new = said - asked
     if not new:
         return None
+    named = question_names(question)
     best: Evidence | None = None
 
     def consider(ev: Evidence) -> None:
         nonlocal best
-        if best is None or (ev.topic, ev.support, ev.start) >= (best.topic, best.support, best.start):
+        rank = (ev.support >= min_support, ev.topic, ev.support, ev.start)
+        if best is None or rank >= (best.support >= min_support, best.topic, best.support, best.start):
             best = ev
 
     for start, end in reading.copies(margin):
         i = reading.sentence_at(start)
         j = reading.sentence_at(max(end - 1, start))
-        consider(Evidence(reading.spans[i][0], reading.spans[j][1], 1.0, reading.topic(asked, j), True))
+        consider(Evidence(reading.spans[i][0], reading.spans[j][1], 1.0, reading.topic(asked, j, named), True))
     if best is not None:
         return best
     weight = {u: reading.idf(u) for u in new}
@@ -255,5 +281,5 @@ def find_evidence(question: str, margin: str, text: str | Reading) -> Evidence |
     for i, (start, end) in enumerate(reading.spans):
         hits = new & reading.sets[i]
         if hits:
-            consider(Evidence(start, end, sum(weight[u] for u in hits) / total, reading.topic(asked, i)))
+            consider(Evidence(start, end, sum(weight[u] for u in hits) / total, reading.topic(asked, i, named)))
     return best

@@ -148,7 +148,7 @@ class GroundedJudge(MarginJudge):
                 return Verdict(True, margin, share, listed, (segment.start, segment.end)), whole
             return Verdict(False, margin, share, listed), None
         reading = Reading(read)
-        ev = find_evidence(question, margin, reading)
+        ev = find_evidence(question, margin, reading, self.threshold)
         if ev is None:
             return Verdict(False, margin, 0.0, "none of the words it adds is in the text read"), None
         if ev.support < self.threshold:
