@@ -71,16 +71,25 @@ def collect(args: argparse.Namespace) -> None:
                 print(f"{dataset} {item.id}: {len(margins)} margins, {time.perf_counter() - t0:.1f}s", flush=True)
 
 
-def _baseline_judge(ref: str) -> Judge:
-    """The grounded judge of commit ``ref``, loaded from git as a module beside today's."""
-    source = subprocess.run(["git", "show", f"{ref}:src/marginalia/patterns/judges.py"], cwd=ROOT,
+def _baseline_module(ref: str, name: str, replace: tuple[str, str] | None = None) -> Any:
+    """``src/marginalia/patterns/<name>.py`` of commit ``ref``, loaded as a module beside today's."""
+    source = subprocess.run(["git", "show", f"{ref}:src/marginalia/patterns/{name}.py"], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout
-    spec = importlib.util.spec_from_loader("marginalia.patterns._baseline_judges", loader=None)
+    if replace:
+        source = source.replace(*replace)
+    spec = importlib.util.spec_from_loader(f"marginalia.patterns._baseline_{name}", loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     module.__package__ = "marginalia.patterns"
     sys.modules[spec.name] = module  # dataclasses look their module up
-    exec(compile(source, f"judges.py@{ref}", "exec"), module.__dict__)
+    exec(compile(source, f"{name}.py@{ref}", "exec"), module.__dict__)
+    return module
+
+
+def _baseline_judge(ref: str) -> Judge:
+    """The grounded judge of commit ``ref`` (its judges and grounding modules, loaded from git)."""
+    _baseline_module(ref, "grounding")
+    module = _baseline_module(ref, "judges", ("from .grounding import", "from ._baseline_grounding import"))
     judge = module.GroundedJudge()
     return lambda q, m, seg, read, p: judge.judge(q, m, seg, read)
 
