@@ -7,7 +7,8 @@
 - ``grounded``: no extra request; a margin is kept only if the text read so far
   supports it (it is a verbatim span of the text, or one sentence holds the words it
   adds beyond the question, numbers included) and that sentence, with the one before
-  it, holds the question's rarer words (`grounding.Reading.topic`). Small models write
+  it, holds the question's rarer words (`grounding.Reading.topic`; a name the question gives
+  that was not read yet counts against). Small models write
   confident margins about facts they have not read, or copy a sentence that merely
   shares a common word with the question; this catches both, while a bare correct
   answer copied from the text ("1997") is kept. (The text read so far, not only the
