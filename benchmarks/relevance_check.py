@@ -120,8 +120,8 @@ def evaluate(args: argparse.Namespace) -> None:
     from marginalia.records import Segment
 
     rows = [json.loads(line) for line in Path(args.margins).read_text().splitlines() if line.strip()]
-    judges = _judges(args.baseline)
     rows = [row for row in rows if not is_yes_no_gold(row["answers"])]  # a margin saying "no" bears nothing
+    judges = _judges(args.baseline)
     lines = ["| check | task | kept | precision | recall | questions with a kept answer "
              "| precision, answer or gold passage |", "|---|---|---:|---:|---:|---:|---:|"]
     for label, judge in judges.items():

@@ -363,7 +363,6 @@ def test_a_supporting_sentence_beats_an_on_topic_one_that_shares_a_word() -> Non
     assert "Chief of Protocol" in text[ev.start:ev.end]
 
 
-
 def test_a_name_the_question_gives_that_was_not_read_yet_keeps_a_margin_off_topic() -> None:
     """Before the text names Paul Baran, a sentence holding "developed" is not on "What did Paul Baran
     develop?" (the model writes "Paul Baran developed a theory of forces" from a segment about physics)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,7 +172,7 @@ class Reading:
         """The units of sentence ``index`` and the one before it (which often names what "she" or "it" is)."""
         return self.sets[index] | (self.sets[index - 1] if index else set())
 
-    def topic(self, question: Iterable[str], index: int, named: Iterable[str] = ()) -> float:
+    def topic(self, question: Iterable[str], index: int, named: Collection[str] = ()) -> float:
         """Share of the question's units that sentence ``index`` or the one before it holds, each weighed by its
         rarity: a name counts more than a word in every sentence.
 
@@ -181,8 +181,7 @@ class Reading:
         sentence read can be about it ("What did Paul Baran develop?" before Baran is read: a sentence
         holding "developed" is not on the question).
         """
-        names = set(named)
-        asked = {q for q in question if self.df(q) or q in names}
+        asked = {q for q in question if self.df(q) or q in named}
         if not asked:
             return 0.0
         near = self.near(index)
@@ -264,10 +263,12 @@ def find_evidence(question: str, margin: str, text: str | Reading, min_support: 
     named = question_names(question)
     best: Evidence | None = None
 
+    def rank(ev: Evidence) -> tuple[bool, float, float, int]:
+        return ev.support >= min_support, ev.topic, ev.support, ev.start
+
     def consider(ev: Evidence) -> None:
         nonlocal best
-        rank = (ev.support >= min_support, ev.topic, ev.support, ev.start)
-        if best is None or rank >= (best.support >= min_support, best.topic, best.support, best.start):
+        if best is None or rank(ev) >= rank(best):
             best = ev
 
     for start, end in reading.copies(margin):

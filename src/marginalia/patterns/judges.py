@@ -164,7 +164,7 @@ class GroundedJudge(MarginJudge):
                                f"its number {invented[0]} is not in the sentence it draws on"), None
             # and a rare word read elsewhere, not near that sentence, pairs the fact with another one
             i = reading.sentence_at(ev.start)
-            near = reading.sets[i] | (reading.sets[i - 1] if i else set())
+            near = reading.near(i)
             foreign = sorted(u for u in new - near if 0 < reading.df(u) <= RARE_SENTENCES)
             if foreign:
                 return Verdict(False, margin, ev.support,
