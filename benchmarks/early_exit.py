@@ -4,6 +4,9 @@ The run answers the same items twice with WiM: reading to the end (`wim`) and st
 judged relevant with at least the options' ``stop_at_score`` (`wim-exit`). Per task: answers right (by
 `contains`, with a 95% Wilson interval), context tokens prefilled and segments read per answer, seconds
 per answer, and the paired view on the same items (how many answers changed from right to wrong and back).
+A second table reads the full readings' margins again: for other thresholds, where reading would have stopped
+(the first margin kept with at least that score) and whether that margin holds a gold answer; the answers at
+those stops are not written, so that table says what a threshold saves, not how it answers.
 
     marginalia bench run configs/bench/early_exit.toml
     python benchmarks/early_exit.py [RUN]      (default: the run named "early_exit" under the home directory)
@@ -26,6 +29,21 @@ FULL, EXIT = "wim", "wim-exit"
 
 def right(r: dict[str, Any]) -> bool:
     return r["status"] == "ok" and r["scores"]["contains"] >= 1.0
+
+
+THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def stop_at(record: dict[str, Any], threshold: float) -> int | None:
+    """The index of the margin a reading would have stopped after at ``threshold``, or None."""
+    return next((i for i, m in enumerate(record["margins"])
+                 if m["kept"] and (m.get("score") or 0.0) >= threshold), None)
+
+
+def holds_answer(text: str, answers: list[str]) -> bool:
+    from marginalia.bench.metrics import contains_answer
+
+    return any(contains_answer(text, a) >= 1.0 for a in answers)
 
 
 def main() -> None:
@@ -66,14 +84,29 @@ def main() -> None:
         notes.append(f"- {task}, {len(items)} items: early exit read {statistics.mean(saved) * 100 if saved else 0:.0f}% "
                      f"fewer context tokens on average; answers right with full reading and wrong with early exit: "
                      f"{lost}; the other way round: {gained}.")
+    sweep = []
+    for task in sorted({t for t, _ in by}):
+        full = [r for r in by[(task, FULL)].values() if r["status"] == "ok" and r.get("margins")]
+        for t in THRESHOLDS:
+            stops = [stop_at(r, t) for r in full]
+            fired = [(r, s) for r, s in zip(full, stops, strict=True) if s is not None]
+            read = statistics.mean((s + 1 if s is not None else r["segments_total"]) / max(1, r["segments_total"])
+                                   for r, s in zip(full, stops, strict=True)) if full else 0
+            on_answer = sum(holds_answer(r["margins"][s]["text"], r["answers"]) for r, s in fired)
+            sweep.append(f"| {task} | {t:.2f} | {len(fired)}/{len(full)} | {on_answer}/{len(fired)} | {read:.2f} |")
+    cfg = info.get("config", {})
+    lengths = sorted({n for t in cfg.get("tasks", []) for n in t.get("lengths", [])})
+    segment = next((p.get("segment_tokens") for p in cfg.get("patterns", []) if p.get("name") == EXIT), None)
+    model = info.get("models", {}).get("generator", {}).get("spec", "?")
     body = "\n".join([
         "## Automatic early exit (`benchmarks/early_exit.py`)",
         "",
         f"Run: `marginalia bench run configs/bench/early_exit.toml` then `python benchmarks/early_exit.py` · run "
-        f"commit {commit} · SmolLM2-135M on llama.cpp in process, WiM with 512-token segments and the default "
-        f"`grounded` judge; `wim-exit` stops reading once a margin is judged relevant with a score of at least "
-        f"{threshold}. Contexts of 7680 tokens (15 segments), gold at several depths. {len(records)} answers. "
-        "Right = the gold answer is contained in the answer; intervals are 95% Wilson intervals.",
+        f"commit {commit} · model `{model}` on llama.cpp in process, WiM with {segment}-token segments and the "
+        f"default `grounded` judge; `wim-exit` stops reading once a margin is judged relevant with a score of at "
+        f"least {threshold}. Contexts of {', '.join(map(str, lengths))} tokens, gold at several depths. "
+        f"{len(records)} answers. Right = the gold answer is contained in the answer; intervals are 95% Wilson "
+        "intervals.",
         "",
         "| task | pattern | right | context tokens prefilled (median) | share of segments read (mean) | "
         "stopped early | s/answer (median) |",
@@ -81,6 +114,14 @@ def main() -> None:
         *rows,
         "",
         *notes,
+        "",
+        "Other thresholds, read from the full readings' margins (the judge's scores as written; no answers "
+        "written at these stops): readings that would have stopped, how many of those stops are on a margin "
+        "holding a gold answer, and the share of segments read.",
+        "",
+        "| task | stop at score | stopped | on a margin with the answer | share of segments read (mean) |",
+        "|---|---:|---:|---:|---:|",
+        *sweep,
     ])
     if not args.no_write:
         write_section("early_exit", body)

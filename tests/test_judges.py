@@ -227,6 +227,17 @@ def test_a_short_correct_margin_without_a_question_word_is_kept(margin: str) -> 
     assert verdict.relevant, verdict.reason
 
 
+def test_a_lead_in_naming_the_passage_adds_no_new_words() -> None:
+    """'According to the passage, ...' before a copied sentence halved its support (the eval model's needle
+    margin scored 0.54 for the needle itself)."""
+    margin = "According to the passage, the river rose 3.5 metres in May, the most since 1953."
+    verdict = _judge("How high did the river rise in May?", margin, FLOOD)
+    bare = _judge("How high did the river rise in May?", "The river rose 3.5 metres in May, the most since 1953.",
+                  FLOOD)
+    assert verdict.relevant and verdict.score == pytest.approx(bare.score), verdict.reason
+    assert "100%" in verdict.reason or "copied" in verdict.reason
+
+
 def test_the_bare_answer_is_kept_where_the_question_is() -> None:
     verdict = _judge(QUESTION, "47", READ)
     assert verdict.relevant and READ[slice(*verdict.evidence)] == FACT  # type: ignore[misc]

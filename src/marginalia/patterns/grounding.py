@@ -33,7 +33,7 @@ STOPWORDS = frozenset(
     did has have had not no yes none can could would should will shall may might must than then
     so such into about over under after before during between out up down off again very just
     also only i you he she we they me him her us them my your his our their text question answer
-    sentence sentences above below document note s""".split()
+    sentence sentences above below document note s according passage passages excerpt""".split()
 )
 PYSBD_INSTALL = "pip install pysbd"
 
