@@ -86,14 +86,14 @@ def main() -> None:
                      f"{lost}; the other way round: {gained}.")
     sweep = []
     for task in sorted({t for t, _ in by}):
-        full = [r for r in by[(task, FULL)].values() if r["status"] == "ok" and r.get("margins")]
+        readings = [r for r in by[(task, FULL)].values() if r["status"] == "ok" and r.get("margins")]
         for t in THRESHOLDS:
-            stops = [stop_at(r, t) for r in full]
-            fired = [(r, s) for r, s in zip(full, stops, strict=True) if s is not None]
+            stops = [stop_at(r, t) for r in readings]
+            fired = [(r, s) for r, s in zip(readings, stops, strict=True) if s is not None]
             read = statistics.mean((s + 1 if s is not None else r["segments_total"]) / max(1, r["segments_total"])
-                                   for r, s in zip(full, stops, strict=True)) if full else 0
+                                   for r, s in zip(readings, stops, strict=True)) if readings else 0
             on_answer = sum(holds_answer(r["margins"][s]["text"], r["answers"]) for r, s in fired)
-            sweep.append(f"| {task} | {t:.2f} | {len(fired)}/{len(full)} | {on_answer}/{len(fired)} | {read:.2f} |")
+            sweep.append(f"| {task} | {t:.2f} | {len(fired)}/{len(readings)} | {on_answer}/{len(fired)} | {read:.2f} |")
     cfg = info.get("config", {})
     lengths = sorted({n for t in cfg.get("tasks", []) for n in t.get("lengths", [])})
     segment = next((p.get("segment_tokens") for p in cfg.get("patterns", []) if p.get("name") == EXIT), None)
