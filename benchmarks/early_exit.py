@@ -49,6 +49,8 @@ def holds_answer(text: str, answers: list[str]) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", nargs="?", default=None, help="a run folder (default: <home>/bench/runs/early_exit)")
+    ap.add_argument("--note", action="append", default=[], help="a line to add under the tables (e.g. how far "
+                    "the run got)")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
     args = ap.parse_args()
     from marginalia.bench.report import wilson
@@ -122,6 +124,8 @@ def main() -> None:
         "| task | stop at score | stopped | on a margin with the answer | share of segments read (mean) |",
         "|---|---:|---:|---:|---:|",
         *sweep,
+        *([""] if args.note else []),
+        *(f"- {note}" for note in args.note),
     ])
     if not args.no_write:
         write_section("early_exit", body)
