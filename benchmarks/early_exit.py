@@ -40,12 +40,6 @@ def stop_at(record: dict[str, Any], threshold: float) -> int | None:
                  if m["kept"] and (m.get("score") or 0.0) >= threshold), None)
 
 
-def holds_answer(text: str, answers: list[str]) -> bool:
-    from marginalia.bench.metrics import contains_answer
-
-    return any(contains_answer(text, a) >= 1.0 for a in answers)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", nargs="?", default=None, help="a run folder (default: <home>/bench/runs/early_exit)")
@@ -53,6 +47,7 @@ def main() -> None:
                     "the run got)")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
     args = ap.parse_args()
+    from marginalia.bench.metrics import holds_answer
     from marginalia.bench.report import wilson
 
     records, info, commit = load_run(args.run, "early_exit", "configs/bench/early_exit.toml")
@@ -92,7 +87,8 @@ def main() -> None:
         for t in THRESHOLDS:
             stops = [stop_at(r, t) for r in readings]
             fired = [(r, s) for r, s in zip(readings, stops, strict=True) if s is not None]
-            read = statistics.mean((s + 1 if s is not None else r["segments_total"]) / max(1, r["segments_total"])
+            read = statistics.mean((r["margins"][s]["segment"] + 1 if s is not None else r["segments_total"])
+                                   / max(1, r["segments_total"])
                                    for r, s in zip(readings, stops, strict=True)) if readings else 0
             on_answer = sum(holds_answer(r["margins"][s]["text"], r["answers"]) for r, s in fired)
             sweep.append(f"| {task} | {t:.2f} | {len(fired)}/{len(readings)} | {on_answer}/{len(fired)} | {read:.2f} |")

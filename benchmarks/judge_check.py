@@ -109,7 +109,7 @@ def main() -> None:
         sys.exit(f"{DATA} is missing: the development data must sit beside the checkout")
 
     from marginalia.bench.judge import ModelJudge, ProbabilityJudge
-    from marginalia.bench.metrics import contains_answer
+    from marginalia.bench.metrics import holds_answer
     from marginalia.bench.report import wilson
     from marginalia.models import load_generator
     from marginalia.models.llamacpp_backend import LlamaCppGenerator
@@ -132,7 +132,7 @@ def main() -> None:
             t = time.perf_counter()
             c["p_yes"] = prob.p_yes(c["question"], c["answers"], c["prediction"])
             timing["P(YES)"] += time.perf_counter() - t
-        c["contains"] = any(contains_answer(c["prediction"], a) for a in c["answers"])
+        c["contains"] = holds_answer(c["prediction"], c["answers"])
         print(f"{n}/{len(rows)} {c['kind']}: verdict {c['verdict']}, P(YES) {c.get('p_yes', float('nan')):.2f}",
               file=sys.stderr, flush=True)
 

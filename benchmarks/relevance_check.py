@@ -90,8 +90,12 @@ def _baseline_judge(ref: str) -> Judge:
     """The grounded judge of commit ``ref`` (its judges and grounding modules, loaded from git)."""
     _baseline_module(ref, "grounding")
     module = _baseline_module(ref, "judges", ("from .grounding import", "from ._baseline_grounding import"))
-    judge = module.GroundedJudge()
-    return lambda q, m, seg, read, p: judge.judge(q, m, seg, read)
+    return _grounded(module.GroundedJudge())
+
+
+def _grounded(judge: Any) -> Judge:
+    """A grounded judge (today's or a baseline's) as a check: it takes no P(YES)."""
+    return lambda q, m, s, r, p: judge.judge(q, m, s, r)
 
 
 def _judges(baseline: str | None) -> dict[str, Judge]:
@@ -100,14 +104,12 @@ def _judges(baseline: str | None) -> dict[str, Judge]:
     judges: dict[str, Judge] = {}
     if baseline:
         judges[f"grounded @ {baseline}"] = _baseline_judge(baseline)
-    def grounded(judge: GroundedJudge) -> Judge:
-        return lambda q, m, s, r, p: judge.judge(q, m, s, r)
 
     def combined(judge: CombinedJudge) -> Judge:
         return lambda q, m, s, r, p: judge.judge(q, m, s, r, p)
 
     for topic in (0.2, 0.3, 0.4):
-        judges[f"grounded, topicality >= {topic}"] = grounded(GroundedJudge(topic_threshold=topic))
+        judges[f"grounded, topicality >= {topic}"] = _grounded(GroundedJudge(topic_threshold=topic))
     for weight in (0.25, 0.5):
         judges[f"combined, P(YES) weight {weight}"] = combined(CombinedJudge(weight=weight))
     judges["the model's P(YES) >= 0.5 alone"] = \
@@ -116,7 +118,7 @@ def _judges(baseline: str | None) -> dict[str, Judge]:
 
 
 def evaluate(args: argparse.Namespace) -> None:
-    from marginalia.bench.metrics import contains_answer, is_yes_no_gold
+    from marginalia.bench.metrics import holds_answer, is_yes_no_gold
     from marginalia.records import Segment
 
     rows = [json.loads(line) for line in Path(args.margins).read_text().splitlines() if line.strip()]
@@ -136,7 +138,7 @@ def evaluate(args: argparse.Namespace) -> None:
                     v = judge(row["question"], m["raw"], Segment(m["segment"], 0, m["end"], read, ()), read,
                               m["p_yes"])
                     evidence = getattr(v, "evidence", None)
-                    has = any(contains_answer(m["raw"], a) for a in row["answers"])
+                    has = holds_answer(m["raw"], row["answers"])
                     if v.relevant and row.get("gold_spans"):
                         located += 1
                         on_gold += has or bool(evidence and any(evidence[0] < b and a < evidence[1]

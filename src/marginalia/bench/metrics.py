@@ -91,6 +91,11 @@ def contains_answer(prediction: str, gold: str) -> float:
                      for text in (prediction, _POSSESSIVE.sub(r"\1", prediction))))
 
 
+def holds_answer(text: str, answers: Sequence[str]) -> bool:
+    """Whether ``text`` contains any of ``answers`` (`contains_answer`): a margin or an answer that bears one."""
+    return any(contains_answer(text, a) for a in answers)
+
+
 def qa_scores(prediction: str, answers: Sequence[str]) -> dict[str, float]:
     """``em``, ``f1``, ``contains`` (each the max over ``answers``) and ``abstained``.
 
@@ -216,6 +221,7 @@ __all__ = [
     "contains_answer",
     "exact_match",
     "extract_words",
+    "holds_answer",
     "is_abstention",
     "is_yes_no_gold",
     "normalize_answer",

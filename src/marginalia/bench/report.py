@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import MissingDependency, UserError
 from ..files import atomic_write_text
 from ..patterns.wim import REPEAT_REASON
-from .metrics import METRICS, contains_answer, is_yes_no_gold, says_neither_yes_nor_no
+from .metrics import METRICS, holds_answer, is_yes_no_gold, says_neither_yes_nor_no
 from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, result_key, runs_dir
 
 REPORT = "report.md"
@@ -414,7 +414,7 @@ def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCoun
             continue
         c.answers += 1
         margins = [m for m in margins if m["kept"] or m.get("reason") != REPEAT_REASON]
-        has = [any(contains_answer(m["text"], a) for a in r["answers"]) for m in margins]
+        has = [holds_answer(m["text"], r["answers"]) for m in margins]
         c.kept += sum(m["kept"] for m in margins)
         c.hits += sum(m["kept"] and h for m, h in zip(margins, has, strict=True))
         c.bearing += sum(has)
