@@ -11,6 +11,12 @@ multi-hop question's bridge). ``--baseline REF`` also judges them with the groun
 
     python benchmarks/relevance_check.py collect --out /tmp/margins.jsonl [--limit 20] [--model smollm2]
     python benchmarks/relevance_check.py evaluate --margins /tmp/margins.jsonl [--baseline b32f016]
+
+``from-run`` writes the same file from the margins a `marginalia bench` run kept (its WiM pattern's results,
+each item's context rebuilt from the run's stored config), so the margins of a large run with the eval model
+can be judged again without writing them anew:
+
+    python benchmarks/relevance_check.py from-run quality-4k --out /tmp/margins.jsonl [--pattern wim]
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from _common import ROOT, command_line, git_commit, write_section  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 SOURCES = {"squad": "squad-v1.1-dev.part1.json", "hotpotqa": "hotpotqa-dev-distractor.part1.json"}
+NAMES = {"squad": "SQuAD", "hotpotqa": "HotpotQA", "multihop": "MultiHop-RAG"}
 Judge = Callable[[str, str, Any, str, "float | None"], Any]
 
 
@@ -69,6 +76,51 @@ def collect(args: argparse.Namespace) -> None:
                                     "margins": margins, "answer": answer}) + "\n")
                 f.flush()
                 print(f"{dataset} {item.id}: {len(margins)} margins, {time.perf_counter() - t0:.1f}s", flush=True)
+
+
+def from_run(args: argparse.Namespace) -> None:
+    from marginalia import app
+    from marginalia.bench.config import RunConfig, pattern_record
+    from marginalia.bench.runner import read_results, runs_dir
+    from marginalia.bench.tasks import build_items
+    from marginalia.models import load_generator
+    from marginalia.patterns.wim import WiM
+
+    folder = runs_dir() / args.run
+    if not (folder / "run.json").is_file():
+        sys.exit(f"no run {args.run!r} under {runs_dir()} (marginalia bench runs lists them)")
+    stored = json.loads((folder / "run.json").read_text())["config"]
+    config = RunConfig.model_validate({k: v for k, v in stored.items() if k != "schema"})
+    table = next((p for p in config.patterns if (p.name or p.kind) == args.pattern), None)
+    if table is None or table.kind != "wim":
+        sys.exit(f"run {args.run!r} has no wim pattern named {args.pattern!r}")
+    results = [r for r in read_results(folder / "results.jsonl") if r["pattern"] == args.pattern
+               and r.get("status") == "ok" and isinstance(r.get("margins"), list) and r["margins"]]
+    if not results:
+        sys.exit(f"run {args.run!r} kept no margins of {args.pattern!r}")
+    gen = load_generator(config.model, backend=config.backend, device=config.device)
+    wim = app.pattern(pattern_record(table), gen, None)
+    assert isinstance(wim, WiM)
+    wanted = {r["task"] for r in results}
+    items = {it.id: (task.name or task.dataset, it) for task in config.tasks if (task.name or task.dataset) in wanted
+             for it in build_items(task.spec(), gen.tokenizer)}
+    written = 0
+    with Path(args.out).open("w") as f:
+        for r in results:
+            found = items.get(r["item_id"])
+            if found is None:
+                print(f"skipped {r['item_id']}: not among the items the stored config builds", file=sys.stderr)
+                continue
+            task, item = found
+            segments = wim.segments(item.context)
+            margins = [{"segment": m["segment"], "end": segments[m["segment"]].end, "raw": m["text"],
+                        "p_yes": m.get("p_yes"), "kept_in_run": m["kept"]} for m in r["margins"]]
+            f.write(json.dumps({"task": task, "id": item.id, "question": item.question,
+                                "answers": list(item.answers), "context": item.context,
+                                "gold_spans": [list(span) for span in item.gold_spans],
+                                "margins": margins, "answer": r.get("prediction")}) + "\n")
+            written += 1
+    print(f"{written} items, {sum(len(r['margins']) for r in results)} margins -> {args.out}")
 
 
 def _baseline_module(ref: str, name: str, replace: tuple[str, str] | None = None) -> Any:
@@ -118,16 +170,17 @@ def _judges(baseline: str | None) -> dict[str, Judge]:
 
 
 def evaluate(args: argparse.Namespace) -> None:
-    from marginalia.bench.metrics import holds_answer, is_yes_no_gold
+    from marginalia.bench.metrics import bearing_is_telling, holds_answer
     from marginalia.records import Segment
 
     rows = [json.loads(line) for line in Path(args.margins).read_text().splitlines() if line.strip()]
-    rows = [row for row in rows if not is_yes_no_gold(row["answers"])]  # a margin saying "no" bears nothing
+    rows = [row for row in rows if bearing_is_telling(row["question"], row["answers"])]
     judges = _judges(args.baseline)
+    tasks = sorted({row["task"] for row in rows})
     lines = ["| check | task | kept | precision | recall | questions with a kept answer "
              "| precision, answer or gold passage |", "|---|---|---:|---:|---:|---:|---:|"]
     for label, judge in judges.items():
-        for task in [*SOURCES, "all"]:
+        for task in [*tasks, "all"]:
             kept = hits = bearing = asked = found = located = on_gold = 0
             for row in rows:
                 if task != "all" and row["task"] != task:
@@ -155,15 +208,17 @@ def evaluate(args: argparse.Namespace) -> None:
             by_question = f"{found}/{asked}"
             gold = f"{on_gold / located:.2f}" if located else "-"
             lines.append(f"| {label} | {task} | {kept} | {precision} | {recall} | {by_question} | {gold} |")
-    n = {t: sum(r["task"] == t for r in rows) for t in SOURCES}
+    n = {t: sum(r["task"] == t for r in rows) for t in tasks}
     margins = sum(len(r["margins"]) for r in rows)
+    sources = " and ".join(f"{count} {NAMES.get(t, t)}" for t, count in n.items())
     body = "\n".join([
         "## Relevance checks on written margins (`benchmarks/relevance_check.py`)",
         "",
         f"Command: `{command_line()}` · commit {git_commit()}",
         "",
-        f"Margins written by WiM ({margins}, from {n['squad']} SQuAD and {n['hotpotqa']} HotpotQA development "
-        "items, the gold passage among distractors; questions answered yes or no left out) are judged again, "
+        f"Margins written by WiM ({margins}, from {sources} development "
+        "items, the gold passage among distractors; questions answered yes or no, or naming their own answer "
+        "(comparisons), left out) are judged again, "
         "offline, by each check. Precision: of the kept "
         "margins, the share holding a gold answer (SQuAD-normalised); recall: of the margins holding one, the "
         "share kept; the next column counts questions where an answer-bearing margin was written and one was "
@@ -271,6 +326,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="step", required=True)
     c = sub.add_parser("collect", help="write margins with the real model")
+    r = sub.add_parser("from-run", help="the margins file from a marginalia bench run's WiM results")
+    r.add_argument("run", help="the run's name (its folder under marginalia's bench runs)")
+    r.add_argument("--out", required=True, help="the margins JSONL to write (keep it outside the repository)")
+    r.add_argument("--pattern", default="wim", help="the run's wim pattern")
     c.add_argument("--out", required=True, help="the margins JSONL to write (keep it outside the repository)")
     c.add_argument("--model", default="smollm2")
     c.add_argument("--limit", type=int, default=20, help="items per dataset")
@@ -287,7 +346,8 @@ def main() -> None:
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"no development data at {DATA}")
-    {"collect": collect, "evaluate": evaluate, "controlled": controlled}[args.step](args)
+    steps = {"collect": collect, "from-run": from_run, "evaluate": evaluate, "controlled": controlled}
+    steps[args.step](args)
 
 
 if __name__ == "__main__":

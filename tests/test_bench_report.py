@@ -284,13 +284,16 @@ def test_report_counts_yes_no_answers_contains_cannot_score(tmp_path: Path) -> N
 
 def test_paired_and_margin_counts() -> None:
     """Two patterns on the items both answered: the mean difference, who was higher where; margins kept that
-    bear a gold answer, a repeat of a kept note not counted as lost, yes/no questions left out."""
+    bear a gold answer, a repeat of a kept note not counted as lost, yes/no questions and questions naming
+    their own answer left out."""
     from marginalia.bench.report import margin_counts, paired
 
     def rec(item: str, pattern: str, contains: float, margins: list[dict[str, Any]] | None = None,
-            answers: tuple[str, ...] = ("pier 47",)) -> dict[str, Any]:
+            answers: tuple[str, ...] = ("pier 47",), question: str = "Where does the ferry leave from?",
+            ) -> dict[str, Any]:
         return {"item_id": item, "pattern": pattern, "status": "ok", "target_tokens": 100, "scores":
-                {"contains": contains}, "answers": list(answers), "margins": margins or [], "kind": pattern}
+                {"contains": contains}, "answers": list(answers), "margins": margins or [], "kind": pattern,
+                "question": question}
 
     def m(text: str, kept: bool, reason: str = "") -> dict[str, Any]:
         return {"text": text, "kept": kept, "reason": reason}
@@ -300,7 +303,9 @@ def test_paired_and_margin_counts() -> None:
                rec("a", "lc", 0.0),
                rec("b", "wim", 0.0, [m("Pier 47, they say.", False, "only 20% of its new words")]),
                rec("b", "lc", 1.0), rec("c", "wim", 1.0), rec("c", "lc", 0.0),
-               rec("d", "wim", 1.0), rec("y", "wim", 1.0, [m("yes", True)], answers=("yes",))]
+               rec("d", "wim", 1.0), rec("y", "wim", 1.0, [m("yes", True)], answers=("yes",)),
+               rec("o", "wim", 1.0, [m("Ann Lee", False, "adds nothing"), m("Bo Ray is older.", True)],
+                   answers=("Ann Lee",), question="Who is older, Ann Lee or Bo Ray?")]
     d = paired(records, "wim", "lc", "contains")
     assert d is not None and d.items == 3 and d.first_higher == 2 and d.second_higher == 1
     assert d.mean == pytest.approx(1 / 3) and d.low <= d.mean <= d.high

@@ -393,3 +393,19 @@ def test_a_name_the_question_gives_that_was_not_read_yet_keeps_a_margin_off_topi
     # a common word the text never uses still does not count against (a question may paraphrase)
     assert judge.judge("Which tool did he devise for splitting messages?",
                        "Paul Baran developed the concept of message block switching.", segment, after).relevant
+
+
+def test_an_answer_made_of_the_question_words_is_not_a_restatement() -> None:
+    """'Kansas Song', the fight song of the university in Lawrence, Kansas: every word of the answer is in the
+    question, in another order; the margin was dropped as adding nothing. Restating the question (or its
+    options reordered) still adds nothing, and an order the text never states is not supported."""
+    read = ("The University of Kansas is a public university in Lawrence, Kansas. Its best-known fight song "
+            "is the Kansas Song, first sung in 1912. The campus sits on Mount Oread.")
+    question = "What is the fight song of the university in Lawrence, Kansas?"
+    verdict = _judge(question, "The fight song is the Kansas Song.", read)
+    assert verdict.relevant and "Kansas Song" in read[slice(*verdict.evidence)], verdict.reason  # type: ignore[misc]
+    assert _judge(question, "The fight song of the university in Lawrence, Kansas.", read).reason \
+        == "the margin adds nothing to the question"
+    older = _judge("Who is older, Ann Lee or Bo Ray?", "Bo Ray is older than Ann Lee.",
+                   "Ann Lee was born in 1950. Bo Ray was born in Leeds.")
+    assert not older.relevant

@@ -72,6 +72,13 @@ def is_yes_no_gold(answers: Sequence[str]) -> bool:
     return bool(answers) and all(normalize_answer(str(a)) in YES_NO for a in answers)
 
 
+def bearing_is_telling(question: str, answers: Sequence[str]) -> bool:
+    """Whether a margin holding a gold answer (`holds_answer`) tells anything: not for a yes/no question (a
+    margin saying "no" bears nothing) nor for one that names its own answer (a comparison, "who is older, A
+    or B?": every margin naming A or B would hold it)."""
+    return bool(answers) and not is_yes_no_gold(answers) and not holds_answer(question, answers)
+
+
 def says_neither_yes_nor_no(prediction: str, answers: Sequence[str]) -> bool:
     """A yes/no question (`is_yes_no_gold`) answered without the word yes or no: ``contains`` scores it wrong
     whatever it says ("X and Y were of the same nationality" for a gold "yes")."""
@@ -218,6 +225,7 @@ __all__ = [
     "Metric",
     "QAMetric",
     "SetMetric",
+    "bearing_is_telling",
     "contains_answer",
     "exact_match",
     "extract_words",

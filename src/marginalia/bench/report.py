@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import MissingDependency, UserError
 from ..files import atomic_write_text
 from ..patterns.wim import REPEAT_REASON
-from .metrics import METRICS, holds_answer, is_yes_no_gold, says_neither_yes_nor_no
+from .metrics import METRICS, bearing_is_telling, holds_answer, is_yes_no_gold, says_neither_yes_nor_no
 from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, result_key, runs_dir
 
 REPORT = "report.md"
@@ -399,8 +399,8 @@ def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCoun
     A margin is answer-bearing when it contains a gold answer (SQuAD-normalised). Precision: of the kept
     margins, the share answer-bearing; recall: of the answer-bearing margins, the share kept, leaving out
     those dropped only for repeating a kept note (nothing new was lost); and the questions where an
-    answer-bearing margin was written, and where one was kept. Questions answered yes or no are left out (a
-    margin saying "no" does not bear the answer), as are results written before margins were kept (schema
+    answer-bearing margin was written, and where one was kept. Questions answered yes or no, or naming their own
+    answer, are left out (`bearing_is_telling`), as are results written before margins were kept (schema
     1: a count). Where results keep the gold passages' spans and each margin's evidence, also: of the kept
     margins, the share whose evidence lies in a gold passage (a multi-hop question's bridge fact bears no
     gold answer, yet it is what the answer needs).
@@ -409,8 +409,8 @@ def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCoun
     for r in records:
         margins = r.get("margins")
         if r["pattern"] != pattern or r.get("status") != "ok" or r.get("scoring", "qa") != "qa" \
-                or not r.get("answers") or not isinstance(margins, list) or not margins \
-                or is_yes_no_gold(r["answers"]):
+                or not isinstance(margins, list) or not margins \
+                or not bearing_is_telling(r.get("question") or "", r.get("answers") or []):
             continue
         c.answers += 1
         margins = [m for m in margins if m["kept"] or m.get("reason") != REPEAT_REASON]
@@ -522,7 +522,8 @@ def task_sections(records: list[dict[str, Any]], patterns: Sequence[str], level:
         level, "Margins kept",
         "Of the kept margins, the share holding a gold answer (precision); of the margins holding one, the share "
         "kept (recall); questions where one was written, and kept; of the kept margins, the share drawn from a "
-        "gold passage (where results keep where each was found).",
+        "gold passage (where results keep where each was found). Questions answered yes or no, or naming their "
+        "own answer (\"who is older, A or B?\"), are left out: a margin holding their gold answer tells nothing.",
         ["pattern", "n", "kept", "precision", "recall", "questions with a kept answer", "kept from a gold passage"],
         margin_rows(records, patterns))
     return lines

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,18 @@ def question_names(question: str) -> set[str]:
     if len(rest) >= 3 and all(w[:1].isupper() or not w[:1].isalpha() for w in rest):  # a headline: no names
         return set()
     return {u for word in rest if word[:1].isupper() for u in units(word)}
+
+
+def unit_pairs(seq: Sequence[str]) -> set[tuple[str, str]]:
+    """The pairs of units next to each other in ``seq`` (stopwords already gone): "Kansas Song" is a pair the
+    question "... Lawrence, Kansas ... fight song ..." does not hold, though it holds both units."""
+    return set(zip(seq, seq[1:], strict=False))
+
+
+def new_pairs(question: str, margin: str) -> set[tuple[str, str]]:
+    """The margin's `unit_pairs` that the question does not hold: what a margin made only of the question's
+    words still says (an answer named with the question's words, or the question's words reordered)."""
+    return unit_pairs(units(margin)) - unit_pairs(units(question))
 
 
 def is_number(unit: str) -> bool:
@@ -155,7 +167,9 @@ class Reading:
     def __init__(self, text: str) -> None:
         self.text = text
         self.spans = sentence_spans(text)
-        self.sets = [set(units(text[s:e])) for s, e in self.spans]
+        self.seqs = [units(text[s:e]) for s, e in self.spans]
+        self.sets = [set(seq) for seq in self.seqs]
+        self._pairs: dict[int, set[tuple[str, str]]] = {}
         self._df: dict[str, int] = {}
 
     def df(self, unit: str) -> int:
@@ -167,6 +181,12 @@ class Reading:
         """Smoothed inverse sentence frequency: a unit in every sentence weighs least; one never read weighs
         like one read once (it counts fully against a margin that adds it)."""
         return math.log(1.0 + len(self.sets) / max(self.df(unit), 1))
+
+    def pairs(self, index: int) -> set[tuple[str, str]]:
+        """The `unit_pairs` of sentence ``index``."""
+        if index not in self._pairs:
+            self._pairs[index] = unit_pairs(self.seqs[index])
+        return self._pairs[index]
 
     def near(self, index: int) -> set[str]:
         """The units of sentence ``index`` and the one before it (which often names what "she" or "it" is)."""
@@ -250,7 +270,9 @@ def find_evidence(question: str, margin: str, text: str | Reading, min_support: 
     (a unit never read weighs most, and counts against). Among the sentences with at least ``min_support``
     the most on-topic wins, then the best supported, then the latest; where none has that much, the best
     supported (an on-topic sentence that shares one word with the margin does not hide the one it was
-    copied from). None when the margin adds nothing beyond the question or none of what it adds was read.
+    copied from). A margin made only of the question's units is supported by the sentences holding the pairs of
+    units it puts side by side and the question does not (`new_pairs`). None when the margin adds nothing
+    beyond the question (no unit, no pair) or none of what it adds was read.
     """
     reading = text if isinstance(text, Reading) else Reading(text)
     if not reading.spans:
@@ -258,7 +280,8 @@ def find_evidence(question: str, margin: str, text: str | Reading, min_support: 
     asked = set(units(question))
     said = set(units(margin))
     new = said - asked
-    if not new:
+    pairs = set() if new else new_pairs(question, margin)
+    if not new and not pairs:
         return None
     named = question_names(question)
     best: Evidence | None = None
@@ -276,6 +299,12 @@ def find_evidence(question: str, margin: str, text: str | Reading, min_support: 
         j = reading.sentence_at(max(end - 1, start))
         consider(Evidence(reading.spans[i][0], reading.spans[j][1], 1.0, reading.topic(asked, j, named), True))
     if best is not None:
+        return best
+    if pairs:  # the margin's units are all the question's: what it adds is their order, pair by pair
+        for i, (start, end) in enumerate(reading.spans):
+            shared = pairs & reading.pairs(i)
+            if shared:
+                consider(Evidence(start, end, len(shared) / len(pairs), reading.topic(asked, i, named)))
         return best
     weight = {u: reading.idf(u) for u in new}
     total = sum(weight.values())

@@ -6,7 +6,8 @@
   its first word, so irrelevant segments cost one or two decoded tokens.
 - ``grounded``: no extra request; a margin is kept only if the text read so far
   supports it (it is a verbatim span of the text, or one sentence holds the words it
-  adds beyond the question, numbers included) and that sentence, with the one before
+  adds beyond the question, numbers included; for a margin made only of the question's
+  words, the pairs of them it puts side by side) and that sentence, with the one before
   it, holds the question's rarer words (`grounding.Reading.topic`; a name the question gives
   that was not read yet counts against). Small models write
   confident margins about facts they have not read, or copy a sentence that merely
@@ -41,6 +42,7 @@ from .grounding import (
     is_number,
     items_found,
     list_items,
+    new_pairs,
     units,
 )
 
@@ -137,7 +139,7 @@ class GroundedJudge(MarginJudge):
         if is_empty_margin(margin):
             return Verdict(False, margin, 0.0, "the margin says nothing was found"), None
         asked = set(units(question))
-        if not set(units(margin)) - asked:
+        if not set(units(margin)) - asked and not new_pairs(question, margin):
             return Verdict(False, margin, 0.0, "the margin adds nothing to the question"), None
         items = list_items(margin) if segment is not None else []
         if items and segment is not None:
