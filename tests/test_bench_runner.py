@@ -4,6 +4,7 @@ embedding cache, medoid voting, the judge's disagreements, and the `bench` comma
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 from collections.abc import Sequence
@@ -733,3 +734,37 @@ def test_a_pattern_added_to_the_config_answers_the_same_items(tmp_path: Path) ->
                     CONFIG.replace('[[patterns]]\nkind = "wim"\nsegment_tokens = 300\n', "")):
         with pytest.raises(UserError, match="holds results of a different config"):
             run(write_config(tmp_path, changed + '\n[[patterns]]\nkind = "lc"\nname = "x"\n', "bad.toml"), out)
+
+
+def test_a_raised_limit_grows_the_run_when_its_first_items_stay(tmp_path: Path) -> None:
+    """More examples of the same task answer only the new items; a dataset whose first items change with the
+    limit, or a lowered limit, is refused before anything is written."""
+    out = tmp_path / "run"
+    one = CONFIG.replace("limit = 2", "limit = 1")
+    run(write_config(tmp_path, one, "one.toml"), out)
+    before = lines(out)
+    logged: list[str] = []
+    summary = run(write_config(tmp_path), out, log=logged.append)
+    assert summary.resumed == len(before) == 12 and summary.written == 12
+    assert {r["item_id"] for r in lines(out)[len(before):]}.isdisjoint({r["item_id"] for r in before})
+    assert any("limits raised: fake 1 -> 2" in m for m in logged)
+    info = json.loads((out / "run.json").read_text())
+    assert info["config"]["tasks"][0]["limit"] == 2 and info["invocations"][-1]["raised_limits"] == {"fake": [1, 2]}
+    assert run(write_config(tmp_path), out).written == 0  # the grown config resumes
+
+    with pytest.raises(UserError, match="holds results of a different config"):
+        run(write_config(tmp_path, one, "one.toml"), out)  # lowered
+
+    def spreading(spec: TaskSpec, tokenizer: Tokenizer | None = None) -> list[Item]:
+        picked = list(EXAMPLES)[spec.limit - 1:]  # another first pick at another limit
+        return [it for it in make_items(dataclasses.replace(spec, limit=len(EXAMPLES)), tokenizer)
+                if it.example_id in picked]
+
+    other = tmp_path / "other"
+    run_benchmark(load_config(write_config(tmp_path, one, "one.toml")), out=other, generator=ScriptedGenerator(
+        answering), build_items=spreading, score_item=score, embedder=HashingEmbedder(), err=io.StringIO())
+    kept = lines(other)
+    with pytest.raises(UserError, match="changes the items it already answered"):
+        run_benchmark(load_config(write_config(tmp_path)), out=other, generator=ScriptedGenerator(answering),
+                      build_items=spreading, score_item=score, embedder=HashingEmbedder(), err=io.StringIO())
+    assert lines(other) == kept and json.loads((other / "run.json").read_text())["config"]["tasks"][0]["limit"] == 1

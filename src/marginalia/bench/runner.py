@@ -154,11 +154,29 @@ def added_patterns(stored: list[dict[str, Any]], new: list[dict[str, Any]]) -> l
     return [name for name in by_name if name not in kept]
 
 
+def raised_limits(stored: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """``{task: [old limit, new limit]}`` for the tasks whose limit ``new`` raises while keeping everything
+    else of every task unchanged (else {}: any other change is a different config)."""
+    if len(stored) != len(new):
+        return {}
+    raised: dict[str, list[int]] = {}
+    for old, task in zip(stored, new, strict=True):
+        if {**old, "limit": None} != {**task, "limit": None}:
+            return {}
+        if task.get("limit", 0) > old.get("limit", 0):
+            raised[str(task.get("name") or task.get("dataset"))] = [old["limit"], task["limit"]]
+        elif task.get("limit") != old.get("limit"):
+            return {}
+    return raised
+
+
 def check_compatible(folder: Path, config: RunConfig) -> dict[str, Any] | None:
     """The folder's stored run info, after checking it was made by the same resolved config.
 
     A config that adds patterns and keeps the stored ones unchanged is the same run grown: the info then
-    names them under ``added_patterns`` (`_record_invocation` stores the new config).
+    names them under ``added_patterns`` (`_record_invocation` stores the new config). So is one that raises
+    tasks' limits and changes nothing else (``raised_limits``; `check_items_kept` then checks that the items
+    already answered are still among the items built).
 
     Raises:
         UserError: the folder holds a run of a different config (the message lists what differs).
@@ -184,6 +202,10 @@ def check_compatible(folder: Path, config: RunConfig) -> dict[str, Any] | None:
     if added:  # patterns added to the config answer the same items; the stored ones are unchanged
         stored["patterns"] = new["patterns"]
         info["added_patterns"] = added
+    raised = raised_limits(stored.get("tasks") or [], new.get("tasks") or [])
+    if raised:  # more examples of the same tasks: the answered items must still be built (check_items_kept)
+        stored["tasks"] = new["tasks"]
+        info["raised_limits"] = raised
     if stored != new:
         diffs = _differences(stored, new)
         shown = ", ".join(diffs[:6]) + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "")
@@ -496,6 +518,26 @@ def _build_tasks(config: RunConfig, build: BuildItems, tokenizer: Tokenizer, lim
     return tasks
 
 
+def check_items_kept(records: Sequence[Mapping[str, Any]], built: Sequence[tuple[str, list[Item]]],
+                     raised: Mapping[str, Sequence[int]]) -> None:
+    """After a task's limit was raised: every answered item of that task must be among its items as built now.
+
+    Raises:
+        UserError: the task's first items changed with its limit (a dataset that spreads its picks, such as
+            SQuAD, picks others).
+    """
+    ids = {task: {item.id for item in items} for task, items in built}
+    for task, (old, new) in raised.items():
+        if task not in ids:
+            continue
+        lost = sorted({r["item_id"] for r in records if r.get("task") == task} - ids[task])
+        if lost:
+            raise UserError(
+                f"raising task {task!r}'s limit from {old} to {new} changes the items it already answered "
+                f"({len(lost)} of them, e.g. {lost[0]!r}, are no longer built: its dataset spreads its picks); "
+                f"keep the limit at {old}, or give the config another name (or --out DIR) for a new run")
+
+
 def _record_invocation(folder: Path, info: dict[str, Any] | None, config: RunConfig, limit: int | None,
                        patterns: Sequence[str] | None, models: dict[str, Any], say: Callable[[str], None],
                        tasks: Sequence[str] | None = None) -> None:
@@ -519,6 +561,13 @@ def _record_invocation(folder: Path, info: dict[str, Any] | None, config: RunCon
             judge = (info.get("config") or {}).get("judge")  # the stored verdicts are still that judge's
             info["config"] = {**config.resolved(), "judge": judge}
             invocation["added_patterns"] = added
+        raised = info.pop("raised_limits", None)
+        if raised:
+            say("limits raised: " + ", ".join(f"{task} {old} -> {new}" for task, (old, new) in raised.items())
+                + " (the items answered so far are kept)")
+            judge = (info.get("config") or {}).get("judge")
+            info["config"] = {**config.resolved(), "judge": judge}
+            invocation["raised_limits"] = raised
         info.setdefault("invocations", []).append(invocation)
     atomic_write_json(folder / RUN_INFO, info)
 
@@ -626,6 +675,10 @@ def run_benchmark(
         score = score_item or _default_score()
         built_tasks = _build_tasks(config, build_items or _default_build(), generator.tokenizer, limit, say,
                                    only=tasks)
+        if info and info.get("raised_limits"):  # every raised task, whole, whichever this invocation runs
+            raised = info["raised_limits"]
+            check_items_kept(records, _build_tasks(config, build_items or _default_build(), generator.tokenizer,
+                                                   None, say, only=list(raised)), raised)
 
         _record_invocation(folder, info, config, limit, patterns,
                            model_ids(config, generator, cached[0] if cached else None, judge), say, tasks)
