@@ -431,20 +431,3 @@ def test_the_extract_margin_style_asks_for_items_too() -> None:
     assert "short list" in extract and "NONE" in extract
     # the fused judge keeps its own intro (its margins open with YES or NO)
     assert WiM(gen, judge="fused", margin_style="extract").framing().head == WiM(gen, judge="fused").framing().head
-
-
-def test_list_notes_are_tallied_most_named_first() -> None:
-    """Partial aggregates summed: each item of the list notes with the number of notes naming it (case aside),
-    ties in order of first mention; a sentence note is not a list; nothing when fewer than two lists."""
-    from marginalia.patterns.wim import fit_notes, tally_notes
-
-    count = WordTokenizer().count
-    notes = ["apple, river, stone, cloud", "The river rose in May.", "river, cloud, Apple, lamp", "lamp, river, desk"]
-    line = tally_notes(notes)
-    assert line.endswith(": river (3), apple (2), cloud (2), lamp (2)") and "3 list notes" in line
-    assert tally_notes(["apple, river, stone", "The river rose in May."]) == ""
-    assert tally_notes(["apple, river, stone", "desk, lamp, cup"]) == ""
-    assert fit_notes(notes, 1000, count, tally=True) == "\n".join([f"- {n}" for n in notes] + [line])
-    assert fit_notes(notes, 1000, count) == "\n".join(f"- {n}" for n in notes)
-    short = fit_notes(notes, count(line) - 2, count, tally=True)  # the tally alone is too long: cut at a comma
-    assert short == line.rsplit(", ", 1)[0], short

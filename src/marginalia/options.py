@@ -99,11 +99,6 @@ class WimOptions(PatternOptions):
                     "intro before the document, or in each margin's own prompt, with the document introduced as "
                     "long context introduces it (so an lc answer from the same reading is long context's exact "
                     "prompt)")
-    tally_lists: bool = Field(
-        default=False,
-        description="wim: when two or more kept margins are lists (words, names, figures: partial aggregates of "
-                    "their parts), add to the notes the items they name, each with how many notes name it, most "
-                    "named first (the answer then combines counts it need not make itself)")
     batch_margins: bool = Field(
         default=False,
         description="wim: write a stored reading's margins side by side (on llama.cpp about twice as fast; "

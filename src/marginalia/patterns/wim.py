@@ -20,7 +20,7 @@ import itertools
 import logging
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -57,7 +57,6 @@ from .base import (
     relay_answer,
     resolve_options,
 )
-from .grounding import list_items
 from .judges import CombinedJudge, SeparateJudge, Verdict, is_empty_margin, make_judge
 
 log = logging.getLogger(__name__)
@@ -115,7 +114,6 @@ class WiM(Pattern):
         self.batch_margins = opts.batch_margins
         self.margin_style = opts.margin_style
         self.instructions = opts.instructions
-        self.tally_lists = opts.tally_lists
         self.judge = make_judge(opts.judge, generator, opts.grounding_threshold)
         self.margin_params = GenerationParams(
             max_new_tokens=opts.margin_tokens, stop=() if opts.judge == "fused" else ("\n\n",),
@@ -533,7 +531,7 @@ class WimReader:
                 self.store.put(self.key, self.full, gen)
         kept = [m for m in margins if m.relevant]
         room = gen.context_window - worker.length - answer_base - wim.answer_params.max_new_tokens
-        notes = fit_notes([m.text for m in kept], room, gen.tokenizer.count, tally=wim.tally_lists)
+        notes = fit_notes([m.text for m in kept], room, gen.tokenizer.count)
         t_answer = clock()
         generated = gen.usage.generated_tokens
         text, first_token = yield from relay_answer(worker.generate_from_cache(
@@ -589,44 +587,14 @@ class _ReaderPattern(Pattern):
         return self.reader._events(run, question)
 
 
-def tally_notes(texts: list[str]) -> str:
-    """The items named by more than one of the notes written as lists (`grounding.list_items`), each with the
-    number of notes naming it, most named first (ties in order of first mention), as one line; '' when fewer
-    than two notes are lists or no item is named twice. A list note is a partial aggregate of its part (the
-    words frequent there, the names it mentions): the tally is their sum."""
-    lists = [items for items in map(list_items, texts) if items]
-    if len(lists) < 2:
-        return ""
-    counts: Counter[str] = Counter()
-    spelled: dict[str, str] = {}
-    for items in lists:
-        for item in items:
-            key = " ".join(item.casefold().split())
-            spelled.setdefault(key, item)
-        counts.update(list(dict.fromkeys(" ".join(item.casefold().split()) for item in items)))
-    shared = [(key, n) for key, n in counts.most_common() if n >= 2]  # most_common keeps first-seen order in ties
-    if not shared:
-        return ""
-    named = ", ".join(f"{spelled[key]} ({n})" for key, n in shared)
-    return f"- Named in more than one of the {len(lists)} list notes (how many): {named}"
-
-
-def fit_notes(texts: list[str], room: int, count: Callable[[str], int], tally: bool = False) -> str:
-    """The notes as a bullet list, keeping the latest ones that fit ``room`` tokens; with ``tally``, the
-    `tally_notes` line of all of them last (it goes first into the room, cut at a comma if it alone is longer)."""
+def fit_notes(texts: list[str], room: int, count: Callable[[str], int]) -> str:
+    """The notes as a bullet list, keeping the latest ones that fit ``room`` tokens."""
     lines: list[str] = []
-    summary = tally_notes(texts) if tally else ""
-    while summary and count(summary) > room:
-        summary = summary.rsplit(", ", 1)[0] if ", " in summary.split(": ", 1)[-1] else ""
-    if summary:
-        room -= count(summary + "\n")
     for text in reversed(texts):
         candidate = [f"- {text}", *lines]
         if count("\n".join(candidate)) > room:
             break
         lines = candidate
-    if summary:
-        lines.append(summary)
     return "\n".join(lines) or "- (no notes)"
 
 
