@@ -737,8 +737,9 @@ def test_a_pattern_added_to_the_config_answers_the_same_items(tmp_path: Path) ->
 
 
 def test_a_raised_limit_grows_the_run_when_its_first_items_stay(tmp_path: Path) -> None:
-    """More examples of the same task answer only the new items; a dataset whose first items change with the
-    limit, or a lowered limit, is refused before anything is written."""
+    """More examples of the same task answer only the new items (a limit beyond the data is said to be); a
+    dataset whose first items change with the limit, or a lowered limit, is refused before anything is
+    written."""
     out = tmp_path / "run"
     one = CONFIG.replace("limit = 2", "limit = 1")
     run(write_config(tmp_path, one, "one.toml"), out)
@@ -751,6 +752,10 @@ def test_a_raised_limit_grows_the_run_when_its_first_items_stay(tmp_path: Path) 
     info = json.loads((out / "run.json").read_text())
     assert info["config"]["tasks"][0]["limit"] == 2 and info["invocations"][-1]["raised_limits"] == {"fake": [1, 2]}
     assert run(write_config(tmp_path), out).written == 0  # the grown config resumes
+    logged.clear()
+    beyond = run(write_config(tmp_path, CONFIG.replace("limit = 2", "limit = 5"), "five.toml"), out,
+                 log=logged.append)
+    assert beyond.written == 0 and any("limit 5, but its data gives 2 examples" in m for m in logged)
 
     with pytest.raises(UserError, match="holds results of a different config"):
         run(write_config(tmp_path, one, "one.toml"), out)  # lowered

@@ -514,6 +514,10 @@ def _build_tasks(config: RunConfig, build: BuildItems, tokenizer: Tokenizer, lim
                                   "item ids must be unique within a task")
         if not items:
             say(f"task {spec.name!r} built no items")
+        examples = len({item.example_id for item in items})
+        if 0 < examples < spec.limit:
+            say(f"task {spec.name!r}: limit {spec.limit}, but its data gives {examples} examples; all of them "
+                "are used")
         tasks.append((spec.name, items))
     return tasks
 
