@@ -118,7 +118,9 @@ def from_run(args: argparse.Namespace) -> None:
             f.write(json.dumps({"task": task, "id": item.id, "question": item.question,
                                 "answers": list(item.answers), "context": item.context,
                                 "gold_spans": [list(span) for span in item.gold_spans],
-                                "margins": margins, "answer": r.get("prediction")}) + "\n")
+                                "margins": margins, "answer": r.get("prediction"),
+                                "written": f"by {Path(config.model).name} in the bench run {args.run!r}, "
+                                           f"at {item.target_tokens} tokens"}) + "\n")
             written += 1
     print(f"{written} items, {sum(len(r['margins']) for r in results)} margins -> {args.out}")
 
@@ -210,15 +212,17 @@ def evaluate(args: argparse.Namespace) -> None:
             lines.append(f"| {label} | {task} | {kept} | {precision} | {recall} | {by_question} | {gold} |")
     n = {t: sum(r["task"] == t for r in rows) for t in tasks}
     margins = sum(len(r["margins"]) for r in rows)
+    written = "; ".join(sorted({row["written"] for row in rows if row.get("written")}))
     sources = " and ".join(f"{count} {NAMES.get(t, t)}" for t, count in n.items())
     body = "\n".join([
-        "## Relevance checks on written margins (`benchmarks/relevance_check.py`)",
+        "## Relevance checks on written margins (`benchmarks/relevance_check.py`)"
+        + ("" if args.section == "relevance_check" else f": {args.section}"),
         "",
         f"Command: `{command_line()}` · commit {git_commit()}",
         "",
-        f"Margins written by WiM ({margins}, from {sources} development "
-        "items, the gold passage among distractors; questions answered yes or no, or naming their own answer "
-        "(comparisons), left out) are judged again, "
+        f"Margins written by WiM ({margins}, from {sources} development items, the gold passage among "
+        "distractors" + (f", written {written}" if written else "") + "; questions answered yes or no, or "
+        "naming their own answer (comparisons), left out) are judged again, "
         "offline, by each check. Precision: of the kept "
         "margins, the share holding a gold answer (SQuAD-normalised); recall: of the margins holding one, the "
         "share kept; the next column counts questions where an answer-bearing margin was written and one was "
@@ -229,7 +233,7 @@ def evaluate(args: argparse.Namespace) -> None:
         *lines,
     ])
     if args.write:
-        write_section("relevance_check", body)
+        write_section(args.section, body)
     print(body)
 
 
@@ -339,6 +343,8 @@ def main() -> None:
     e.add_argument("--margins", required=True)
     e.add_argument("--baseline", help="also judge with the grounded judge of this git commit")
     e.add_argument("--write", action="store_true", help="write the table to BENCHMARKS.md")
+    e.add_argument("--section", default="relevance_check",
+                   help="the BENCHMARKS.md section to write (another keeps the margins of another source apart)")
     k = sub.add_parser("controlled", help="keep rates of margins made from the data, no model")
     k.add_argument("--limit", type=int, default=200, help="SQuAD questions")
     k.add_argument("--baseline", help="also judge with the grounded judge of this git commit")

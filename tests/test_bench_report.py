@@ -295,8 +295,8 @@ def test_paired_and_margin_counts() -> None:
                 {"contains": contains}, "answers": list(answers), "margins": margins or [], "kind": pattern,
                 "question": question}
 
-    def m(text: str, kept: bool, reason: str = "") -> dict[str, Any]:
-        return {"text": text, "kept": kept, "reason": reason}
+    def m(text: str, kept: bool, reason: str = "", read_to: int | None = None) -> dict[str, Any]:
+        return {"text": text, "kept": kept, "reason": reason, "read_to": read_to}
 
     records = [rec("a", "wim", 1.0, [m("It leaves from pier 47.", True),
                                      m("Pier 47.", False, "repeats an earlier note"), m("The bakery.", True)]),
@@ -306,6 +306,10 @@ def test_paired_and_margin_counts() -> None:
                rec("d", "wim", 1.0), rec("y", "wim", 1.0, [m("yes", True)], answers=("yes",)),
                rec("o", "wim", 1.0, [m("Ann Lee", False, "adds nothing"), m("Bo Ray is older.", True)],
                    answers=("Ann Lee",), question="Who is older, Ann Lee or Bo Ray?")]
+    memory = rec("g", "wim", 0.0, [m("Pier 47, I recall.", False, "none of its words read", read_to=90),
+                                    m("Pier 12.", True, read_to=90), m("Pier 47 it is.", False, "too little",
+                                                                       read_to=300)])
+    memory["gold_spans"] = [[120, 200]]
     d = paired(records, "wim", "lc", "contains")
     assert d is not None and d.items == 3 and d.first_higher == 2 and d.second_higher == 1
     assert d.mean == pytest.approx(1 / 3) and d.low <= d.mean <= d.high
@@ -313,5 +317,8 @@ def test_paired_and_margin_counts() -> None:
     assert paired(records, "wim", "lc", "contains", length=200) is None
     c = margin_counts(records, "wim")
     assert (c.answers, c.kept, c.hits, c.bearing, c.asked, c.found) == (2, 2, 1, 2, 2, 1)
+    # written before the gold passage was read, dropped: not counted against recall (one written after is)
+    g = margin_counts([*records, memory], "wim")
+    assert (g.answers, g.kept, g.hits, g.bearing, g.asked, g.found) == (3, 3, 1, 3, 3, 1)
     assert c.precision == 0.5 and c.recall == 0.5
     assert margin_counts(records, "lc").precision is None

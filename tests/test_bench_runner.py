@@ -235,7 +235,10 @@ def test_run_writes_one_line_per_pair_with_scores_and_run_info(tmp_path: Path) -
     wim = next(r for r in records if r["pattern"] == "wim")
     assert len(wim["margins"]) == wim["segments_total"] >= 1 and wim["margins_kept"] >= 1
     assert wim["margins_kept"] == sum(m["kept"] for m in wim["margins"])
-    assert set(wim["margins"][0]) == {"segment", "text", "kept", "reason", "score", "p_yes", "evidence"}
+    assert set(wim["margins"][0]) == {"segment", "text", "kept", "reason", "score", "p_yes", "evidence",
+                                      "read_to"}
+    ends = [m["read_to"] for m in wim["margins"]]  # where each margin's segment ends, in the context
+    assert ends == sorted(set(ends)) and ends[0] > 0
     # a kept margin says where the context supports it, inside the gold passage the item records
     (start, end), = wim["gold_spans"]
     assert all(start <= m["evidence"][0] < m["evidence"][1] <= end for m in wim["margins"] if m["kept"])

@@ -398,7 +398,9 @@ def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCoun
 
     A margin is answer-bearing when it contains a gold answer (SQuAD-normalised). Precision: of the kept
     margins, the share answer-bearing; recall: of the answer-bearing margins, the share kept, leaving out
-    those dropped only for repeating a kept note (nothing new was lost); and the questions where an
+    those dropped only for repeating a kept note (nothing new was lost) and those dropped that were written
+    before any gold passage was read (where results say what each margin's segment had read: the answer then
+    came from the model's own memory, which a grounded judge is right to drop); and the questions where an
     answer-bearing margin was written, and where one was kept. Questions answered yes or no, or naming their own
     answer, are left out (`bearing_is_telling`), as are results written before margins were kept (schema
     1: a count). Where results keep the gold passages' spans and each margin's evidence, also: of the kept
@@ -414,13 +416,16 @@ def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCoun
             continue
         c.answers += 1
         margins = [m for m in margins if m["kept"] or m.get("reason") != REPEAT_REASON]
+        spans = r.get("gold_spans")
+        if spans:  # a margin written before any gold passage was read has the answer from the model's memory
+            first_gold = min(start for start, _ in spans)
+            margins = [m for m in margins if m["kept"] or m.get("read_to") is None or m["read_to"] > first_gold]
         has = [holds_answer(m["text"], r["answers"]) for m in margins]
         c.kept += sum(m["kept"] for m in margins)
         c.hits += sum(m["kept"] and h for m, h in zip(margins, has, strict=True))
         c.bearing += sum(has)
         c.asked += any(has)
         c.found += any(m["kept"] and h for m, h in zip(margins, has, strict=True))
-        spans = r.get("gold_spans")
         if spans:
             for m in margins:
                 if m["kept"] and m.get("evidence"):
@@ -522,7 +527,8 @@ def task_sections(records: list[dict[str, Any]], patterns: Sequence[str], level:
         level, "Margins kept",
         "Of the kept margins, the share holding a gold answer (precision); of the margins holding one, the share "
         "kept (recall); questions where one was written, and kept; of the kept margins, the share drawn from a "
-        "gold passage (where results keep where each was found). Questions answered yes or no, or naming their "
+        "gold passage (where results keep where each was found). A dropped margin written before a gold passage "
+        "was read (its answer from the model's memory) is not counted. Questions answered yes or no, or naming their "
         "own answer (\"who is older, A or B?\"), are left out: a margin holding their gold answer tells nothing.",
         ["pattern", "n", "kept", "precision", "recall", "questions with a kept answer", "kept from a gold passage"],
         margin_rows(records, patterns))

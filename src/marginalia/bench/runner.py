@@ -415,7 +415,7 @@ def margin_fields(margin: Margin) -> dict[str, Any]:
     """One margin as results.jsonl keeps it: enough to read a wrong answer back, and to score the judge."""
     return {"segment": margin.segment_index, "text": margin.text, "kept": margin.relevant,
             "reason": margin.reason, "score": margin.score, "p_yes": margin.p_yes,
-            "evidence": list(margin.evidence) if margin.evidence else None}
+            "evidence": list(margin.evidence) if margin.evidence else None, "read_to": margin.read_to}
 
 
 def _item_fields(task: str, item: Item, pattern: PatternConfig) -> dict[str, Any]:

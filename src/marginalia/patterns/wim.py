@@ -453,7 +453,7 @@ class WimReader:
             if relevant and verdict.evidence is not None:
                 cited.add(verdict.evidence)
             margin = Margin(segment.index, verdict.text, relevant, judge.mode, verdict.score, reason,
-                            verdict.evidence, p_yes)
+                            verdict.evidence, p_yes, segment.end)
             margins.append(margin)
             yield MarginJudged(margin, clock())
             threshold = wim.stop_at_score
