@@ -80,8 +80,8 @@ def collect(args: argparse.Namespace) -> None:
 
 def from_run(args: argparse.Namespace) -> None:
     from marginalia import app
-    from marginalia.bench.config import RunConfig, pattern_record
-    from marginalia.bench.runner import read_results, runs_dir
+    from marginalia.bench.config import pattern_record
+    from marginalia.bench.runner import read_results, runs_dir, stored_config
     from marginalia.bench.tasks import build_items
     from marginalia.models import load_generator
     from marginalia.patterns.wim import WiM
@@ -89,8 +89,7 @@ def from_run(args: argparse.Namespace) -> None:
     folder = runs_dir() / args.run
     if not (folder / "run.json").is_file():
         sys.exit(f"no run {args.run!r} under {runs_dir()} (marginalia bench runs lists them)")
-    stored = json.loads((folder / "run.json").read_text())["config"]
-    config = RunConfig.model_validate({k: v for k, v in stored.items() if k != "schema"})
+    config = stored_config(json.loads((folder / "run.json").read_text())["config"])
     table = next((p for p in config.patterns if (p.name or p.kind) == args.pattern), None)
     if table is None or table.kind != "wim":
         sys.exit(f"run {args.run!r} has no wim pattern named {args.pattern!r}")

@@ -170,6 +170,15 @@ def raised_limits(stored: list[dict[str, Any]], new: list[dict[str, Any]]) -> di
     return raised
 
 
+def stored_config(stored: Mapping[str, Any]) -> RunConfig:
+    """The config a run stored in its run.json (``info["config"]``), validated again.
+
+    Raises:
+        ValidationError: it no longer validates (an option since renamed or removed).
+    """
+    return RunConfig.model_validate({k: v for k, v in stored.items() if k != "schema"})
+
+
 def check_compatible(folder: Path, config: RunConfig) -> dict[str, Any] | None:
     """The folder's stored run info, after checking it was made by the same resolved config.
 
@@ -190,8 +199,7 @@ def check_compatible(folder: Path, config: RunConfig) -> dict[str, Any] | None:
         raise UserError(f"{info_path} is damaged; delete the folder {folder} to start over") from None
     stored = dict(info.get("config") or {})
     try:  # options added since the run began take their defaults, which change nothing it did
-        stored = json.loads(json.dumps(RunConfig.model_validate(
-            {k: v for k, v in stored.items() if k != "schema"}).resolved()))
+        stored = json.loads(json.dumps(stored_config(stored).resolved()))
     except ValidationError:
         pass  # compared as stored: the differences are then listed
     new = json.loads(json.dumps(config.resolved()))
@@ -562,16 +570,15 @@ def _record_invocation(folder: Path, info: dict[str, Any] | None, config: RunCon
         added = info.pop("added_patterns", None)
         if added:
             say(f"patterns added to the run: {', '.join(added)} (they answer the same items)")
-            judge = (info.get("config") or {}).get("judge")  # the stored verdicts are still that judge's
-            info["config"] = {**config.resolved(), "judge": judge}
             invocation["added_patterns"] = added
         raised = info.pop("raised_limits", None)
         if raised:
-            say("limits raised: " + ", ".join(f"{task} {old} -> {new}" for task, (old, new) in raised.items())
+            say("limits raised: " + ", ".join(f"{task} {a} -> {b}" for task, (a, b) in raised.items())
                 + " (the items answered so far are kept)")
-            judge = (info.get("config") or {}).get("judge")
-            info["config"] = {**config.resolved(), "judge": judge}
             invocation["raised_limits"] = raised
+        if added or raised:  # the run grew: the grown config is stored
+            judge = (info.get("config") or {}).get("judge")  # the stored verdicts are still that judge's
+            info["config"] = {**config.resolved(), "judge": judge}
         info.setdefault("invocations", []).append(invocation)
     atomic_write_json(folder / RUN_INFO, info)
 
@@ -681,8 +688,12 @@ def run_benchmark(
                                    only=tasks)
         if info and info.get("raised_limits"):  # every raised task, whole, whichever this invocation runs
             raised = info["raised_limits"]
-            check_items_kept(records, _build_tasks(config, build_items or _default_build(), generator.tokenizer,
-                                                   None, say, only=list(raised)), raised)
+            whole = dict(built_tasks) if limit is None else {}  # built whole already: not built again
+            missing = [task for task in raised if task not in whole]
+            if missing:
+                whole.update(_build_tasks(config, build_items or _default_build(), generator.tokenizer, None, say,
+                                          only=missing))
+            check_items_kept(records, list(whole.items()), raised)
 
         _record_invocation(folder, info, config, limit, patterns,
                            model_ids(config, generator, cached[0] if cached else None, judge), say, tasks)

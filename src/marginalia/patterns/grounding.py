@@ -277,10 +277,10 @@ def find_evidence(question: str, margin: str, text: str | Reading, min_support: 
     reading = text if isinstance(text, Reading) else Reading(text)
     if not reading.spans:
         return None
-    asked = set(units(question))
-    said = set(units(margin))
-    new = said - asked
-    pairs = set() if new else new_pairs(question, margin)
+    question_units, margin_units = units(question), units(margin)
+    asked = set(question_units)
+    new = set(margin_units) - asked
+    pairs = set() if new else unit_pairs(margin_units) - unit_pairs(question_units)  # `new_pairs`
     if not new and not pairs:
         return None
     named = question_names(question)
