@@ -36,8 +36,9 @@ THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 def stop_at(record: dict[str, Any], threshold: float) -> int | None:
     """The index of the margin a reading would have stopped after at ``threshold``, or None."""
-    return next((i for i, m in enumerate(record["margins"])
-                 if m["kept"] and (m.get("score") or 0.0) >= threshold), None)
+    from marginalia.records import ends_reading
+    return next((i for i, m in enumerate(record["margins"]) if ends_reading(m["kept"], m.get("score"), threshold)),
+                None)
 
 
 def main() -> None:

@@ -118,6 +118,22 @@ def test_reading_stops_within_one_segment_of_a_margin_that_meets_the_score(make_
     full = WiM(ScriptedGenerator(reader), segment_tokens=100).answer(doc, QUESTION)
     assert full.stop_reason == "" and not full.stopped_early
     assert answer.stats.prefilled_context_tokens < full.stats.prefilled_context_tokens
+    # benchmarks/early_exit.py replays the full reading's stored margins: it stops at the same margin
+    replay = early_exit_script().stop_at(
+        {"margins": [{"kept": m.relevant, "score": m.score} for m in full.margins]}, 1.0)
+    assert replay is not None and full.margins[replay].segment_index == trigger.segment_index
+
+
+def early_exit_script() -> Any:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "early_exit.py"
+    spec = importlib.util.spec_from_file_location("early_exit", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_a_margin_below_the_score_does_not_stop_reading(make_haystack: Callable[..., str]) -> None:

@@ -105,6 +105,12 @@ class Margin:
     read_to: int | None = None  # char offset in the context where its segment ends: the text read when written
 
 
+def ends_reading(relevant: bool, score: float | None, threshold: float | None) -> bool:
+    """Whether a judged margin stops reading under the options' ``stop_at_score``: kept, and scored at
+    least ``threshold`` (no threshold: reading goes on to the end)."""
+    return threshold is not None and relevant and (score or 0.0) >= threshold
+
+
 @dataclass(frozen=True)
 class Reference:
     """Where in the source an answer draws from (character span into the context)."""

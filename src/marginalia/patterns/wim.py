@@ -45,6 +45,7 @@ from ..records import (
     SegmentRead,
     SegmentsDropped,
     Started,
+    ends_reading,
 )
 from .base import (
     Framing,
@@ -456,9 +457,7 @@ class WimReader:
                             verdict.evidence, p_yes, segment.end)
             margins.append(margin)
             yield MarginJudged(margin, clock())
-            threshold = wim.stop_at_score
-            if threshold is not None and margin.relevant and (margin.score or 0.0) >= threshold \
-                    and not run.stop_requested:
+            if ends_reading(margin.relevant, margin.score, wim.stop_at_score) and not run.stop_requested:
                 run.stop()
                 found = True
         margins: list[Margin] = []
