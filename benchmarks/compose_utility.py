@@ -24,7 +24,7 @@ retrieved chunks are the memory, so that dozens of requests per item stay afford
 completes the whole prefix with the memory the coordinator holds at its end. Reported: memory requests per
 1,000 typed tokens and GLEU against the labels, as a table and a plot.
 
-    python benchmarks/compose_utility.py [--wiki 30] [--enron 30] [--tuned-client SPEC] [--fresh-items 15]
+    python benchmarks/compose_utility.py [--wiki 32] [--enron 32] [--tuned-client SPEC] [--fresh-items 15]
 
 The texts are read at run time from ../shared/data (``--data``); nothing of them is kept in the repository.
 """
@@ -47,6 +47,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import ROOT, command_line, git_commit, machine, write_section  # noqa: E402
 from compose_latency import clean  # noqa: E402
+from compose_tuning import span  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 EVAL_MODEL = Path.home() / ".cache" / "marginalia-eval" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -86,17 +87,24 @@ def _cut(paragraph: str, rng: random.Random) -> str | None:
     return " ".join(ws[:k])
 
 
-def wikitext_items(articles: list[dict[str, Any]], files: list[Path], per_article: int, n: int,
+def wikitext_items(articles: list[dict[str, Any]], files: list[Path], chosen: range, n: int,
                    seed: int) -> list[Item]:
+    """``n`` prefixes from the articles ``chosen`` (indices), taken a paragraph per article in turn, as few per
+    article as ``n`` allows."""
     rng = random.Random(seed)
+    per_article = -(-n // max(1, len(chosen)))
+    picks: dict[int, tuple[list[str], list[int]]] = {}  # article -> its paragraphs, the ones cut (distinct)
+    for i in chosen:
+        paragraphs = clean(articles[i]["text"]).split("\n\n")
+        body = [j for j, p in enumerate(paragraphs) if not p.startswith("#") and len(p.split()) >= 60]
+        picks[i] = (paragraphs, sorted(rng.sample(body, min(per_article, len(body)))))
     items: list[Item] = []
     for round_ in range(per_article):
-        for i, article in enumerate(articles):
-            paragraphs = clean(article["text"]).split("\n\n")
-            body = [j for j, p in enumerate(paragraphs) if not p.startswith("#") and len(p.split()) >= 60]
-            if len(body) <= round_:
+        for i in chosen:
+            paragraphs, cut_at = picks[i]
+            if len(cut_at) <= round_:
                 continue
-            j = sorted(rng.sample(body, min(per_article, len(body))))[round_]
+            j = cut_at[round_]
             cut = _cut(paragraphs[j], rng)
             if cut is None:
                 continue
@@ -104,7 +112,7 @@ def wikitext_items(articles: list[dict[str, Any]], files: list[Path], per_articl
             if len(before) > PREFIX_CHARS:
                 at = before.find("\n\n", len(before) - PREFIX_CHARS)
                 before = before[at + 2:] if at >= 0 else before[-PREFIX_CHARS:]
-            prefix = f"# {article['title']}\n\n" + (before + "\n\n" if before else "") + cut
+            prefix = f"# {articles[i]['title']}\n\n" + (before + "\n\n" if before else "") + cut
             items.append(Item("wikitext", f"wiki{i}:p{j}", str(files[i]), prefix))
     return items[:n]
 
@@ -282,6 +290,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--wiki", type=int, default=16, help="WikiText items (in domain)")
+    ap.add_argument("--wiki-articles", default="0:8",
+                    help="the articles (a:b) WikiText items are cut from: by default the ones compose_tuning.py "
+                         "leaves out, so a tuned client never saw them")
     ap.add_argument("--enron", type=int, default=16, help="Enron e-mail items (out of domain)")
     ap.add_argument("--tokens", type=int, default=44, help="new tokens per label and per completion")
     ap.add_argument("--eval-model", type=Path, default=EVAL_MODEL, help="the GGUF that writes labels and memory")
@@ -322,7 +333,12 @@ def main() -> None:
             path.write_text(text, "utf-8")
         files.append(path.resolve())
     emails = [json.loads(line) for line in enron_path.read_text("utf-8").splitlines() if line.strip()]
-    items = wikitext_items(articles, files, 2, args.wiki, args.seed) + enron_items(emails, args.enron, args.seed)
+    chosen = span(args.wiki_articles, len(articles))
+    items = wikitext_items(articles, files, chosen, args.wiki, args.seed)
+    if len(items) < args.wiki:
+        sys.exit(f"--wiki {args.wiki}: articles {args.wiki_articles} give only {len(items)} prefixes; ask for fewer "
+                 "or widen --wiki-articles (an article compose_tuning.py cut would flatter the tuned client)")
+    items += enron_items(emails, args.enron, args.seed)
 
     from marginalia.models.loaders import embedded_gguf
 
@@ -494,7 +510,8 @@ def main() -> None:
         f"(eval model on {made} new items: {eval_seconds / 60:.1f} min; client rows {rows_s / 60:.1f} min; "
         f"freshness replay {fresh_s / 60:.1f} min)",
         "",
-        f"Items: {wiki_n} WikiText prefixes (in domain; up to 2 per article, each cut 40-70% into a paragraph of "
+        f"Items: {wiki_n} WikiText prefixes (in domain; from articles {args.wiki_articles}, which the tuning left "
+        "out, as few per article as the count allows, each cut 40-70% into a paragraph of "
         f"60+ words, after up to {PREFIX_CHARS} characters of the text before it) and {enron_n} Enron e-mail "
         f"prefixes (out of domain; cut the same way in the e-mail's body). Memory is retrieved ({args.hits} chunks, "
         f"hybrid search on the prefix's last {QUERY_WORDS} words) from a collection of the {len(files)} WikiText "
