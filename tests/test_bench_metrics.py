@@ -78,6 +78,12 @@ def test_contains_is_whole_words() -> None:
     assert contains_answer("It is Google\u2019s.", "Google") == 1.0
     assert contains_answer("They ate at McDonald's.", "McDonald's") == 1.0
     assert contains_answer("The googles are big.", "Google") == 0.0
+    # an accent the prediction leaves out (or adds) does not hide the answer (SQuAD 4k: "Ogedei Khan")
+    assert contains_answer("Ogedei Khan was assigned as his successor.", "Ögedei Khan") == 1.0
+    assert contains_answer("She ate at the Café Zoë.", "Cafe Zoe") == 1.0
+    assert contains_answer("Ogedei was there.", "Ögedei Khan") == 0.0
+    assert contains_answer("Tiếng Việt", "Tieng Viet") == 1.0
+    assert contains_answer("カラス", "ガラス") == 0.0  # a voiced kana is another sound, not an accent
 
 
 def test_unanswerable_needs_an_abstention() -> None:

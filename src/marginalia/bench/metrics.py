@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
@@ -89,13 +90,29 @@ def contains_answer(prediction: str, gold: str) -> float:
     """1.0 when the normalised gold appears in the normalised prediction as whole words, else 0.0.
 
     A possessive in the prediction does not hide the answer: "Google's report" contains "Google" (SQuAD's
-    normalisation alone makes it "googles report").
+    normalisation alone makes it "googles report"); nor do accents either side leaves out: "Ogedei Khan"
+    contains "Ögedei Khan".
     """
-    ref = normalize_answer(gold)
+    ref = normalize_answer(_unaccented(gold))
     if not ref:
         return 0.0
-    return float(any(f" {ref} " in f" {normalize_answer(text)} "
+    return float(any(f" {ref} " in f" {normalize_answer(_unaccented(text))} "
                      for text in (prediction, _POSSESSIVE.sub(r"\1", prediction))))
+
+
+def _unaccented(text: str) -> str:
+    """``text`` without the accents of alphabetic scripts (Latin, Greek, Cyrillic): "Ögedei" -> "Ogedei",
+    "café" -> "cafe". Marks on other scripts stay: Japanese "ガ" is another sound than "カ"."""
+    out: list[str] = []
+    for ch in unicodedata.normalize("NFD", text):
+        if unicodedata.combining(ch) and out and _accented_script(out[-1]):
+            continue
+        out.append(ch)
+    return unicodedata.normalize("NFC", "".join(out))
+
+
+def _accented_script(ch: str) -> bool:
+    return ch < "\u0530" or "\u1e00" <= ch < "\u2000"
 
 
 def holds_answer(text: str, answers: Sequence[str]) -> bool:
