@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from typing import Any
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def utility_script() -> Any:
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location("compose_utility", BENCHMARKS / "compose_utility.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules.setdefault("compose_utility", module)  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+from benchmark_scripts import load
 
 
 def article(i: int, paragraphs: int) -> dict[str, str]:
@@ -29,7 +13,7 @@ def article(i: int, paragraphs: int) -> dict[str, str]:
 
 
 def test_wikitext_items_are_distinct_cuts_of_the_chosen_articles_only() -> None:
-    cu = utility_script()
+    cu = load("compose_utility")
     articles = [article(i, 3) for i in range(4)] + [article(i, 9) for i in range(4, 10)]
     files = [Path(f"wiki-{i}.md") for i in range(len(articles))]
     items = cu.wikitext_items(articles, files, range(2, 5), 9, seed=0)

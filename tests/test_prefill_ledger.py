@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmark_scripts import load
 from marginalia.models.fake import ScriptedGenerator
 from marginalia.models.ledger import PrefillLedger, common_prefix
 from marginalia.patterns.long_context import LongContext
@@ -23,12 +22,7 @@ def reader(request: Any) -> str:
 
 
 def overhead_problems() -> Callable[[dict[str, Any], dict[str, Any]], list[str]]:
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "wim_overhead.py"
-    spec = importlib.util.spec_from_file_location("wim_overhead", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.problems  # type: ignore[no-any-return]
+    return load("wim_overhead").problems  # type: ignore[no-any-return]
 
 
 def row(answer: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from benchmark_scripts import load
 from marginalia.errors import ContextOverflow
 from marginalia.models.fake import Request, ScriptedGenerator
 from marginalia.patterns.wim import WiM
@@ -119,21 +120,10 @@ def test_reading_stops_within_one_segment_of_a_margin_that_meets_the_score(make_
     assert full.stop_reason == "" and not full.stopped_early
     assert answer.stats.prefilled_context_tokens < full.stats.prefilled_context_tokens
     # benchmarks/early_exit.py replays the full reading's stored margins: it stops at the same margin
-    replay = early_exit_script().stop_at(
+    replay = load("early_exit").stop_at(
         {"margins": [{"kept": m.relevant, "score": m.score} for m in full.margins]}, 1.0)
     assert replay is not None and full.margins[replay].segment_index == trigger.segment_index
 
-
-def early_exit_script() -> Any:
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "early_exit.py"
-    spec = importlib.util.spec_from_file_location("early_exit", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_margin_below_the_score_does_not_stop_reading(make_haystack: Callable[..., str]) -> None:
