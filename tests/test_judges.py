@@ -90,6 +90,19 @@ def test_grounded_rejects_a_wrong_number_in_a_copied_sentence() -> None:
         assert not verdict.relevant, margin
 
 
+def test_a_margin_is_kept_as_the_sentences_that_pass_on_their_own() -> None:
+    """Found in NIAH at 64k with SmolLM2: "The answer is: 1.  The harbour master ... logged exactly 4438131
+    crates ..." was dropped whole for its invented first sentence, though the second was copied."""
+    verdict = GroundedJudge().judge(QUESTION, f"The answer is: 12.\n {FACT}", SEGMENT, READ)
+    assert verdict.relevant and verdict.text == FACT
+    assert verdict.evidence == (READ.index(FACT), READ.index(FACT) + len(FACT))
+    assert "1 of its 2 sentences kept" in verdict.reason and "12" in verdict.reason
+    # no sentence passes on its own: still dropped, and said why as a whole
+    dropped = GroundedJudge().judge(QUESTION, "The ferry leaves at 9 pm. The bakery near the Carrow bridge was known "
+                                    "for its bright rye bread.", SEGMENT, READ)
+    assert not dropped.relevant and "sentences kept" not in dropped.reason
+
+
 def test_grounded_rejects_the_question_paired_with_a_name_from_elsewhere() -> None:
     """Found as a bug (SmolLM2 wrote this margin on a haystack): 'leaves' (question: 'leave')
     counted as a rare new word found in the fact's sentence, so support was 0.6."""

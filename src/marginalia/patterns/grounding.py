@@ -150,6 +150,15 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     return _SPLITTER.spans(text)
 
 
+_MARGIN_SPLITTER = SentenceSplitter()  # its own: a margin must not push the document out of `_SPLITTER`
+
+
+def margin_sentences(margin: str) -> list[str]:
+    """The sentences of a margin, its line breaks read as spaces (small models wrap lines mid-sentence)."""
+    flat = " ".join(margin.split())
+    return [flat[a:b] for a, b in _MARGIN_SPLITTER.spans(flat)]
+
+
 @dataclass(frozen=True)
 class Evidence:
     """The sentence of the text read that best supports a margin, and how well."""

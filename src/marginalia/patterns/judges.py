@@ -42,6 +42,7 @@ from .grounding import (
     is_number,
     items_found,
     list_items,
+    margin_sentences,
     new_pairs,
     units,
 )
@@ -131,6 +132,28 @@ class GroundedJudge(MarginJudge):
         """The grounding verdict, and the evidence it rests on (None when the text does not support the margin:
         nothing of it was read, too little in one sentence, or a number of its own).
 
+        A margin of several sentences that is not kept whole is judged sentence by sentence, and kept as the
+        sentences that pass on their own: small models open a copied sentence with one of their own ("The
+        answer is: 1. The harbour master ... logged exactly 4438131 crates ..."), which alone would sink it.
+        """
+        verdict, ev = self._ground(question, margin, read, segment)
+        if verdict.relevant or is_empty_margin(margin) or list_items(margin):
+            return verdict, ev
+        sentences = margin_sentences(margin)
+        if len(sentences) < 2:
+            return verdict, ev
+        passed = [(v, e) for v, e in (self._ground(question, s, read, segment) for s in sentences) if v.relevant]
+        if not passed:
+            return verdict, ev
+        best, best_ev = max(passed, key=lambda p: p[0].score or 0.0)
+        kept = " ".join(v.text for v, _ in passed)
+        return Verdict(True, kept, best.score, f"{best.reason}; {len(passed)} of its {len(sentences)} sentences "
+                       f"kept (whole: {verdict.reason})", best.evidence), best_ev
+
+    def _ground(self, question: str, margin: str, read: str,
+                segment: Segment | None = None) -> tuple[Verdict, Evidence | None]:
+        """`ground` for the margin as a whole.
+
         A margin written as a list of short items (words, names, figures: a partial aggregate, such as the
         words frequent in the part just read) is judged as a list: kept when at least `LIST_SHARE` of its
         items occur verbatim in ``segment`` (the part just read), cited as that part. The question's words
@@ -219,8 +242,8 @@ class CombinedJudge(GroundedJudge):
         blend = self.weight * p_yes + (1.0 - self.weight) * ev.topic
         said = f"the model's YES {p_yes:.0%}, topicality {ev.topic:.0%}"
         if blend < self.topic_threshold:
-            return Verdict(False, margin, ev.support * blend, f"grounded, but {said}")
-        return Verdict(True, margin, ev.support * blend, f"grounded; {said}", (ev.start, ev.end))
+            return Verdict(False, verdict.text, ev.support * blend, f"grounded, but {said}")
+        return Verdict(True, verdict.text, ev.support * blend, f"grounded; {said}", (ev.start, ev.end))
 
 
 class FusedJudge(MarginJudge):
