@@ -205,6 +205,7 @@ def test_answer_style_short_asks_for_the_answer_alone(doc: str, name: str) -> No
         make_pattern(name, gen, answer_style=style, **opts).answer(doc, yes_no)
         final = [r for r in gen.requests if not is_margin(r)][-1]
         assert ("reply Yes or No" in final.suffix) == (style == "short") and SHORT not in final.suffix
+        assert ("opens with Yes or No" in final.suffix) == (style == "sentence")
     with pytest.raises(UserError, match="answer_style"):
         make_pattern(name, ScriptedGenerator(answering), answer_style="terse")
 
@@ -212,7 +213,12 @@ def test_answer_style_short_asks_for_the_answer_alone(doc: str, name: str) -> No
 @pytest.mark.parametrize(("question", "yes_no"), [
     ("Were Scott Derrickson and Ed Wood of the same nationality?", True), ("is it open?", True),
     ('"Did she win?"', True), ("Who is older, Annie Morton or Terry Richardson?", False),
-    ("Which pier is it?", False), ("Island or mainland?", False), ("", False)])
+    ("Which pier is it?", False), ("Island or mainland?", False), ("", False),
+    # a phrase that sets the scene, then the yes/no clause (MultiHop-RAG)
+    ("After the report by The Age on October 22, 2023, did TechCrunch stay consistent?", True),
+    ("Between the report from 'The Verge' and the one from 'Wired', is there consistency?", True),
+    ("Considering the two articles, which network did she partner with?", False),
+    ("Who is older, is it Annie Morton?", False)])
 def test_yes_no_questions_are_told_by_their_first_word(question: str, yes_no: bool) -> None:
     from marginalia.patterns.base import is_yes_no_question
 

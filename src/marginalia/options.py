@@ -52,8 +52,9 @@ class PatternOptions(Options):
     max_new_tokens: int = Field(default=96, gt=0, description="the most tokens of the answer")
     answer_style: AnswerStyle = Field(
         default="sentence",
-        description="how the answer is asked for: one short sentence, or short: the answer alone (a name, a "
-                    "number, a date), and yes or no for a question that opens like one (\"Were they ...?\")")
+        description="how the answer is asked for: one short sentence (opening with yes or no for a question "
+                    "that asks for one: \"Were they ...?\"), or short: the answer alone (a name, a number, a "
+                    "date), and yes or no for such a question")
 
 
 class LcOptions(PatternOptions):

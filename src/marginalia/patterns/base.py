@@ -26,10 +26,18 @@ _YES_NO_OPENERS = frozenset(
     "is are was were am do does did can could will would shall should may might must has have had".split())
 
 
+_WH = frozenset("what which who whom whose when where why how".split())
+
+
 def is_yes_no_question(question: str) -> bool:
-    """Whether an English question asks for yes or no: it opens with an auxiliary verb."""
-    words = question.strip().split(maxsplit=1)
-    return bool(words) and words[0].lower().strip("\"'(") in _YES_NO_OPENERS
+    """Whether an English question asks for yes or no: it opens with an auxiliary verb, or, after a phrase that
+    sets the scene and is not a wh-word ("After the report of October 22, did TechCrunch ...?"), a clause
+    behind a comma does."""
+    clauses = [c.split(maxsplit=1) for c in question.strip().split(",")]
+    firsts = [words[0].lower().strip("\"'(") for words in clauses if words]
+    if not firsts or firsts[0] in _WH:
+        return False
+    return firsts[0] in _YES_NO_OPENERS or any(w in _YES_NO_OPENERS for w in firsts[1:])
 
 
 class Run:
@@ -107,10 +115,12 @@ class Pattern(ABC):
 
     def answer_template(self, question: str, name: str = "answer") -> str:
         """The prompt template that asks for the answer (``answer`` or ``answer_margins``) in this pattern's
-        ``answer_style``: short asks a yes/no question for yes or no, any other for the answer alone."""
+        ``answer_style``: a sentence (one that opens with yes or no for a yes/no question), or short: yes or no
+        for a yes/no question, the answer alone for any other."""
+        yes_no = is_yes_no_question(question)
         if self.options.answer_style == "sentence":
-            return name
-        return f"{name}_short_yesno" if is_yes_no_question(question) else f"{name}_short"
+            return f"{name}_yesno" if yes_no else name
+        return f"{name}_short_yesno" if yes_no else f"{name}_short"
 
     def run(self, context: str, question: str, source: str = "context") -> Run:
         """Start reading; iterate the returned `Run` for events."""
