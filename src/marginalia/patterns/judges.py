@@ -22,9 +22,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -136,13 +137,15 @@ class GroundedJudge(MarginJudge):
         sentences that pass on their own: small models open a copied sentence with one of their own ("The
         answer is: 1. The harbour master ... logged exactly 4438131 crates ..."), which alone would sink it.
         """
-        verdict, ev = self._ground(question, margin, read, segment)
+        make_reading = functools.cache(lambda: Reading(read))  # split into sentences once, only when needed
+        verdict, ev = self._ground(question, margin, read, segment, make_reading)
         if verdict.relevant or is_empty_margin(margin) or list_items(margin):
             return verdict, ev
         sentences = margin_sentences(margin)
         if len(sentences) < 2:
             return verdict, ev
-        passed = [(v, e) for v, e in (self._ground(question, s, read, segment) for s in sentences) if v.relevant]
+        passed = [(v, e) for v, e in (self._ground(question, s, read, segment, make_reading) for s in sentences)
+                  if v.relevant]
         if not passed:
             return verdict, ev
         best, best_ev = max(passed, key=lambda p: p[0].score or 0.0)
@@ -150,9 +153,9 @@ class GroundedJudge(MarginJudge):
         return Verdict(True, kept, best.score, f"{best.reason}; {len(passed)} of its {len(sentences)} sentences "
                        f"kept (whole: {verdict.reason})", best.evidence), best_ev
 
-    def _ground(self, question: str, margin: str, read: str,
-                segment: Segment | None = None) -> tuple[Verdict, Evidence | None]:
-        """`ground` for the margin as a whole.
+    def _ground(self, question: str, margin: str, read: str, segment: Segment | None,
+                make_reading: Callable[[], Reading]) -> tuple[Verdict, Evidence | None]:
+        """`ground` for the margin as a whole (``make_reading``: ``read`` as a `Reading`, made once).
 
         A margin written as a list of short items (words, names, figures: a partial aggregate, such as the
         words frequent in the part just read) is judged as a list: kept when at least `LIST_SHARE` of its
@@ -173,7 +176,7 @@ class GroundedJudge(MarginJudge):
                 whole = Evidence(segment.start, segment.end, share, 1.0, copied=share == 1.0)
                 return Verdict(True, margin, share, listed, (segment.start, segment.end)), whole
             return Verdict(False, margin, share, listed), None
-        reading = Reading(read)
+        reading = make_reading()
         ev = find_evidence(question, margin, reading, self.threshold)
         if ev is None:
             return Verdict(False, margin, 0.0, "none of the words it adds is in the text read"), None
