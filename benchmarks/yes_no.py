@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("run", help="a bench run's name (its folder under marginalia's bench runs)")
     ap.add_argument("--task", default="multihop", help="the run's task")
     ap.add_argument("--pattern", default="lc-own", help="the run's pattern to answer with again")
-    ap.add_argument("--limit", type=int, default=None, help="at most this many questions")
+    ap.add_argument("--limit", type=lambda v: max(1, int(v)), default=None, help="at most this many questions")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
     args = ap.parse_args()
 
@@ -53,7 +53,10 @@ def main() -> None:
         sys.exit(f"run {args.run!r} has no answered yes/no question of {args.task!r} by {args.pattern!r}")
     gen = load_generator(config.model, backend=config.backend, device=config.device)
     pattern = app.pattern(pattern_record(table), gen, None)
-    items = [it for it in build_items(task.spec(), gen.tokenizer) if it.id in stored][: args.limit]
+    items = [it for it in build_items(task.spec(), gen.tokenizer) if it.id in stored]
+    if not items:
+        sys.exit(f"the run's stored config no longer builds the items of its {args.task!r} answers")
+    items = items[: args.limit]
     t0 = time.perf_counter()
     rows = []
     for n, item in enumerate(items, 1):
@@ -63,14 +66,11 @@ def main() -> None:
         print(f"{n}/{len(items)} {item.answers[0]!r}: {new[:90]!r}", file=sys.stderr)
     seconds = time.perf_counter() - t0
 
-    def right(text: str, item: object) -> float:
-        return qa_scores(text, item.answers)["contains"]  # type: ignore[attr-defined]
-
-    before = [right(old, it) for it, old, _ in rows]
-    after = [right(new, it) for it, _, new in rows]
+    before = [qa_scores(old, it.answers)["contains"] for it, old, _ in rows]
+    after = [qa_scores(new, it.answers)["contains"] for it, _, new in rows]
     diffs = [a - b for a, b in zip(after, before, strict=True)]
     diff = sum(diffs) / max(1, len(diffs))
-    lo, hi = bootstrap(diffs) if diffs else (0.0, 0.0)
+    lo, hi = bootstrap(diffs)
     neither = [(says_neither_yes_nor_no(old, it.answers), says_neither_yes_nor_no(new, it.answers))
                for it, old, new in rows]
     k = len(rows)
