@@ -25,9 +25,11 @@ def main() -> None:
     ap.add_argument("run", help="a bench run's name (its folder under marginalia's bench runs)")
     ap.add_argument("--task", default="multihop", help="the run's task")
     ap.add_argument("--pattern", default="lc-own", help="the run's pattern to answer with again")
-    ap.add_argument("--limit", type=lambda v: max(1, int(v)), default=None, help="at most this many questions")
+    ap.add_argument("--limit", type=int, default=None, help="at most this many questions")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
     args = ap.parse_args()
+    if args.limit is not None and args.limit < 1:
+        ap.error("--limit must be at least 1")
 
     from marginalia import app
     from marginalia.bench.config import pattern_record
