@@ -283,6 +283,22 @@ def test_text_without_spaces_is_judged(question: str, margin: str, read: str) ->
     assert not invented.relevant
 
 
+def test_a_lone_letter_is_not_supported_by_an_abbreviation_or_a_contraction() -> None:
+    """NIAH 16k, needle 4: SmolLM2's later margin "... is the "M" in Fenamar." was kept because its one new
+    word, "m", was found in the sentence after the needle ("And the m.o. ... is the same"), and the answer
+    took that note over the needle's. Abbreviations are one unit; a contraction's "m" or "t" is no unit."""
+    read = ("You need two things: an idea and a partner. The combination of the old copper safe in Fenamar is "
+            "9302655. And the m.o. for finding both is the same. I'm sure it won't change.")
+    question = "What is the combination of the old copper safe in Fenamar?"
+    assert _judge(question, "The combination of the old copper safe in Fenamar is 9302655.", read).relevant
+    verdict = _judge(question, 'The combination of the old copper safe in Fenamar is the "M" in Fenamar.', read)
+    assert not verdict.relevant, verdict.reason
+    assert not _judge(question, 'The combination is the "T" in Fenamar.', read).relevant
+    assert units("And the m.o. for it, in the U.S.The end") == ["m.o", "u.s", "end"]
+    assert units("I'm sure we'll go; don't") == ["sur", "go", "don"]
+    assert _judge("Where was the vote?", "The vote was in the U.S.", "The vote was held in the U.S. last May.").relevant
+
+
 def test_units_of_unspaced_scripts_are_grapheme_pairs() -> None:
     assert units("新码头") == ["新码", "码头"]
     assert units("Pier 47, 3.5 m and 1,200 boats") == ["pier", "47", "3.5", "m", "1,200", "boat"]

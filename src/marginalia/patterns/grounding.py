@@ -21,8 +21,16 @@ from ..errors import MissingDependency
 
 #: scripts written without spaces between words
 _UNSPACED = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Tibetan}"
-#: a run of unspaced script, or a word (letters, digits, marks; "3.5" and "1,200" stay one number)
-_UNIT = regex.compile(rf"[{_UNSPACED}\p{{M}}]+|(?:(?![{_UNSPACED}])[\p{{L}}\p{{N}}\p{{M}}])+(?:[.,]\p{{N}}+)*")
+_SPACED_LETTER = rf"(?![{_UNSPACED}])\p{{L}}"
+#: a run of unspaced script; or an abbreviation of single letters and dots ("m.o.", "U.S."), one unit, so its
+#: letters match no lone letter elsewhere; or a word (letters, digits, marks; "3.5" and "1,200" stay one number)
+#: with an English contraction's ending ("I'm", "don't", "we'll") read and dropped, so no "m" or "t" is left
+_UNIT = regex.compile(
+    rf"(?P<piece>[{_UNSPACED}\p{{M}}]+"
+    rf"|{_SPACED_LETTER}(?:\.{_SPACED_LETTER})+(?![\p{{L}}\p{{N}}])"
+    rf"|(?:(?![{_UNSPACED}])[\p{{L}}\p{{N}}\p{{M}}])+(?:[.,]\p{{N}}+)*)"
+    r"(?:['’](?:s|m|t|d|ll|re|ve)(?![\p{L}\p{N}]))?"
+)
 _UNSPACED_RUN = regex.compile(rf"[{_UNSPACED}]")
 _GRAPHEME = regex.compile(r"\X")
 _WORD = regex.compile(r"[\p{L}\p{N}\p{M}]+")
@@ -53,7 +61,7 @@ def units(text: str) -> list[str]:
     """The word units of ``text`` (see the module doc): what margins, sentences and questions are compared by."""
     out: list[str] = []
     for match in _UNIT.finditer(text.casefold()):
-        piece = match.group()
+        piece = match.group("piece")
         if _UNSPACED_RUN.match(piece):
             graphemes = _GRAPHEME.findall(piece)
             out.extend(graphemes if len(graphemes) == 1 else
