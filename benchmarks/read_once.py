@@ -1,4 +1,4 @@
-"""Read once, ask many: a second question over the bundled report, on llama.cpp in process.
+"""Read once, ask many: a second question over the bundled report, on llama.cpp (or transformers) in process.
 
 A reader reads the report for a first question, then answers a second one from its kept cache: document
 tokens prefilled and wall time against the first question's (goals: at most 0.05x the document and 0.25x
@@ -7,7 +7,7 @@ cache (the default: the same margins as a fresh reading) and, with ``batch_margi
 side by side; goal: the batched margin phase at most 0.5x the sequential one, and how many margins came
 out the same. Then a fresh process answers the second question from the reading stored on disk, batched.
 
-    python benchmarks/read_once.py [--segment-tokens 512] [--questions 0 1] [--rounds 3]
+    python benchmarks/read_once.py [--segment-tokens 512] [--questions 0 1] [--rounds 3] [--backend transformers]
 """
 
 from __future__ import annotations
@@ -26,7 +26,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _common import command_line, git_commit, machine, write_section  # noqa: E402
 
 
-def load(branches: int) -> Any:
+def load(branches: int, backend: str = "llamacpp") -> Any:
+    """SmolLM2 on ``backend``; on llama.cpp, a context that decodes ``branches`` side by side (transformers
+    always can)."""
+    if backend == "transformers":
+        from marginalia.models import load_generator
+
+        return load_generator("smollm2", backend="transformers")
     from marginalia.models.llamacpp_backend import LlamaCppGenerator
     from marginalia.models.loaders import embedded_gguf
 
@@ -47,14 +53,14 @@ def timed(reader: Any, question: str) -> dict[str, Any]:
     return measure(answer, time.perf_counter() - t0)
 
 
-def child(store_dir: str, segment_tokens: int, question: str) -> None:
+def child(store_dir: str, segment_tokens: int, question: str, backend: str) -> None:
     """A fresh process: load the model, answer from the stored reading."""
     from marginalia.app import demo
     from marginalia.models.snapshots import SnapshotStore
     from marginalia.patterns.wim import WiM
 
     text, _ = demo()
-    gen = load(16)
+    gen = load(16, backend)
     reader = WiM(gen, segment_tokens=segment_tokens, batch_margins=True).reader(text, store=SnapshotStore(store_dir))
     print(json.dumps(timed(reader, question)))
 
@@ -64,10 +70,14 @@ def main() -> None:
     ap.add_argument("--segment-tokens", type=int, default=512)
     ap.add_argument("--questions", type=int, nargs=2, default=(0, 1), help="indices of the demo questions")
     ap.add_argument("--rounds", type=int, default=3, help="second questions timed, each way")
-    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--backend", choices=("llamacpp", "transformers"), default="llamacpp",
+                    help="in-process backend (transformers: SmolLM2 de-quantized to fp32)")
+    ap.add_argument("--section", default=None, help="BENCHMARKS.md section (default: read_once, or "
+                    "read_once_<backend> for another backend)")
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]), args.child[2])
+        child(args.child[0], int(args.child[1]), args.child[2], args.child[3])
         return
 
     from marginalia.app import demo
@@ -78,7 +88,7 @@ def main() -> None:
     q1, q2 = (questions[i]["question"] for i in args.questions)
     t_start = time.perf_counter()
     store_dir = tempfile.mkdtemp(prefix="read-once-")
-    batched_gen, sequential_gen = load(16), load(0)
+    batched_gen, sequential_gen = load(16, args.backend), load(0, args.backend)
     batched = WiM(batched_gen, segment_tokens=args.segment_tokens, batch_margins=True).reader(
         text, store=SnapshotStore(store_dir))
     sequential = WiM(sequential_gen, segment_tokens=args.segment_tokens).reader(text)
@@ -92,7 +102,8 @@ def main() -> None:
             r = runs[name][-1]
             print(f"  second, {name}: {r['wall_s']:.1f} s, margins {r['margin_s']:.1f} s, "
                   f"{r['prefilled_context']} context tokens prefilled", flush=True)
-    out = subprocess.run([sys.executable, __file__, "--child", store_dir, str(args.segment_tokens), q2],
+    out = subprocess.run([sys.executable, __file__, "--child", store_dir, str(args.segment_tokens), q2,
+                          args.backend],
                          capture_output=True, text=True, check=True)
     fresh = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"  second, fresh process from the stored reading: {fresh['wall_s']:.1f} s, "
@@ -101,6 +112,7 @@ def main() -> None:
     def med(name: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[name])
 
+    runtime = {"llamacpp": "llama.cpp", "transformers": "transformers (fp32)"}[args.backend]
     doc = first["context_tokens"]
     b, s = runs["batched"][0], runs["sequential"][0]
     same = sum(x == y for x, y in zip(b["margins"], s["margins"], strict=True))
@@ -124,9 +136,10 @@ def main() -> None:
         ("second question, fresh process, stored reading, batch_margins", fresh),
     ]
     body = "\n".join([
-        "## Read once, ask many (`benchmarks/read_once.py`)",
+        "## Read once, ask many (`benchmarks/read_once.py`)" + ("" if args.backend == "llamacpp" else
+                                                                  f": {args.backend}"),
         "",
-        f"Command: `{command_line()}` · commit {git_commit()} · SmolLM2-135M on llama.cpp in process · "
+        f"Command: `{command_line()}` · commit {git_commit()} · SmolLM2-135M on {runtime} in process · "
         f"{args.segment_tokens}-token segments · machine: {machine()} · total "
         f"{(time.perf_counter() - t_start) / 60:.1f} min",
         "",
@@ -146,9 +159,10 @@ def main() -> None:
         f"{verdict(default_ratio <= 0.25)}); with batch_margins {wall_ratio:.2f}x ({verdict(wall_ratio <= 0.25)}); "
         f"from a fresh process, batch_margins, {fresh_ratio:.2f}x ({verdict(fresh_ratio <= 0.25)}).",
         f"- Margin phase, batched against one after another: {margin_ratio:.2f}x (goal at most 0.5x: "
-        f"{verdict(margin_ratio <= 0.5)}). Margins the same, word for word: {same}/{len(b['margins'])} "
-        "(batched branches round differently from single requests, so a greedy margin may change where two "
-        "tokens were nearly tied: why batching is an option, not the default).",
+        f"{verdict(margin_ratio <= 0.5)}). Margins the same, word for word: {same}/{len(b['margins'])}"
+        + ("." if same == len(b["margins"]) else
+           " (batched branches round differently from single requests, so a greedy margin may change where "
+           "two tokens were nearly tied: why batching is an option, not the default)."),
         f"- Per margin token (the margin prompts' prefill included): batched {per_token('batched'):.1f} ms, "
         f"one after another {per_token('sequential'):.1f} ms. Side by side, every branch attends over the whole "
         "reading (an early segment's margin too, its later cells masked), where one after another a margin "
@@ -156,7 +170,8 @@ def main() -> None:
         "with more tokens in it.",
         f"- Answers: batched {b['answer']!r}; one after another {s['answer']!r}.",
     ])
-    write_section("read_once", body)
+    write_section(args.section or ("read_once" if args.backend == "llamacpp" else f"read_once_{args.backend}"),
+                  body)
     print(body)
 
 

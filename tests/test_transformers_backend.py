@@ -317,3 +317,41 @@ def test_choice_probabilities_are_the_models_next_token_softmax(tiny: Any) -> No
     expected = torch.softmax(logits[first].float(), dim=-1).tolist()
     assert [probs["YES"], probs["NO"]] == pytest.approx(expected, abs=1e-4)
     assert sum(probs.values()) == pytest.approx(1.0)
+
+
+# -- branches decoded side by side (WiM's batched margins over a kept reading) -----------------------------
+
+@pytest.mark.parametrize("chunk", [5, 512])
+def test_branches_give_each_prefix_its_own_continuation(make_tiny: Callable[..., Any], chunk: int) -> None:
+    """Each branch sees only its prefix and its own tokens: its continuation is what that prefix alone
+    gives, the cache is as it was, and the first branch's text does not change with the others beside it
+    (``chunk``: the branches' prompts also split across forward passes)."""
+    gen = make_tiny(prefill_chunk=chunk)
+    ids = ids_of(gen, A_TEXT)
+    gen.prefill(ids)
+    suffix = ids_of(gen, B_TEXT)
+    ends = [5, len(ids) // 2, len(ids)]
+    params = GenerationParams(max_new_tokens=8)
+    alone = []
+    for end in ends:
+        solo = make_tiny()
+        solo.prefill(ids[:end])
+        alone.append("".join(solo.generate_from_cache(suffix, params)))
+    got = gen.branches(ends, suffix, params)
+    assert [text for text, _ in got] == alone
+    assert all(n == 8 for _, n in got)
+    assert gen.length == len(ids) and gen._cache.get_seq_length() == len(ids)
+    assert gen.branches(ends[:1], suffix, params)[0][0] == alone[0]
+    after = "".join(gen.generate_from_cache(suffix, params))
+    assert after == alone[-1]  # the cache still ends where it did
+
+
+def test_branches_are_checked(make_tiny: Callable[..., Any]) -> None:
+    gen = make_tiny()
+    gen.prefill(ids_of(gen, A_TEXT))
+    suffix = ids_of(gen, B_TEXT)
+    with pytest.raises(BackendError, match="within the cache"):
+        gen.branches([gen.length + 1], suffix, GREEDY)
+    with pytest.raises(BackendError, match="at most"):
+        gen.branches([1] * (gen.max_branches + 1), suffix, GREEDY)
+    assert gen.branches([], suffix, GREEDY) == []

@@ -185,6 +185,26 @@ def test_tiny_llama_stored_state_round_trips(make_tiny: Callable[..., Any], tmp_
     assert [m.text for m in second.margins] == [m.text for m in expected.margins] and second.text == expected.text
 
 
+def test_transformers_batched_margins_equal_one_after_another(make_tiny: Callable[..., Any]) -> None:
+    """transformers decodes a kept reading's margins side by side (one forward pass a step, masked per
+    segment): on the tiny model, the margins and answer written one after another, no document token again."""
+    doc = " ".join(["The harbour opens at dawn and closes at dusk.", "Fact 17: the value is 1717.",
+                    "Ships, carts and bicycles crowd the bridge every morning."])
+    opts = {"segment_tokens": 24, "margin_tokens": 6, "max_new_tokens": 6, "judge": "grounded"}
+    batched = WiM(make_tiny(), batch_margins=True, **opts).reader(doc)
+    sequential = WiM(make_tiny(), **opts).reader(doc)
+    for reader in (batched, sequential):
+        reader.answer(Q1)
+    calls = []
+    gen = batched.worker
+    original = gen.branches
+    gen.branches = lambda *a, **k: calls.append(len(a[0])) or original(*a, **k)  # type: ignore[method-assign]
+    a, b = batched.answer(Q2), sequential.answer(Q2)
+    assert calls and sum(calls) == len(a.margins) == a.segments_total >= 3
+    assert a.stats.prefilled_context_tokens == 0
+    assert [m.text for m in a.margins] == [m.text for m in b.margins] and a.text == b.text
+
+
 def test_smollm2_llamacpp_oracle(smollm2_llamacpp: Any, make_haystack: Callable[..., str], tmp_path: Path) -> None:
     """In memory, and from a stored state in a new reader: the same greedy margins and answer."""
     doc = make_haystack(14, FACT, 0.5)

@@ -102,8 +102,9 @@ class WimOptions(PatternOptions):
                     "prompt)")
     batch_margins: bool = Field(
         default=False,
-        description="wim: write a stored reading's margins side by side (on llama.cpp about twice as fast; "
-                    "a greedy margin may then differ where two tokens were nearly tied)")
+        description="wim: write a kept reading's margins side by side, in-process (pays where a decode step "
+                    "costs less per token with more tokens in it: transformers more than llama.cpp on a CPU, see "
+                    "BENCHMARKS.md; a greedy margin may then differ where two tokens were nearly tied)")
     stop_at_score: float | None = Field(
         default=None, ge=0.0, le=1.0,
         description="wim: stop reading once a margin is judged relevant with at least this score (the "

@@ -368,6 +368,61 @@ class CachingGenerator(Generator):
         """
         raise BackendError(f"{self.name} does not decode branches side by side")
 
+    def check_branches(self, ends: Sequence[int], suffix_ids: Sequence[int], params: GenerationParams) -> None:
+        """Raise `BackendError` unless `branches` can decode these."""
+        if len(ends) > self.max_branches:
+            raise BackendError(f"{len(ends)} branches, but this context decodes at most {self.max_branches}")
+        if not suffix_ids or max(ends) > self.length or min(ends) < 1:
+            raise BackendError("each branch needs a non-empty suffix and an end within the cache")
+        self.check_fits(max(ends) + len(suffix_ids) + params.max_new_tokens, what="a branch")
+        self.check_first_choices(params)
+
+    def _decode_branches(self, ends: Sequence[int], suffix: Sequence[int], params: GenerationParams,
+                         finished: Callable[[str], bool] | None,
+                         decode: Callable[[list[tuple[int, int, int, bool]]], dict[int, Any]],
+                         pick: Callable[[Any, bool], int], per_batch: int) -> list[tuple[str, int]]:
+        """The loop of `branches` that backends share: every branch's suffix after its end (``per_batch``
+        tokens a call), then one token of every unfinished branch a step. ``decode`` takes
+        ``(branch, position, token, wants logits)`` items, one batch, and returns each branch's logits;
+        ``pick(logits, first)`` samples a token (``first``: the first generated, where `first_choices` apply)."""
+        t0 = time.perf_counter()
+        tokens: list[list[int]] = [[] for _ in ends]
+        scanners = [StopScanner(params.stop) for _ in ends]
+        items = [(j, end + i, token, i == len(suffix) - 1) for j, end in enumerate(ends)
+                 for i, token in enumerate(suffix)]
+        pending: dict[int, Any] = {}  # branch -> the logits its next token is sampled from
+        for at in range(0, len(items), per_batch):
+            pending.update(decode(items[at:at + per_batch]))
+        self.usage.prefilled_tokens += len(items)
+        self.usage.prefill_seconds += time.perf_counter() - t0
+        held = list(self.cached_ids)
+        for end in ends:
+            self.usage.evaluated(held[:end] + list(suffix), end, end + len(suffix))
+        t1 = time.perf_counter()
+        active = list(range(len(ends))) if params.max_new_tokens > 0 else []
+        first = True
+        while active:
+            chosen: list[tuple[int, int, int, bool]] = []  # (branch, position, token, True) to decode next
+            for j in active:
+                token = pick(pending[j], first)
+                if token in self.eos_ids:
+                    continue
+                tokens[j].append(token)
+                self.usage.generated_tokens += 1
+                scanner = scanners[j]
+                scanner.feed(self.tokenizer.decode(tokens[j]))
+                if scanner.stopped or len(tokens[j]) >= params.max_new_tokens \
+                        or (finished is not None and finished(scanner.text[:scanner.emitted])):
+                    continue
+                chosen.append((j, ends[j] + len(suffix) + len(tokens[j]) - 1, token, True))
+            first = False
+            active = [j for j, _, _, _ in chosen]
+            if chosen:
+                pending = decode(chosen)
+        self.usage.decode_seconds += time.perf_counter() - t1
+        self.usage.requests += len(ends)
+        return [(scanner.visible, len(toks)) for scanner, toks in zip(scanners, tokens, strict=True)]
+
     def check_rollback(self, length: int) -> None:
         """Raise `BackendError` unless the cache can be cut back to ``length`` tokens."""
         if not 0 <= length <= self.length:
@@ -499,6 +554,11 @@ class StopScanner:
         delta = full_text[self.emitted:end] if end > self.emitted else ""
         self.emitted = max(self.emitted, end)
         return delta
+
+    @property
+    def visible(self) -> str:
+        """The text before a stop string (all of it when none came)."""
+        return self.text[:self.emitted] if self.stopped else self.text
 
     def flush(self) -> str:
         if self.stopped:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, MissingDependency, UserError
-from .base import CacheSnapshot, CachingGenerator, GenerationParams, Message, StopScanner, Tokenizer
+from .base import CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer
 
 #: cached-key precisions: name -> ggml type id (llama_cpp.GGML_TYPE_F16, GGML_TYPE_Q8_0)
 KEY_CACHE_TYPES = {"f16": 1, "q8_0": 8}
@@ -353,12 +353,7 @@ class LlamaCppGenerator(CachingGenerator):
         ends, suffix = list(ends), list(suffix_ids)
         if not ends:
             return []
-        if len(ends) > self.max_branches:
-            raise BackendError(f"{len(ends)} branches, but this context decodes at most {self.max_branches}")
-        if not suffix or max(ends) > self.length or min(ends) < 1:
-            raise BackendError("each branch needs a non-empty suffix and an end within the cache")
-        self.check_fits(max(ends) + len(suffix) + params.max_new_tokens, what="a branch")
-        self.check_first_choices(params)
+        self.check_branches(ends, suffix, params)
         self._sync()
         llm = self._shared.llm
         ctx = llm._ctx.ctx
@@ -367,58 +362,27 @@ class LlamaCppGenerator(CachingGenerator):
         batch = llama_cpp.llama_batch_init(max(llm.n_batch, len(ends)), 0, 1)
         rng = np.random.default_rng(params.seed if params.seed is not None else 0)
         allowed = [ids[0] for c in params.first_choices if (ids := self.tokenizer.encode(c))]
-        t0 = time.perf_counter()
-        tokens: list[list[int]] = [[] for _ in ends]
-        scanners = [StopScanner(params.stop) for _ in ends]
-        pending: dict[int, np.ndarray] = {}  # branch -> the logits its next token is sampled from
+
+        def decode(items: list[tuple[int, int, int, bool]]) -> dict[int, np.ndarray]:
+            rows = self._decode_batch(batch, items)
+            return {j: self._row(ctx, row, n_vocab) for j, row in rows.items()}
+
+        def pick(logits: np.ndarray, first: bool) -> int:
+            if first and allowed:
+                masked = np.full_like(logits, -np.inf)
+                masked[allowed] = logits[allowed]
+                logits = masked
+            return _sample(logits, params, rng)
+
         try:
             for j, end in enumerate(ends):
                 llama_cpp.llama_memory_seq_rm(memory, j + 1, -1, -1)
                 llama_cpp.llama_memory_seq_cp(memory, 0, j + 1, 0, end)
-            # the prompts: every branch's suffix after its end, at most n_batch tokens a batch
-            items = [(j, end + i, token, i == len(suffix) - 1) for j, end in enumerate(ends)
-                     for i, token in enumerate(suffix)]
-            for at in range(0, len(items), llm.n_batch):
-                rows = self._decode_batch(batch, items[at:at + llm.n_batch])
-                pending.update({j: self._row(ctx, row, n_vocab) for j, row in rows.items()})
-            self.usage.prefilled_tokens += len(items)
-            self.usage.prefill_seconds += time.perf_counter() - t0
-            for end in ends:
-                self.usage.evaluated(self._ids[:end] + suffix, end, end + len(suffix))
-            t1 = time.perf_counter()
-            active = list(range(len(ends))) if params.max_new_tokens > 0 else []
-            first = True
-            while active:
-                chosen: list[tuple[int, int, int]] = []  # (branch, position, token) to decode next
-                for j in active:
-                    logits = pending[j]
-                    if first and allowed:
-                        masked = np.full_like(logits, -np.inf)
-                        masked[allowed] = logits[allowed]
-                        logits = masked
-                    token = _sample(logits, params, rng)
-                    if token in self.eos_ids:
-                        continue
-                    tokens[j].append(token)
-                    self.usage.generated_tokens += 1
-                    scanner = scanners[j]
-                    scanner.feed(self.tokenizer.decode(tokens[j]))
-                    if scanner.stopped or len(tokens[j]) >= params.max_new_tokens \
-                            or (finished is not None and finished(scanner.text[:scanner.emitted])):
-                        continue
-                    chosen.append((j, ends[j] + len(suffix) + len(tokens[j]) - 1, token))
-                first = False
-                active = [j for j, _, _ in chosen]
-                if chosen:
-                    rows = self._decode_batch(batch, [(j, pos, token, True) for j, pos, token in chosen])
-                    pending = {j: self._row(ctx, row, n_vocab) for j, row in rows.items()}
-            self.usage.decode_seconds += time.perf_counter() - t1
+            return self._decode_branches(ends, suffix, params, finished, decode, pick, llm.n_batch)
         finally:
             for j in range(len(ends)):
                 llama_cpp.llama_memory_seq_rm(memory, j + 1, -1, -1)
             llama_cpp.llama_batch_free(batch)
-            self.usage.requests += len(ends)
-        return [(_visible(scanner), len(toks)) for scanner, toks in zip(scanners, tokens, strict=True)]
 
     def score(self, ids: Sequence[int]) -> list[float]:
         """Log-probabilities of ``ids`` after the cache: the first from the cache's last logits, the rest from
@@ -522,11 +486,6 @@ class LlamaCppGenerator(CachingGenerator):
             self._sync()
             logits = self._eval([token])
             self._ids.append(token)
-
-
-def _visible(scanner: StopScanner) -> str:
-    """A finished branch's text: everything before a stop string (the whole text when none came)."""
-    return scanner.text[:scanner.emitted] if scanner.stopped else scanner.text
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
