@@ -361,17 +361,14 @@ class LlamaCppGenerator(CachingGenerator):
         n_vocab = llm.n_vocab()
         batch = llama_cpp.llama_batch_init(max(llm.n_batch, len(ends)), 0, 1)
         rng = np.random.default_rng(params.seed if params.seed is not None else 0)
-        allowed = [ids[0] for c in params.first_choices if (ids := self.tokenizer.encode(c))]
 
         def decode(items: list[tuple[int, int, int, bool]]) -> dict[int, np.ndarray]:
             rows = self._decode_batch(batch, items)
             return {j: self._row(ctx, row, n_vocab) for j, row in rows.items()}
 
         def pick(logits: np.ndarray, first: bool) -> int:
-            if first and allowed:
-                masked = np.full_like(logits, -np.inf)
-                masked[allowed] = logits[allowed]
-                logits = masked
+            if first and params.first_choices:
+                logits = self._restrict(logits, params.first_choices)
             return _sample(logits, params, rng)
 
         try:
@@ -472,14 +469,18 @@ class LlamaCppGenerator(CachingGenerator):
         logits = self._pending_logits()
         return [float(logits[i]) for i in token_ids]
 
+    def _restrict(self, logits: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:
+        """Mask all but the first token of each choice."""
+        allowed = [ids[0] for c in choices if (ids := self.tokenizer.encode(c))]
+        masked = np.full_like(logits, -np.inf)
+        masked[allowed] = logits[allowed]
+        return masked
+
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         rng = np.random.default_rng(params.seed if params.seed is not None else 0)
         logits = self._pending_logits()
         if params.first_choices:
-            allowed = [ids[0] for c in params.first_choices if (ids := self.tokenizer.encode(c))]
-            masked = np.full_like(logits, -np.inf)
-            masked[allowed] = logits[allowed]
-            logits = masked
+            logits = self._restrict(logits, params.first_choices)
         while True:
             token = _sample(logits, params, rng)
             yield token

@@ -304,10 +304,7 @@ class TransformersGenerator(CachingGenerator):
         # every cache entry: the branch it belongs to (-1: the shared tokens) and its position
         owner = torch.full((base,), -1, dtype=torch.long, device=self.device)
         position = torch.arange(base, device=self.device)
-        rng = None
-        if params.temperature > 0:
-            rng = torch.Generator(device="cpu")
-            rng.manual_seed(params.seed if params.seed is not None else 0)
+        rng = self._rng(params)
 
         def decode(items: list[tuple[int, int, int, bool]]) -> dict[int, Any]:
             nonlocal owner, position
@@ -357,12 +354,16 @@ class TransformersGenerator(CachingGenerator):
         masked[allowed] = logits[allowed]
         return masked
 
+    def _rng(self, params: GenerationParams) -> Any:
+        """The seeded generator sampling draws from (None for greedy decoding)."""
+        if params.temperature <= 0:
+            return None
+        rng = self.torch.Generator(device="cpu")
+        rng.manual_seed(params.seed if params.seed is not None else 0)
+        return rng
+
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
-        torch = self.torch
-        rng = None
-        if params.temperature > 0:
-            rng = torch.Generator(device="cpu")
-            rng.manual_seed(params.seed if params.seed is not None else 0)
+        rng = self._rng(params)
         logits = self._pending_logits()
         if params.first_choices:
             logits = self._restrict(logits, params.first_choices)
