@@ -355,3 +355,17 @@ def test_branches_are_checked(make_tiny: Callable[..., Any]) -> None:
     with pytest.raises(BackendError, match="at most"):
         gen.branches([1] * (gen.max_branches + 1), suffix, GREEDY)
     assert gen.branches([], suffix, GREEDY) == []
+
+
+def test_branches_need_an_attention_path_that_takes_the_mask(make_tiny: Callable[..., Any],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """An attention path that ignores the custom mask (a flash-attention kernel) offers one branch at a time
+    (WiM then writes a kept reading's margins one after another), and asking it for two is an error."""
+    gen = make_tiny()
+    assert gen.model.config._attn_implementation in gen.MASKED_ATTENTION and gen.max_branches > 1
+    # the tiny model's own path (sdpa or eager) taken as one that would ignore the mask
+    monkeypatch.setattr(gen, "MASKED_ATTENTION", ("flash_attention_2",))
+    assert gen.max_branches == 1
+    gen.prefill(ids_of(gen, A_TEXT))
+    with pytest.raises(BackendError, match="at most 1"):
+        gen.branches([3, 5], ids_of(gen, B_TEXT), GREEDY)

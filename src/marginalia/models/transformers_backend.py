@@ -280,8 +280,16 @@ class TransformersGenerator(CachingGenerator):
             self.usage.prefill_seconds += time.perf_counter() - t0
         return out
 
-    #: branches decoded side by side (`branches`); each step's attention mask grows with them and the cache
-    max_branches = 16
+    #: attention paths that honour the custom 4D additive mask `branches` passes (flash-attention kernels take
+    #: no such mask: a model loaded with one decodes its margins one after another)
+    MASKED_ATTENTION = ("eager", "sdpa")
+
+    @property
+    def max_branches(self) -> int:  # type: ignore[override]
+        """Branches decoded side by side (`branches`); each step's attention mask grows with them and the
+        cache. 1 when the model's attention path would ignore the mask."""
+        path = getattr(self.model.config, "_attn_implementation", None) or "eager"
+        return 16 if path in self.MASKED_ATTENTION else 1
 
     def branches(self, ends: Sequence[int], suffix_ids: Sequence[int], params: GenerationParams,
                  finished: Callable[[str], bool] | None = None) -> list[tuple[str, int]]:
