@@ -27,6 +27,15 @@ def machine() -> str:
             f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
 
 
+def load_note(before: float, after: float, noisy: str = "times are noisy") -> str:
+    """"load average B before, A after", saying the machine was shared when its load before the run passed half
+    its cores (the load after counts the benchmark's own work)."""
+    text = f"load average {before:.1f} before, {after:.1f} after"
+    if before > (os.cpu_count() or 1) / 2:
+        text += f" (the machine was shared with other work: {noisy})"
+    return text
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, command_line, git_commit, machine, write_section  # noqa: E402
+from _common import ROOT, command_line, git_commit, load_note, machine, write_section  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "wikitext-test-articles.part1.jsonl"
 _HEADING = re.compile(r"^\s*(=(?: =)*) (.+?) \1\s*$")
@@ -243,9 +243,8 @@ def main() -> None:
         f"Command: `{command_line()}` · commit {git_commit()} · client and memory model: SmolLM2-135M on "
         f"llama.cpp in process (the memory model is the same weights, loaded a third time: no larger model is "
         f"available offline here) · memory: {args.memory_mode}, threshold {args.threshold} token edits, "
-        f"{options.hits} chunks per request · embedder {args.embedder} · machine: {machine()} · load average "
-        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after (the machine was shared with another "
-        f"benchmark) · total {(time.perf_counter() - t_start) / 60:.1f} min",
+        f"{options.hits} chunks per request · embedder {args.embedder} · machine: {machine()} · "
+        f"{load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",
         "",
         f"Typed: the first {args.words} words of the lead of WikiText's {article['title']!r} "
         f"({len(typed)} keystrokes, {args.char_delay * 1000:.0f} ms apart, {args.word_pause * 1000:.0f} ms more "

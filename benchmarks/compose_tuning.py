@@ -22,11 +22,12 @@ import os
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, command_line, git_commit, machine, write_section  # noqa: E402
+from _common import ROOT, command_line, git_commit, load_note, machine, write_section  # noqa: E402
 from compose_latency import clean  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "wikitext-test-articles.part1.jsonl"
@@ -140,6 +141,7 @@ def main() -> None:
     losses = report.losses
     k = min(5, len(losses))
     memory_items = [len(e.memory) for e in examples]
+    per_article = Counter(e.source for e in examples)
     blank = sum(1 for e in examples if not e.label.strip())
 
     def fmt(x: float | None, digits: int = 3) -> str:
@@ -153,12 +155,12 @@ def main() -> None:
         f"{compose.memory_mode} by {args.memory_model.split('/')[-1]}, {compose.hits} chunks "
         f"per prefix from a collection of all {len(articles)} WikiText articles of the data file ({n_chunks} "
         f"chunks; a prefix's own article excluded) · client: {args.client} on transformers, fp32, CPU · machine: "
-        f"{machine()} · load average {load_before[0]:.1f} before, {load_after[0]:.1f} after (the machine was "
-        f"shared with other work: times are noisy) · total {(time.perf_counter() - t_start) / 60:.1f} min",
+        f"{machine()} · {load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",
         "",
         f"Tuning data: articles {chosen.start}-{chosen.stop - 1} cut into prefixes of {data_options.min_words}-"
-        f"{data_options.max_words} words ({data_options.cuts} per article; articles 0-{chosen.start - 1} never "
-        f"cut, left for evaluation). {len(examples)} examples, {sum(per_example) / 60:.0f} min of memory and labels "
+        f"{data_options.max_words} words ({data_options.cuts} per article and run; the file holds "
+        f"{min(per_article.values())}-{max(per_article.values())} per article from its runs; articles "
+        f"0-{chosen.start - 1} never cut, left for evaluation). {len(examples)} examples, {sum(per_example) / 60:.0f} min of memory and labels "
         f"in all (median {statistics.median(per_example):.0f} s per example; {data.written} made by this run, "
         f"{data.kept} by earlier ones, which this one resumed); memory items per "
         f"example: median {statistics.median(memory_items):.0f}, none for {memory_items.count(0)}; blank labels: "

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, command_line, git_commit, machine, write_section  # noqa: E402
+from _common import ROOT, command_line, git_commit, load_note, machine, write_section  # noqa: E402
 from compose_latency import clean  # noqa: E402
 from compose_tuning import span  # noqa: E402
 
@@ -505,8 +505,7 @@ def main() -> None:
         f"Command: `{command_line()}` · commit {git_commit()} · client: {args.client} on llama.cpp "
         f"(greedy, {args.tokens} new tokens, stops at a line end) · eval model (labels and memory): "
         f"{args.eval_model.name} on llama.cpp · tuned client: {args.tuned_client or 'none given'} · "
-        f"machine: {machine()} · load average {load_before[0]:.1f} before, {load_after[0]:.1f} after (the machine "
-        f"was shared with other work; times are noisy) · total {(time.perf_counter() - t_start) / 60:.1f} min "
+        f"machine: {machine()} · {load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min "
         f"(eval model on {made} new items: {eval_seconds / 60:.1f} min; client rows {rows_s / 60:.1f} min; "
         f"freshness replay {fresh_s / 60:.1f} min)",
         "",

@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from _common import command_line, git_commit, machine, write_section  # noqa: E402
+from _common import command_line, git_commit, load_note, machine, write_section  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -203,8 +203,8 @@ def report(parts: list[Part], service: fz.FuzzedService, args: argparse.Namespac
     lines = [
         "## Server and loader fuzz (`benchmarks/server_fuzz.py`)",
         "",
-        f"Command: `{command_line()}` · commit {git_commit()} · machine: {machine()} · load average "
-        f"{load[0]:.1f} before, {load[1]:.1f} after (shared with other work: wall times are noisy) · "
+        f"Command: `{command_line()}` · commit {git_commit()} · machine: {machine()} · "
+        f"{load_note(load[0], load[1], 'wall times are noisy')} · "
         f"total {total / 60:.1f} min · scripted model, hashing embedder, the server's key set",
         "",
         f"HTTP requests: {http.requests} ({args.requests}+ from schemathesis over the app's OpenAPI schema, the "

@@ -45,7 +45,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, machine, write_section  # noqa: E402
+from _common import command_line, git_commit, load_note, machine, write_section  # noqa: E402
 
 from marginalia.models.fake import Request  # noqa: E402
 
@@ -420,9 +420,8 @@ def main() -> None:
     lines = [
         "## Load on the HTTP service (`benchmarks/server_load.py`)",
         "",
-        f"Command: `{command_line()}` · commit {git_commit()} · machine: {machine()} · load average "
-        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after (the machine was shared with other work, so "
-        f"rounds are few and wall-clock times are noisy) · total {(time.perf_counter() - t_start) / 60:.1f} min",
+        f"Command: `{command_line()}` · commit {git_commit()} · machine: {machine()} · "
+        f"{load_note(load_before[0], load_after[0], 'rounds are few and wall-clock times are noisy')} · total {(time.perf_counter() - t_start) / 60:.1f} min",
         "",
         "The server runs in its own process (uvicorn on 127.0.0.1, a free port, real sockets, as `marginalia "
         "serve` runs it); clients are threads of the benchmark's process, each with its own connection, reading "
