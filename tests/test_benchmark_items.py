@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from benchmark_scripts import load
@@ -24,3 +25,12 @@ def test_wikitext_items_are_distinct_cuts_of_the_chosen_articles_only() -> None:
     assert all(item.prefix.startswith(f"# Article {item.key[4]}") for item in items)
     # asking for more than the chosen articles hold gives what they hold, never another article's text
     assert len(cu.wikitext_items(articles, files, range(2, 4), 20, seed=0)) == 6
+
+
+def test_a_benchmark_says_the_machine_was_shared_only_when_it_was_busy_before() -> None:
+    common = load("_common")
+    cores = os.cpu_count() or 1
+    quiet = common.load_note(0.1, cores * 2.0)  # the run's own load afterwards is no sign of other work
+    assert quiet == f"load average 0.1 before, {cores * 2.0:.1f} after"
+    busy = common.load_note(cores * 1.0, 0.5, "rounds are few")
+    assert busy.endswith("(the machine was shared with other work: rounds are few)")
