@@ -65,6 +65,10 @@ def test_bertscore_with_the_embedded_local_model() -> None:
     assert gm.bertscore(OTHER, SAME) < same - 20.0
     with pytest.raises(UserError, match="num_layers"):
         gm.bertscore(SAME, SAME, model=folder)
+    # an empty completion (a client that wrote nothing) scores 0 and leaves the others' scores as they are
+    one = gm.bertscore(SAME[:1], SAME[:1])
+    assert gm.bertscore(["", SAME[0]], SAME[:1] * 2) == pytest.approx(one / 2, abs=0.01)
+    assert gm.bertscore([" "], SAME[:1]) == 0.0
 
 
 def test_bad_input_and_a_missing_extra_say_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -197,11 +197,14 @@ def bertscore(predictions: Sequence[str], references: Sequence[str], model: str 
         folder, layers = str(model), num_layers
     layers = num_layers or layers
     bert_score = _module("bert_score", "bert-score")
-    # an empty candidate makes bert-score warn and score it 0; a lone space scores the same and stays quiet
-    cands = [p if p.strip() else " " for p in predictions]
-    _, _, f1 = bert_score.score(cands, list(references), model_type=str(folder), num_layers=layers,
-                                batch_size=batch_size, verbose=False)
-    return 100.0 * float(f1.mean())
+    # a pair with an empty side scores 0, as bert-score's own rule says; it is kept from bert-score, whose
+    # encoding of an empty text fails under transformers 5 (a lone space is empty once tokenized)
+    pairs = [(p, r) for p, r in zip(predictions, references, strict=True) if p.strip() and r.strip()]
+    if not pairs:
+        return 0.0
+    _, _, f1 = bert_score.score([p for p, _ in pairs], [r for _, r in pairs], model_type=str(folder),
+                                num_layers=layers, batch_size=batch_size, verbose=False)
+    return 100.0 * float(f1.sum()) / len(predictions)
 
 
 def perplexity(logprobs: Sequence[Sequence[float]]) -> float:
