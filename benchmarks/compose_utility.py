@@ -8,7 +8,9 @@ domain). For each item, the eval model (a stronger GGUF) writes the memory from 
 prefix's last words, both as takeaways and as WiM margins, and the label: its own continuation of the
 prefix, ``--tokens`` tokens, given the takeaways memory (labels come from a stronger model, as in
 Hybrid-RACA). These are cached per item in a JSONL under the home, so reruns and the freshness
-experiment reuse them. Rows, each a client completing the prefix with ``--tokens`` new tokens:
+experiment reuse them; so are each row's completions (per client, its files' change time included), so a
+run that stops goes on where it stopped. Rows, each a client completing the prefix with ``--tokens`` new
+tokens:
 
 - vanilla client: no memory;
 - client + retrieved chunks: the raw retrieved chunks as memory;
@@ -216,15 +218,34 @@ def load_cache(path: Path) -> dict[str, dict[str, Any]]:
 # -- the rows ------------------------------------------------------------------------------------------------
 
 
+def model_identity(spec: str) -> str:
+    """``spec`` with the newest change time of the files it names: a client tuned again at the same path is
+    another client."""
+    name = spec.split(":", 1)[1] if ":" in spec else ""
+    path = Path(name).expanduser() if name else None
+    if path is None or not path.exists():
+        return spec
+    files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path]
+    return f"{spec}@{max((f.stat().st_mtime for f in files), default=0.0):.0f}"
+
+
 def run_row(client: Any, items: Sequence[Item], records: Sequence[dict[str, Any]], memory_of: str | None,
-            tokens: int) -> tuple[list[str], list[list[float]]]:
-    """Each item's completion and the label's token log-probabilities, under one client and memory."""
+            tokens: int, identity: str, done: dict[str, dict[str, Any]],
+            path: Path) -> tuple[list[str], list[list[float]]]:
+    """Each item's completion and the label's token log-probabilities, under one client and memory. Each item's
+    pair is appended to ``path`` as it is made (``done``: those read from it), so a run that stops is resumed."""
     predictions, logprobs = [], []
     for item, record in zip(items, records, strict=True):
-        memory = items_from(record[memory_of]) if memory_of else ()
-        predictions.append(client.complete(item.prefix, max_new_tokens=tokens, memory=memory).text())
-        logprobs.append(client.score(item.prefix, record["label"], memory=memory) if record["label"].strip()
-                        else [])
+        key = hashlib.sha256(json.dumps([identity, memory_of, record["key"], tokens]).encode()).hexdigest()[:20]
+        if key not in done:
+            memory = items_from(record[memory_of]) if memory_of else ()
+            text = client.complete(item.prefix, max_new_tokens=tokens, memory=memory).text()
+            lps = client.score(item.prefix, record["label"], memory=memory) if record["label"].strip() else []
+            done[key] = {"key": key, "prediction": text, "logprobs": lps}
+            with path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(done[key]) + "\n")
+        predictions.append(done[key]["prediction"])
+        logprobs.append(done[key]["logprobs"])
     return predictions, logprobs
 
 
@@ -396,6 +417,8 @@ def main() -> None:
         tuned = CompletionClient(tuned_gen, standby=tuned_gen.fork(keep_cache=False), suggestion_tokens=args.tokens)
     memory_of = {"vanilla": None, "chunks": "chunks", "takeaways": "takeaways", "margins": "margins",
                  "tuned": "takeaways"}
+    completions_path = home / "client-cache.jsonl"  # completions and label scores, per client, row and item
+    completions = load_cache(completions_path)
     results: dict[str, dict[str, Any]] = {}
     predictions_kept: dict[str, dict[str, list[str]]] = {}
     t_rows = time.perf_counter()
@@ -407,7 +430,9 @@ def main() -> None:
             row_client = tuned if row == "tuned" else client
             if row_client is None or not ds_items:
                 continue
-            preds, lps = run_row(row_client, ds_items, ds_records, memory_of[row], args.tokens)
+            identity = model_identity(args.tuned_client if row == "tuned" else args.client)
+            preds, lps = run_row(row_client, ds_items, ds_records, memory_of[row], args.tokens, identity,
+                                 completions, completions_path)
             results[f"{dataset}/{row}"] = scores(preds, labels, lps, home)
             # how many items had any memory at all in this row (an empty memory is the vanilla prompt)
             source = memory_of[row]

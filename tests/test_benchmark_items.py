@@ -34,3 +34,32 @@ def test_a_benchmark_says_the_machine_was_shared_only_when_it_was_busy_before() 
     assert quiet == f"load average 0.1 before, {cores * 2.0:.1f} after"
     busy = common.load_note(cores * 1.0, 0.5, "rounds are few")
     assert busy.endswith("(the machine was shared with other work: rounds are few)")
+
+
+def test_utility_rows_resume_from_the_completions_kept(tmp_path: Path) -> None:
+    """A utility run that stops keeps each completion made: the next run asks the client only for the rest."""
+    cu = load("compose_utility")
+
+    class Client:
+        def __init__(self) -> None:
+            self.asked: list[str] = []
+
+        def complete(self, prefix: str, max_new_tokens: int, memory: object) -> object:
+            self.asked.append(prefix)
+            return type("Suggestion", (), {"text": lambda _self: f"after {prefix}"})()
+
+        def score(self, prefix: str, label: str, memory: object) -> list[float]:
+            return [-1.0] * len(label.split())
+
+    items = [cu.Item("wikitext", f"k{i}", "", f"text {i}") for i in range(3)]
+    records = [{"key": f"r{i}", "label": "two words"} for i in range(3)]
+    path = tmp_path / "client-cache.jsonl"
+    first = Client()
+    got = cu.run_row(first, items[:2], records[:2], None, 8, "client@1", {}, path)
+    assert got == (["after text 0", "after text 1"], [[-1.0, -1.0]] * 2) and first.asked == ["text 0", "text 1"]
+    again = Client()
+    got = cu.run_row(again, items, records, None, 8, "client@1", cu.load_cache(path), path)
+    assert got[0] == ["after text 0", "after text 1", "after text 2"] and again.asked == ["text 2"]
+    other = Client()  # the same path tuned again is another client: nothing is taken from the first's
+    cu.run_row(other, items[:1], records[:1], None, 8, "client@2", cu.load_cache(path), path)
+    assert other.asked == ["text 0"]
