@@ -314,6 +314,23 @@ def test_margins_memory_carries_exact_source_spans() -> None:
     assert got.text == "The ferry to Lindholm sails twice a day in summer."
 
 
+def test_margins_memory_keeps_a_copied_sentence_that_shares_no_word_with_the_passage() -> None:
+    """The passage being written is no question: a sentence read that helps go on with it rarely repeats its
+    words, and is kept all the same; one that only repeats the passage is not."""
+    store = FakeCollection()
+    said = "The ferry to Lindholm sails twice a day in summer."
+
+    def respond(req: Request) -> str:
+        assert "helps to continue" in req.prompt  # asked as a request, not with the bare passage
+        return said if "in summer." in req.prefix else "NONE"
+
+    memory = MarginMemory(store, ScriptedGenerator(respond), hits=3, segment_tokens=12, exclude={"draft.md"})
+    assert [i.text for i in memory(request("Visitors crossing over from the mainland usually"))] == [said]
+    repeat = MarginMemory(store, ScriptedGenerator(lambda req: "Visitors crossing over from the mainland"),
+                          hits=3, segment_tokens=12, exclude={"draft.md"})
+    assert repeat(request("Visitors crossing over from the mainland usually")) == []
+
+
 def test_margins_memory_needs_a_caching_model() -> None:
     from marginalia.models.base import Generator
 

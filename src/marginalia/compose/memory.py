@@ -26,7 +26,7 @@ from ..index.policy import Searchable
 from ..index.schema import Hit
 from ..models.base import CachingGenerator, GenerationParams, Generator, close_stream
 from ..options import WimOptions
-from ..patterns.judges import is_empty_margin
+from ..patterns.judges import GroundedJudge, is_empty_margin
 from ..patterns.wim import WiM
 from ..prompts import render
 from .events import MemoryItem, MemoryRequest
@@ -35,8 +35,8 @@ from .events import MemoryItem, MemoryRequest
 FALLBACK_QUERY_CHARS = 300
 #: the most characters of new text a query holds (its end)
 MAX_QUERY_CHARS = 2000
-#: words of the new text WiM's question holds (its end)
-QUESTION_WORDS = 80
+#: words of the new text WiM's question quotes (its end)
+QUESTION_WORDS = 40
 #: a chunk this long or longer that the text being written holds word for word is the text itself
 SELF_MATCH_CHARS = 40
 #: searches, each four times deeper than the one before, while the hits are mostly the text being written (a
@@ -143,8 +143,9 @@ class TakeawayMemory(MemoryGenerator):
 
 
 class MarginMemory(MemoryGenerator):
-    """WiM margins over the retrieved chunks, with the new text as the question; each relevant margin's
-    supporting sentence, exactly as the source has it, is an item.
+    """WiM margins over the retrieved chunks, the question asking what helps continue the new text's end;
+    each relevant margin's supporting sentence, exactly as the source has it, is an item. The grounded judge
+    asks no share of the passage's words of that sentence (retrieval chose the topic).
 
     Args:
         segment_tokens: WiM's segment size over the retrieved chunks.
@@ -166,6 +167,10 @@ class MarginMemory(MemoryGenerator):
         options = WimOptions.build(segment_tokens=segment_tokens, judge=judge, margin_tokens=item_tokens,
                                    max_new_tokens=1)
         self.wim = WiM(generator, options)
+        if isinstance(self.wim.judge, GroundedJudge):
+            # the retrieval chose the topic: a sentence read need not repeat the passage's words to help
+            # continue it (a margin that only repeats the passage is still dropped: it adds nothing)
+            self.wim.judge.topic_threshold = 0.0
         self.cache_gen: CachingGenerator = self.wim.cache_gen
 
     def compress(self, request: MemoryRequest, hits: Sequence[Hit]) -> list[MemoryItem]:
@@ -176,7 +181,7 @@ class MarginMemory(MemoryGenerator):
             at += len(hit.text) + 2
         context = "\n\n".join(pieces)
         words = self.query_of(request).split()
-        question = " ".join(words[-QUESTION_WORDS:])
+        question = render("compose_margin_question", passage=" ".join(words[-QUESTION_WORDS:])).strip()
         items: list[MemoryItem] = []
         seen: set[tuple[str, int, int]] = set()
         events = iter(self.wim.run(context, question, source="memory"))
