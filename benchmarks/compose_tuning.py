@@ -58,6 +58,11 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--learning-rate", type=float, default=3e-4)
     ap.add_argument("--held-out", type=float, default=0.15)
+    ap.add_argument("--label-tokens", type=int, default=44,
+                    help="the most tokens of a label (compose_utility.py's --tokens, so the client learns the "
+                         "length it is measured on)")
+    ap.add_argument("--eval-every", type=int, default=25,
+                    help="measure the held-out label loss every N steps and keep the best step (0: keep the last)")
     ap.add_argument("--home", type=Path, default=None, help="marginalia's home (default: the usual one)")
     ap.add_argument("--out", type=Path, default=None,
                     help="the tuned model's folder (default: <home>/tuned/compose-client-wikitext)")
@@ -67,7 +72,7 @@ def main() -> None:
         sys.exit(f"no data at {args.data}; give --data")
 
     from marginalia import app
-    from marginalia.compose.tuning import read_examples
+    from marginalia.compose.tuning import read_examples, relabel_examples
     from marginalia.home import resolve_home
     from marginalia.options import ComposeOptions, TuneDataOptions, TuneOptions
 
@@ -101,24 +106,42 @@ def main() -> None:
     print(f"collection {COLLECTION}: {len(store.documents())} articles, {n_chunks} chunks ({index_s:.0f} s)",
           flush=True)
 
-    examples_path = work / "examples.jsonl"
-    data_options = TuneDataOptions(cuts=args.cuts, min_words=20, max_words=args.max_words, label_tokens=15,
-                                   reference_words=15)
-    compose = ComposeOptions(hits=args.hits)
+    # one file per label length; a new length first relabels the largest file of the same label model (the
+    # same prefixes and memory, only the labels written again), then cuts more as any run does
+    examples_path = work / f"examples-{args.label_tokens}tok.jsonl"
+    relabelled_from, relabelled = None, 0
     t0 = time.perf_counter()
     last = [t0]
 
     def progress(done: int, total: int) -> None:
         if time.perf_counter() - last[0] > 30:
             last[0] = time.perf_counter()
-            print(f"  cut {done}/{total} ({last[0] - t0:.0f} s)", flush=True)
+            print(f"  example {done}/{total} ({last[0] - t0:.0f} s)", flush=True)
+
+    others = [(len(found), path) for path in sorted(work.glob("examples*.jsonl")) if path != examples_path
+              and (found := read_examples(path)) and found[0].label_model == label_model.name]
+    if others:
+        relabelled_from = max(others)[1]
+        report = relabel_examples(relabelled_from, label_model, examples_path, args.label_tokens, limit=args.limit,
+                                  progress=progress)
+        relabelled = report.written
+        if relabelled:
+            print(f"{relabelled} examples of {relabelled_from.name} labelled again with at most "
+                  f"{args.label_tokens} tokens in {report.seconds:.0f} s", flush=True)
+    data_options = TuneDataOptions(cuts=args.cuts, min_words=20, max_words=args.max_words,
+                                   label_tokens=args.label_tokens, reference_words=15)
+    compose = ComposeOptions(hits=args.hits)
+    t0 = time.perf_counter()
 
     data = app.tuning_data(tuning_paths, examples_path, data_options, compose, label_model=label_model,
                            collection=store, memory_generator=memory_model, home=home, limit=args.limit,
                            progress=progress)
     data_s = time.perf_counter() - t0
     examples = read_examples(examples_path)
-    per_example = [e.seconds for e in examples]
+    # a relabelled example's seconds count its new label only (its memory was made for the other file)
+    from_other = {e.id for e in read_examples(relabelled_from)} if relabelled_from else set()
+    per_example = [e.seconds for e in examples if e.id not in from_other] or [0.0]
+    per_label = [e.seconds for e in examples if e.id in from_other]
     print(f"{data.written} examples made ({data.kept} kept from before) in {data_s:.0f} s; "
           f"{len(examples)} in {examples_path}; median {statistics.median(per_example):.1f} s each", flush=True)
     if args.data_only:
@@ -127,7 +150,7 @@ def main() -> None:
 
     client = app.load_model(args.client, home=home, device="cpu", backend="transformers")
     options = TuneOptions(rank=args.rank, alpha=2.0 * args.rank, steps=args.steps, batch_size=args.batch_size,
-                          learning_rate=args.learning_rate, held_out=args.held_out)
+                          learning_rate=args.learning_rate, held_out=args.held_out, eval_every=args.eval_every)
     out = args.out or home / "tuned" / "compose-client-wikitext"
     t0 = time.perf_counter()
 
@@ -160,9 +183,13 @@ def main() -> None:
         f"Tuning data: articles {chosen.start}-{chosen.stop - 1} cut into prefixes of {data_options.min_words}-"
         f"{data_options.max_words} words ({data_options.cuts} per article and run; the file holds "
         f"{min(per_article.values())}-{max(per_article.values())} per article from its runs; articles "
-        f"0-{chosen.start - 1} never cut, left for evaluation). {len(examples)} examples, {sum(per_example) / 60:.0f} min of memory and labels "
-        f"in all (median {statistics.median(per_example):.0f} s per example; {data.written} made by this run, "
-        f"{data.kept} by earlier ones, which this one resumed); memory items per "
+        f"0-{chosen.start - 1} never cut, left for evaluation). {len(examples)} examples"
+        + (f", {len(per_label)} of them the prefixes and memory of `{relabelled_from.name}` labelled again "
+           f"({sum(per_label) / 60:.0f} min, median {statistics.median(per_label):.1f} s per label; "
+           f"{relabelled} by this run)" if per_label else "")
+        + f"; {len(examples) - len(per_label)} cut here: {sum(per_example) / 60:.0f} min of memory and labels "
+        f"(median {statistics.median(per_example):.0f} s per example; {data.written} made by this run, "
+        f"{data.kept - len(per_label)} by earlier ones, which this one resumed); memory items per "
         f"example: median {statistics.median(memory_items):.0f}, none for {memory_items.count(0)}; blank labels: "
         f"{blank}.",
         "",
@@ -177,6 +204,12 @@ def main() -> None:
         f"{fmt(statistics.mean(losses[-k:]))} |",
         f"| held-out label loss (nats per token) | {fmt(report.held_out_before)} | {fmt(report.held_out_after)} |",
         f"| held-out label perplexity | {fmt(report.perplexity_before, 2)} | {fmt(report.perplexity_after, 2)} |",
+        "",
+        (f"Held-out label loss every {options.eval_every} steps: "
+         + ", ".join(f"{step}: {loss:.3f}" for step, loss in report.held_out_curve)
+         + f". The model kept is step {report.kept_step}'s (the lowest; the held-out articles chose it, so "
+           "its 'after' is a little optimistic; the utility benchmark's items come from other articles)."
+         if report.held_out_curve else "The model kept is the last step's."),
         "",
         f"Tuned model: `{report.spec}` (adapter and `tuning.json` beside it in `{report.folder}`); it loads as "
         "any model, e.g. `marginalia compose --model <spec>`.",

@@ -32,6 +32,7 @@ from marginalia.compose.tuning import (  # noqa: E402
     label_loss,
     make_examples,
     read_examples,
+    relabel_examples,
     split_held_out,
     training_row,
     tune,
@@ -152,6 +153,36 @@ def test_examples_refuse_other_settings_empty_input_and_short_texts(tmp_path: Pa
     assert TuningExample.from_dict(json.loads(json.dumps(example.to_dict()))) == example
     with pytest.raises(UserError, match="schema"):
         TuningExample.from_dict({**example.to_dict(), "schema": 99})
+
+
+def test_relabelling_keeps_prefixes_and_memory_and_resumes(tmp_path: Path) -> None:
+    memory = StaticMemory((item("Boats leave the harbour at dawn."),))
+    docs = [doc(text_of(80), "a.md"), doc(text_of(70, shift=3), "b.md")]
+    short = TuneDataOptions(cuts=2, min_words=10, max_words=60, label_tokens=6, reference_words=6)
+    make_examples(docs, ScriptedGenerator(default=" short"), tmp_path / "ex6.jsonl", short,
+                  memory=memory)  # type: ignore[arg-type]
+    first = read_examples(tmp_path / "ex6.jsonl")
+    longer = ScriptedGenerator(respond=lambda r: " a longer label\nnot this")
+    with pytest.raises(UserError, match="the file to relabel"):
+        relabel_examples(tmp_path / "ex6.jsonl", longer, tmp_path / "ex6.jsonl", 12)
+    report = relabel_examples(tmp_path / "ex6.jsonl", longer, tmp_path / "ex12.jsonl", 12, limit=3)
+    assert report.written == 3 and report.kept == 0
+    again = relabel_examples(tmp_path / "ex6.jsonl", longer, tmp_path / "ex12.jsonl", 12)
+    assert again.written == 1 and again.kept == 3
+    relabelled = read_examples(tmp_path / "ex12.jsonl")
+    assert [(e.id, e.context, e.memory, e.reference) for e in relabelled] == \
+        [(e.id, e.context, e.memory, e.reference) for e in first]
+    assert {(e.label, e.label_tokens) for e in relabelled} == {(" a longer label\n", 12)}
+    assert len(memory.requests) == len(first)  # nothing retrieved again
+    assert [r.params.max_new_tokens for r in longer.requests] == [12] * len(first)
+    # the relabelled file is extended by make_examples with the same label model and length
+    more = make_examples(docs, longer, tmp_path / "ex12.jsonl",
+                         short.model_copy(update={"cuts": 3, "label_tokens": 12}))
+    assert more.kept == len(first) and more.written >= 1
+    extended = read_examples(tmp_path / "ex12.jsonl")
+    assert len(extended) == len(first) + more.written and len({e.id for e in extended}) == len(extended)
+    with pytest.raises(UserError, match="labelled by scripted with at most 12 tokens"):
+        relabel_examples(tmp_path / "ex6.jsonl", longer, tmp_path / "ex12.jsonl", 20)
 
 
 def test_app_tuning_data_draws_memory_from_a_collection_never_from_the_text(hermetic: Path, tmp_path: Path) -> None:
@@ -282,6 +313,47 @@ def test_two_steps_train_the_adapters_and_the_merged_model_loads_by_spec(tiny: A
     # tuning again into the same folder replaces it
     again = tune(tiny_examples(), tiny, tmp_path / "tuned", options.model_copy(update={"steps": 1}))
     assert json.loads((tmp_path / "tuned" / "tuning.json").read_text())["steps"] == again.steps == 1
+
+
+def test_early_stopping_keeps_the_adapters_of_the_lowest_held_out_loss(
+        tiny: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from marginalia.compose.tuning import train
+    from marginalia.models import load_generator
+
+    real = train.label_loss
+    calls: list[float] = []
+
+    def spoiled_last_measurement(*args: Any) -> float:
+        # call 0 is "before", calls 1-4 the measurements after steps 1-4, call 5 "after": the measurement
+        # after step 4 is made to look worst, so an earlier step must be kept
+        loss = real(*args)
+        calls.append(loss)
+        return loss + 10.0 if len(calls) == 5 else loss
+
+    monkeypatch.setattr(train, "label_loss", spoiled_last_measurement)
+    options = TuneOptions(rank=4, alpha=8, steps=4, eval_every=1, learning_rate=5e-3, batch_size=2, held_out=0.5)
+    report = tune(tiny_examples(), tiny, tmp_path / "tuned", options)
+    assert [step for step, _ in report.held_out_curve] == [1, 2, 3, 4]
+    assert report.held_out_curve[-1][1] == pytest.approx(calls[4] + 10.0, abs=1e-3)
+    measured = [loss for _, loss in report.held_out_curve[:3]]
+    assert report.kept_step == 1 + measured.index(min(measured))
+    # the saved model is the kept step's: its held-out loss is that step's measurement, not the last step's
+    assert report.held_out_after == pytest.approx(calls[report.kept_step], abs=1e-4)
+    assert report.held_out_after != pytest.approx(calls[4], abs=1e-6)
+    monkeypatch.setattr(train, "label_loss", real)
+    tuned = load_generator(report.spec, device="cpu")
+    _, held = split_held_out(tiny_examples(), 0.5, options.seed)
+    longest = max(len(tuned.tokenizer.encode(e.label)) for e in tiny_examples())
+    prompt = ClientPrompt(tuned, suggestion_tokens=longest, window=min(options.max_tokens, tuned.context_window))
+    rows = [r for e in held if (r := training_row(prompt, e)) is not None]
+    assert real(tuned.model, rows, 2, 0, torch) == pytest.approx(report.held_out_after, abs=1e-4)
+    record = json.loads((tmp_path / "tuned" / "tuning.json").read_text())
+    assert record["kept_step"] == report.kept_step and len(record["held_out_curve"]) == 4
+    # without eval_every the last step is kept and only before/after are measured
+    plain = tune(tiny_examples(), tiny, tmp_path / "plain", options.model_copy(update={"eval_every": 0}))
+    assert plain.kept_step == 4 and plain.held_out_curve == ()
 
 
 def test_tuning_refuses_what_it_cannot_use(tiny: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

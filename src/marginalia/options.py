@@ -229,6 +229,10 @@ class TuneOptions(Options):
         default=0.1, ge=0.0, lt=1.0,
         description="share of the texts (whole texts, by source) kept out of training to measure the label "
                     "loss before and after")
+    eval_every: int = Field(
+        default=0, ge=0,
+        description="measure the held-out label loss every this many steps and keep the adapters of the step "
+                    "where it was lowest (early stopping; 0: measure only at the end and keep the last step)")
     seed: int = Field(default=0, ge=0, description="seed of the example order, the held-out split and the adapters")
 
 

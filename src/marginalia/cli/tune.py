@@ -154,11 +154,14 @@ def cmd_train(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                               "held_out_examples": report.held_out_examples, "steps": report.steps,
                               "loss_first": report.losses[0], "loss_last": report.losses[-1],
                               "held_out_before": report.held_out_before, "held_out_after": report.held_out_after,
+                              "kept_step": report.kept_step, "held_out_curve": report.held_out_curve,
                               "seconds": report.seconds}) + "\n")
         return 0
     if report.held_out_before is not None and report.held_out_after is not None:
         reporter.log(f"held-out label loss {report.held_out_before:.3f} -> {report.held_out_after:.3f} "
                      f"(perplexity {report.perplexity_before:.1f} -> {report.perplexity_after:.1f})")
+    if report.kept_step != report.steps:
+        reporter.log(f"kept step {report.kept_step} of {report.steps}: its held-out label loss was the lowest")
     reporter.log(f"trained on {report.train_examples} examples, {report.steps} steps, loss {report.losses[0]:.3f} "
                  f"-> {report.losses[-1]:.3f}, in {report.seconds:.0f} s; use it with --model {report.spec}")
     out.write(report.spec + "\n")

@@ -17,7 +17,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -247,4 +247,52 @@ def make_examples(documents: Iterable[Document], label_model: Generator, path: s
                 if progress:
                     progress(seen, total)
     return DataReport(out, written, len(existing), sum(1 for _, c in planned if c), too_short, empty,
+                      round(time.perf_counter() - t0, 2))
+
+
+def relabel_examples(source: str | Path, label_model: Generator, path: str | Path, label_tokens: int, *,
+                     limit: int | None = None, progress: Callable[[int, int], None] | None = None) -> DataReport:
+    """Label the examples of ``source`` again, with ``label_model`` and at most ``label_tokens`` tokens, into
+    the JSONL file ``path``: the same prefixes and memory (nothing is retrieved or compressed again), a new
+    label each. Resumable like `make_examples`: examples already in ``path`` are skipped, and ``path`` can
+    then be extended with `make_examples` (same label model and label length).
+
+    Raises:
+        UserError: ``source`` is missing or not tuning data, ``path`` is ``source``, or ``path`` holds examples
+            of another label model or length.
+    """
+    t0 = time.perf_counter()
+    src, out = Path(source).expanduser(), Path(path).expanduser()
+    if out.exists() and out.resolve() == src.resolve():
+        raise UserError(f"{out} is the file to relabel; give another output file")
+    examples = read_examples(src)
+    existing: list[TuningExample] = []
+    if out.exists():
+        existing, torn = _read(out)
+        if torn:
+            atomic_write_lines(out, [e.to_dict() for e in existing])
+        for example in existing[:1]:
+            if (example.label_model, example.label_tokens) != (label_model.name, label_tokens):
+                raise UserError(f"{out} holds examples labelled by {example.label_model} with at most "
+                                f"{example.label_tokens} tokens; give another file")
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    done_ids = {e.id for e in existing}
+    prompt = ClientPrompt(label_model, label_tokens)
+    room = None if limit is None else max(limit - len(existing), 0)
+    written = empty = 0
+    with out.open("a", encoding="utf-8") as f:
+        for seen, example in enumerate(examples, 1):
+            if example.id not in done_ids and (room is None or written < room):
+                t1 = time.perf_counter()
+                text = label_continuation(label_model, prompt, example.context, example.memory, label_tokens)
+                new = replace(example, label=text, label_model=label_model.name, label_tokens=label_tokens,
+                              seconds=round(time.perf_counter() - t1, 3))
+                append_line(f, new.to_dict())
+                done_ids.add(example.id)
+                written += 1
+                empty += not text.strip()
+            if progress:
+                progress(seen, len(examples))
+    return DataReport(out, written, len(existing), len({e.source for e in examples}), (), empty,
                       round(time.perf_counter() - t0, 2))

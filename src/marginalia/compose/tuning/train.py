@@ -96,6 +96,8 @@ class TuneReport:
     held_out_after: float | None
     label_tokens: int  # label tokens trained on (all rows)
     seconds: float
+    kept_step: int = 0  # the step whose adapters were saved (the last, unless eval_every chose an earlier one)
+    held_out_curve: tuple[tuple[int, float], ...] = ()  # (step, held-out label loss) at each measurement
 
     @property
     def perplexity_before(self) -> float | None:
@@ -204,6 +206,9 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
     rng = random.Random(options.seed)
     order: list[int] = []
     losses = []
+    curve: list[tuple[int, float]] = []
+    best: tuple[float, int, dict[str, Any]] | None = None  # (held-out loss, step, adapter weights)
+    measure = bool(options.eval_every and held_rows)
     lora.train()
     for step in range(1, options.steps + 1):
         batch: list[Row] = []
@@ -221,6 +226,18 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
         losses.append(round(loss.item(), 4))
         if on_step:
             on_step(step, options.steps, losses[-1])
+        if measure and (step % options.eval_every == 0 or step == options.steps):
+            held_loss = label_loss(lora, held_rows, options.batch_size, pad_id, torch)
+            curve.append((step, round(held_loss, 4)))
+            say(f"step {step}: held-out label loss {held_loss:.3f}")
+            if best is None or held_loss < best[0]:
+                best = (held_loss, step, {k: v.detach().clone()
+                                          for k, v in peft.get_peft_model_state_dict(lora).items()})
+    kept_step = options.steps
+    if best is not None and best[1] != options.steps:
+        peft.set_peft_model_state_dict(lora, best[2])
+        kept_step = best[1]
+        say(f"kept the adapters of step {kept_step}, where the held-out label loss was lowest")
     lora.eval()
     after = label_loss(lora, held_rows, options.batch_size, pad_id, torch) if held_rows else None
     if after is not None:
@@ -229,7 +246,7 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
     report = TuneReport(folder, f"hf:{folder / 'model'}", generator.name, len(train_rows), len(held_rows), blank,
                         options.steps, tuple(losses), before, after,
                         sum(sum(t != IGNORE_LABEL for t in r.labels) for r in train_rows),
-                        round(time.perf_counter() - t0, 2))
+                        round(time.perf_counter() - t0, 2), kept_step, tuple(curve))
     _save(lora, tok, folder, report, options, data_path)
     say(f"tuned model in {folder / 'model'} (spec {report.spec})")
     return report
