@@ -187,9 +187,11 @@ def main() -> None:
         + (f", {len(per_label)} of them the prefixes and memory of `{relabelled_from.name}` labelled again "
            f"({sum(per_label) / 60:.0f} min, median {statistics.median(per_label):.1f} s per label; "
            f"{relabelled} by this run)" if per_label else "")
-        + f"; {len(examples) - len(per_label)} cut here: {sum(per_example) / 60:.0f} min of memory and labels "
-        f"(median {statistics.median(per_example):.0f} s per example; {data.written} made by this run, "
-        f"{data.kept - len(per_label)} by earlier ones, which this one resumed); memory items per "
+        + (f"; {len(examples) - len(per_label)} cut for this file: {sum(per_example) / 60:.0f} min of memory and "
+           f"labels (median {statistics.median(per_example):.0f} s per example; {data.written} made by this run, "
+           f"{data.kept - len(per_label)} by earlier ones, which this one resumed)"
+           if len(examples) > len(per_label) else "")
+        + "; memory items per "
         f"example: median {statistics.median(memory_items):.0f}, none for {memory_items.count(0)}; blank labels: "
         f"{blank}.",
         "",
