@@ -56,6 +56,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--modules", default="q_proj,k_proj,v_proj,o_proj",
+                    help="the layers that get adapters, comma-separated, or all-linear")
     ap.add_argument("--learning-rate", type=float, default=3e-4)
     ap.add_argument("--held-out", type=float, default=0.15)
     ap.add_argument("--label-tokens", type=int, default=44,
@@ -150,7 +152,8 @@ def main() -> None:
 
     client = app.load_model(args.client, home=home, device="cpu", backend="transformers")
     options = TuneOptions(rank=args.rank, alpha=2.0 * args.rank, steps=args.steps, batch_size=args.batch_size,
-                          learning_rate=args.learning_rate, held_out=args.held_out, eval_every=args.eval_every)
+                          learning_rate=args.learning_rate, held_out=args.held_out, eval_every=args.eval_every,
+                          modules=args.modules)
     out = args.out or home / "tuned" / "compose-client-wikitext"
     t0 = time.perf_counter()
 

@@ -63,3 +63,23 @@ def test_utility_rows_resume_from_the_completions_kept(tmp_path: Path) -> None:
     other = Client()  # the same path tuned again is another client: nothing is taken from the first's
     cu.run_row(other, items[:1], records[:1], None, 8, "client@2", cu.load_cache(path), path)
     assert other.asked == ["text 0"]
+
+
+def test_the_tuned_over_vanilla_ratio_interval_is_paired() -> None:
+    """The ratio's interval resamples the same items for both rows: when every item is alike the ratio
+    barely moves between resamples (unpaired draws would still spread it)."""
+    import pytest
+
+    pytest.importorskip("nltk")
+    cu = load("compose_utility")
+    from marginalia.bench import generation_metrics as gm
+
+    labels = [f"alpha{i} beta{i} gamma{i} delta{i} eps{i} zeta{i}" for i in range(30)]
+    better = [" ".join(label.split()[:4]) + " x y" for label in labels]
+    worse = [" ".join(label.split()[:2]) + " x y z w" for label in labels]
+    low, high = cu.gleu_ratio_interval(better, worse, labels)
+    ratio = gm.gleu(better, labels) / gm.gleu(worse, labels)
+    assert ratio > 1.5
+    assert low <= ratio <= high and high - low < 0.05  # every item alike: the paired ratio barely moves
+    low2, high2 = cu.gleu_ratio_interval(worse, better, labels)
+    assert high2 < 1.0 and low2 > 0
