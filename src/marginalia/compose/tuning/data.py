@@ -161,6 +161,26 @@ def _read(path: Path) -> tuple[list[TuningExample], bool]:
     return out, torn
 
 
+def _open_output(out: Path, label_model: str, label_tokens: int, advice: str) -> list[TuningExample]:
+    """The examples already in the output file ``out`` (a torn last line is cut off; a missing file's folder
+    is made).
+
+    Raises:
+        UserError: ``out`` holds examples of another label model or label length.
+    """
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return []
+    existing, torn = _read(out)
+    if torn:
+        atomic_write_lines(out, [e.to_dict() for e in existing])
+    for example in existing[:1]:
+        if (example.label_model, example.label_tokens) != (label_model, label_tokens):
+            raise UserError(f"{out} holds examples labelled by {example.label_model} with at most "
+                            f"{example.label_tokens} tokens; {advice}")
+    return existing
+
+
 @dataclass(frozen=True)
 class DataReport:
     """What `make_examples` did."""
@@ -201,18 +221,8 @@ def make_examples(documents: Iterable[Document], label_model: Generator, path: s
     if not docs:
         raise UserError("no texts to make tuning examples from; give files or folders of documents")
     out = Path(path).expanduser()
-    existing: list[TuningExample] = []
-    if out.exists():
-        existing, torn = _read(out)
-        if torn:
-            atomic_write_lines(out, [e.to_dict() for e in existing])
-        for example in existing[:1]:
-            if (example.label_model, example.label_tokens) != (label_model.name, options.label_tokens):
-                raise UserError(f"{out} holds examples labelled by {example.label_model} with at most "
-                                f"{example.label_tokens} tokens; give another file, or the same label model "
-                                "and --label-tokens to add to it")
-    else:
-        out.parent.mkdir(parents=True, exist_ok=True)
+    existing = _open_output(out, label_model.name, options.label_tokens,
+                            "give another file, or the same label model and --label-tokens to add to it")
     done_ids = {e.id for e in existing}
     planned = [(doc, cut_text(doc.text, options.cuts, options.min_words, options.max_words,
                               options.reference_words)) for doc in docs]
@@ -266,17 +276,7 @@ def relabel_examples(source: str | Path, label_model: Generator, path: str | Pat
     if out.exists() and out.resolve() == src.resolve():
         raise UserError(f"{out} is the file to relabel; give another output file")
     examples = read_examples(src)
-    existing: list[TuningExample] = []
-    if out.exists():
-        existing, torn = _read(out)
-        if torn:
-            atomic_write_lines(out, [e.to_dict() for e in existing])
-        for example in existing[:1]:
-            if (example.label_model, example.label_tokens) != (label_model.name, label_tokens):
-                raise UserError(f"{out} holds examples labelled by {example.label_model} with at most "
-                                f"{example.label_tokens} tokens; give another file")
-    else:
-        out.parent.mkdir(parents=True, exist_ok=True)
+    existing = _open_output(out, label_model.name, label_tokens, "give another file")
     done_ids = {e.id for e in existing}
     prompt = ClientPrompt(label_model, label_tokens)
     room = None if limit is None else max(limit - len(existing), 0)
