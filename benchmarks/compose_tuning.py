@@ -120,10 +120,12 @@ def main() -> None:
             last[0] = time.perf_counter()
             print(f"  example {done}/{total} ({last[0] - t0:.0f} s)", flush=True)
 
-    others = [(len(found), path) for path in sorted(work.glob("examples*.jsonl")) if path != examples_path
-              and (found := read_examples(path)) and found[0].label_model == label_model.name]
+    others = {path: found for path in sorted(work.glob("examples*.jsonl")) if path != examples_path
+              and (found := read_examples(path)) and found[0].label_model == label_model.name}
+    from_other: set[str] = set()  # the ids relabelled from another file
     if others:
-        relabelled_from = max(others)[1]
+        relabelled_from = max(others, key=lambda path: len(others[path]))
+        from_other = {e.id for e in others[relabelled_from]}
         report = relabel_examples(relabelled_from, label_model, examples_path, args.label_tokens, limit=args.limit,
                                   progress=progress)
         relabelled = report.written
@@ -141,7 +143,6 @@ def main() -> None:
     data_s = time.perf_counter() - t0
     examples = read_examples(examples_path)
     # a relabelled example's seconds count its new label only (its memory was made for the other file)
-    from_other = {e.id for e in read_examples(relabelled_from)} if relabelled_from else set()
     per_example = [e.seconds for e in examples if e.id not in from_other] or [0.0]
     per_label = [e.seconds for e in examples if e.id in from_other]
     print(f"{data.written} examples made ({data.kept} kept from before) in {data_s:.0f} s; "

@@ -440,7 +440,7 @@ def main() -> None:
     for dataset in ("wikitext", "enron"):
         chosen = [(it, r) for it, r in zip(items, records, strict=True) if it.dataset == dataset and r["label"].strip()]
         ds_items, ds_records = [c[0] for c in chosen], [c[1] for c in chosen]
-        labels = [r["label"] for r in ds_records]
+        labels = labels_of[dataset] = [r["label"] for r in ds_records]
         for row in ROWS:
             row_client = tuned if row.startswith("tuned") else client
             if row_client is None or not ds_items:
@@ -453,7 +453,6 @@ def main() -> None:
             source = memory_of[row]
             results[f"{dataset}/{row}"]["with_memory"] = sum(bool(r[source]) for r in ds_records) if source else 0
             predictions_kept.setdefault(dataset, {})[row] = preds
-            labels_of[dataset] = labels
             print(f"{dataset} {row}: GLEU {results[f'{dataset}/{row}']['gleu']:.1f} "
                   f"PPL {results[f'{dataset}/{row}']['ppl']:.1f}", flush=True)
     rows_s = time.perf_counter() - t_rows

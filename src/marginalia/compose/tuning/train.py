@@ -239,7 +239,10 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
         kept_step = best[1]
         say(f"kept the adapters of step {kept_step}, where the held-out label loss was lowest")
     lora.eval()
-    after = label_loss(lora, held_rows, options.batch_size, pad_id, torch) if held_rows else None
+    if best is not None:  # the kept step's adapters were measured already
+        after: float | None = best[0]
+    else:
+        after = label_loss(lora, held_rows, options.batch_size, pad_id, torch) if held_rows else None
     if after is not None:
         say(f"held-out label loss after: {after:.3f}")
 
