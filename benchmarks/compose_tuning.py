@@ -190,7 +190,7 @@ def main() -> None:
         f"0-{chosen.start - 1} never cut, left for evaluation). {len(examples)} examples"
         + (f", {len(per_label)} of them the prefixes and memory of `{relabelled_from.name}` labelled again "
            f"({sum(per_label) / 60:.0f} min, median {statistics.median(per_label):.1f} s per label; "
-           f"{relabelled} by this run)" if per_label else "")
+           f"{relabelled} by this run)" if per_label and relabelled_from is not None else "")
         + (f"; {len(examples) - len(per_label)} cut for this file: {sum(per_example) / 60:.0f} min of memory and "
            f"labels (median {statistics.median(per_example):.0f} s per example; {data.written} made by this run, "
            f"{data.kept - len(per_label)} by earlier ones, which this one resumed)"

@@ -21,6 +21,9 @@ tokens:
 Columns: perplexity of the labels under that client and prompt, GLEU, METEOR, BLEU-4, ROUGE-1, ROUGE-L,
 BERTScore (``marginalia.bench.generation_metrics``), with a bootstrap 95% interval on GLEU; the tuned
 client's GLEU over the vanilla client's, with a paired bootstrap interval (the same resampled items).
+And how much the labels take from their memory: the share of the word units a label adds to its prefix
+that its takeaways hold, and each row's GLEU on the labels that take any (the items where reading the
+memory can pay).
 
 Freshness vs cost: the WikiText prefixes are typed again token by token through the augmentation
 coordinator at several thresholds; every request it makes is answered at once (retrieval only: the
@@ -275,6 +278,16 @@ def gleu_ratio_interval(first: list[str], second: list[str], labels: list[str]) 
     return gm.corpus_interval(ratio, len(labels))
 
 
+def memory_draw(label: str, prefix: str, memory: Sequence[str]) -> tuple[set[str], set[str]]:
+    """The label's word units that its prefix does not hold (what the label adds), and those of them that
+    the memory holds: a label that adds nothing from its memory cannot be matched better by a client that
+    reads the memory."""
+    from marginalia.patterns.grounding import units
+
+    new = set(units(label)) - set(units(prefix))
+    return new, new & {u for text in memory for u in units(text)}
+
+
 # -- freshness vs cost ---------------------------------------------------------------------------------------
 
 
@@ -436,11 +449,16 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {}
     predictions_kept: dict[str, dict[str, list[str]]] = {}
     labels_of: dict[str, list[str]] = {}
+    drawn_of: dict[str, list[tuple[set[str], set[str]]]] = {}  # per label: its new units, those in its memory
     t_rows = time.perf_counter()
     for dataset in ("wikitext", "enron"):
-        chosen = [(it, r) for it, r in zip(items, records, strict=True) if it.dataset == dataset and r["label"].strip()]
-        ds_items, ds_records = [c[0] for c in chosen], [c[1] for c in chosen]
+        labelled = [(it, r) for it, r in zip(items, records, strict=True)
+                    if it.dataset == dataset and r["label"].strip()]
+        ds_items, ds_records = [c[0] for c in labelled], [c[1] for c in labelled]
         labels = labels_of[dataset] = [r["label"] for r in ds_records]
+        draws = [memory_draw(r["label"], it.prefix, [x["text"] for x in r["takeaways"]])
+                 for it, r in zip(ds_items, ds_records, strict=True)]
+        drawn_of[dataset] = draws
         for row in ROWS:
             row_client = tuned if row.startswith("tuned") else client
             if row_client is None or not ds_items:
@@ -540,6 +558,26 @@ def main() -> None:
         else:
             line += " The goal (the tuned client + memory at least doubles the vanilla GLEU) is not measured: no tuned client was given."
         verdicts.append(line)
+    draw_lines = []
+    for dataset in ("wikitext", "enron"):
+        if not drawn_of.get(dataset):
+            continue
+        draws = drawn_of[dataset]
+        new_units = sum(len(new) for new, _ in draws)
+        from_memory = sum(len(got) for _, got in draws)
+        drawing = [i for i, (_, got) in enumerate(draws) if got]
+        line = (f"- {dataset}: of the labels' {new_units} new word units (not in their prefix), {from_memory} "
+                f"({100 * from_memory / max(1, new_units):.0f}%) are in their takeaways memory; {len(drawing)} of "
+                f"{len(draws)} labels take at least one from it.")
+        if drawing:
+            gleus = []
+            for row in ROWS:
+                row_preds = predictions_kept.get(dataset, {}).get(row)
+                if row_preds is not None:
+                    sub = gm.gleu([row_preds[i] for i in drawing], [labels_of[dataset][i] for i in drawing])
+                    gleus.append(f"{row} {sub:.1f}")
+            line += f" GLEU on those {len(drawing)}: " + ", ".join(gleus) + "."
+        draw_lines.append(line)
     fresh_table = ["| threshold (token edits) | memory requests / 1,000 typed tokens | requests | typed tokens | GLEU |",
                    "|---:|---:|---:|---:|---:|",
                    *[f"| {r['threshold']} | {r['rate']:.1f} | {r['requests']} | {r['typed']} | {r['gleu']:.1f} |"
@@ -571,6 +609,12 @@ def main() -> None:
         "",
         *tables,
         *verdicts,
+        "",
+        "**What the labels take from the memory.** A word unit (`marginalia.patterns.grounding.units`: "
+        "lower-cased, lightly stemmed, stopwords dropped) that a label adds to its prefix and that its takeaways "
+        "memory holds is one a client could take from the memory; the rest no memory can supply:",
+        "",
+        *draw_lines,
         "",
         f"**Freshness vs cost** ({len(fresh)} WikiText prefixes typed token by token through the coordinator; each "
         f"request's query is the text new since the last one, answered at once with the {args.hits} retrieved chunks "

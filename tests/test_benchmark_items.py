@@ -83,3 +83,14 @@ def test_the_tuned_over_vanilla_ratio_interval_is_paired() -> None:
     assert low <= ratio <= high and high - low < 0.05  # every item alike: the paired ratio barely moves
     low2, high2 = cu.gleu_ratio_interval(worse, better, labels)
     assert high2 < 1.0 and low2 > 0
+
+
+def test_memory_draw_counts_only_the_labels_new_words_that_the_memory_holds() -> None:
+    cu = load("compose_utility")
+    prefix = "The bridge over the river was built"
+    label = " in 1862 of oak by the river's engineers, who later built a mill"
+    new, drawn = cu.memory_draw(label, prefix, ["Engineers used oak for the bridge in 1862.", "A mill stood there."])
+    assert "1862" in new and "river" not in new and "built" not in new  # the prefix's words are not new
+    assert {"1862", "oak", "engineer", "mill"} <= drawn and "later" not in drawn
+    assert drawn <= new
+    assert cu.memory_draw(label, prefix, []) == (new, set())
