@@ -568,7 +568,7 @@ def main() -> None:
         drawing = [i for i, (_, got) in enumerate(draws) if got]
         line = (f"- {dataset}: of the labels' {new_units} new word units (not in their prefix), {from_memory} "
                 f"({100 * from_memory / max(1, new_units):.0f}%) are in their takeaways memory; {len(drawing)} of "
-                f"{len(draws)} labels take at least one from it.")
+                f"{len(draws)} labels take any from it.")
         if drawing:
             gleus = []
             for row in ROWS:
@@ -576,7 +576,7 @@ def main() -> None:
                 if row_preds is not None:
                     sub = gm.gleu([row_preds[i] for i in drawing], [labels_of[dataset][i] for i in drawing])
                     gleus.append(f"{row} {sub:.1f}")
-            line += f" GLEU on those {len(drawing)}: " + ", ".join(gleus) + "."
+            line += " GLEU on them: " + ", ".join(gleus) + "."
         draw_lines.append(line)
     fresh_table = ["| threshold (token edits) | memory requests / 1,000 typed tokens | requests | typed tokens | GLEU |",
                    "|---:|---:|---:|---:|---:|",
