@@ -95,6 +95,20 @@ def test_first_choices_and_a_bad_rollback(smollm2_llamacpp: Any) -> None:
         gen.rollback(gen.length + 1)
 
 
+def test_copy_decoding_writes_only_pieces_of_the_source(smollm2_llamacpp: Any) -> None:
+    from marginalia.models.copying import JOINERS
+
+    gen = smollm2_llamacpp.fork(keep_cache=False)
+    source = "12. mushy\n13. hydrogen\n14. tenant\n15. mushy\n16. wingman\n17. tenant"
+    messages = [{"role": "user", "content": "Name five fruits, separated by commas."}]
+    free = gen.generate(messages, GenerationParams(max_new_tokens=16))
+    pieces = [" ".join(p.split()).casefold() for p in JOINERS.split(free)]
+    assert any(p and p not in source for p in pieces)  # unconstrained, it names fruits
+    copied = gen.generate(messages, GenerationParams(max_new_tokens=16, copy_from=source))
+    pieces = [" ".join(p.split()).casefold() for p in JOINERS.split(copied)]
+    assert copied.strip() and all(p in source for p in pieces), copied
+
+
 def test_key_cache_precision_is_a_choice() -> None:
     from marginalia.errors import UserError
     from marginalia.models.llamacpp_backend import LlamaCppGenerator

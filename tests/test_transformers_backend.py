@@ -240,6 +240,17 @@ def test_first_choices_constrain_the_first_token(tiny: Any) -> None:
     assert tiny.tokenizer.encode(out)[0] in first_ids
 
 
+def test_copy_decoding_writes_only_pieces_of_the_source(tiny: Any) -> None:
+    from marginalia.models.copying import JOINERS
+
+    tiny.prefill(ids_of(tiny, A_TEXT))
+    source = "harbour master, crates and nets"
+    out = "".join(tiny.generate_from_cache([], GenerationParams(max_new_tokens=8, copy_from=source)))
+    assert all(" ".join(p.split()).casefold() in source for p in JOINERS.split(out)), out
+    free = "".join(tiny.generate_from_cache([], GenerationParams(max_new_tokens=8)))
+    assert not all(" ".join(p.split()).casefold() in source for p in JOINERS.split(free))  # random picks
+
+
 def test_sampling_is_seeded(make_tiny: Callable[..., Any]) -> None:
     params = GenerationParams(max_new_tokens=15, temperature=1.0, top_p=0.9, seed=3)
     one = make_tiny().generate("The harbour", params)

@@ -431,3 +431,45 @@ def test_the_extract_margin_style_asks_for_items_too() -> None:
     assert "short list" in extract and "NONE" in extract
     # the fused judge keeps its own intro (its margins open with YES or NO)
     assert WiM(gen, judge="fused", margin_style="extract").framing().head == WiM(gen, judge="fused").framing().head
+
+
+def test_list_notes_are_tallied_most_named_first() -> None:
+    """Partial aggregates summed: each item of the list notes with the number of notes naming it (case aside),
+    ties in order of first mention; a sentence note is not a list; nothing when fewer than two lists."""
+    from marginalia.patterns.wim import fit_notes, tally_notes
+
+    count = WordTokenizer().count
+    notes = ["apple, river, stone, cloud", "The river rose in May.", "river, cloud, Apple, lamp", "lamp, river, desk"]
+    line = tally_notes(notes)
+    assert line.endswith(": river (3), apple (2), cloud (2), lamp (2)") and "3 list notes" in line
+    assert tally_notes(["apple, river, stone", "The river rose in May."]) == ""
+    assert tally_notes(["apple, river, stone", "desk, lamp, cup"]) == ""
+    assert fit_notes(notes, 1000, count, tally=True) == "\n".join([f"- {n}" for n in notes] + [line])
+    assert fit_notes(notes, 1000, count) == "\n".join(f"- {n}" for n in notes)
+    short = fit_notes(notes, count(line) - 2, count, tally=True)  # the tally alone is too long: cut at a comma
+    assert short == line.rsplit(", ", 1)[0], short
+
+
+def test_copy_decoding_copies_each_margin_from_its_part(doc: str) -> None:
+    gen = ScriptedGenerator(reader_for(doc))
+    pattern = WiM(gen, segment_tokens=SEGMENT_TOKENS, margin_decoding="copy")
+    answer = pattern.answer(doc, QUESTION)
+    assert answer.text == "The ferry leaves from pier 47."
+    segments = pattern.segments(doc)
+    reqs = margin_requests(gen)
+    assert [r.params.copy_from for r in reqs] == [s.text for s in segments]
+    assert all(r.params.copy_also == ("NONE",) for r in reqs)
+    # by default margins are free
+    free = ScriptedGenerator(reader_for(doc))
+    WiM(free, segment_tokens=SEGMENT_TOKENS).answer(doc, QUESTION)
+    assert all(r.params.copy_from is None for r in margin_requests(free))
+
+
+def test_copy_decoding_needs_a_backend_that_enforces_it() -> None:
+    class Loose(ScriptedGenerator):
+        supports_copy = False
+
+    with pytest.raises(UserError, match="margin_decoding = copy needs a model that can restrict what it writes"):
+        WiM(Loose(name="loose"), margin_decoding="copy")
+    with pytest.raises(UserError, match="loose cannot restrict what it generates to copies from a text"):
+        Loose(name="loose").generate("Is it?", GenerationParams(copy_from="some text"))

@@ -100,6 +100,16 @@ class WimOptions(PatternOptions):
                     "intro before the document, or in each margin's own prompt, with the document introduced as "
                     "long context introduces it (so an lc answer from the same reading is long context's exact "
                     "prompt)")
+    tally_lists: bool = Field(
+        default=False,
+        description="wim: when two or more kept margins are lists (words, names, figures: partial aggregates of "
+                    "their parts), add to the notes the items they name, each with how many notes name it, most "
+                    "named first (the answer then combines counts it need not make itself)")
+    margin_decoding: Literal["free", "copy"] = Field(
+        default="free",
+        description="wim: how a margin is decoded: freely, or copy: each piece of it between commas, full "
+                    "stops and line ends copied from the part just read (or NONE), so a margin cannot name what "
+                    "the part does not hold (in-process models only; margins are then written one after another)")
     batch_margins: bool = Field(
         default=False,
         description="wim: write a kept reading's margins side by side, in-process (pays where a decode step "

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypedDict
 
 from ..errors import BackendError, ContextOverflow, UserError
+from .copying import CopyState
 from .ledger import PrefillLedger
 
 
@@ -43,6 +44,11 @@ class GenerationParams:
     #: strings (a constrained choice, e.g. ("YES", "NO")); the rest is free. A backend
     #: that cannot enforce it refuses it (`Generator.supports_first_choices`).
     first_choices: tuple[str, ...] = ()
+    #: When set, copy decoding (`marginalia.models.copying`): every piece of the generated text between
+    #: joining marks occurs in this text, or begins one of ``copy_also`` (WiM's extractive margins). A
+    #: backend that cannot enforce it refuses it (`Generator.supports_copy`).
+    copy_from: str | None = None
+    copy_also: tuple[str, ...] = ()
 
 
 @dataclass
@@ -142,6 +148,8 @@ class Generator(ABC):
     #: Whether `GenerationParams.first_choices` is enforced (patterns that need it check
     #: this when they are made; a backend without it refuses such requests).
     supports_first_choices: bool = False
+    #: Whether `GenerationParams.copy_from` is enforced (the same contract)
+    supports_copy: bool = False
     #: Whether `CachingGenerator.choice_probabilities` reads the model's next-token probabilities
     supports_choice_probabilities: bool = False
 
@@ -214,11 +222,20 @@ class Generator(ABC):
             raise ContextOverflow(needed, self.context_window, what)
 
     def check_first_choices(self, params: GenerationParams) -> None:
-        """Refuse a constrained first token this backend cannot enforce (never ignore it)."""
+        """Refuse a constrained first token or copy decoding this backend cannot enforce (never ignore it)."""
         if params.first_choices and not self.supports_first_choices:
             raise UserError(f"{self.name} cannot restrict the first generated token to one of "
                             f"{', '.join(params.first_choices)}; use a backend that can (an in-process "
                             "model, or an openai: server in mode=completions)")
+        if params.copy_from is not None and not self.supports_copy:
+            raise UserError(f"{self.name} cannot restrict what it generates to copies from a text; use an "
+                            "in-process model (gguf: or hf:)")
+
+    def copy_state(self, params: GenerationParams) -> CopyState | None:
+        """A fresh `CopyState` for one generation under ``params`` (None without copy decoding)."""
+        if params.copy_from is None:
+            return None
+        return CopyState(params.copy_from, self.tokenizer.decode, also=params.copy_also)
 
 
 @dataclass(frozen=True)
@@ -376,6 +393,8 @@ class CachingGenerator(Generator):
             raise BackendError("each branch needs a non-empty suffix and an end within the cache")
         self.check_fits(max(ends) + len(suffix_ids) + params.max_new_tokens, what="a branch")
         self.check_first_choices(params)
+        if params.copy_from is not None:
+            raise BackendError("branches are not copy-decoded; write such texts one after another")
 
     def _decode_branches(self, ends: Sequence[int], suffix: Sequence[int], params: GenerationParams,
                          finished: Callable[[str], bool] | None,

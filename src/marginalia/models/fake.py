@@ -93,6 +93,7 @@ class ScriptedGenerator(CachingGenerator):
     #: first_choices are recorded with each request, not enforced: a script's reply
     #: stands for what a constrained model chose (or, to test a judge, failed to)
     supports_first_choices = True
+    supports_copy = True  # recorded too, not enforced
     supports_choice_probabilities = True
 
     def __init__(

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..errors import BackendError, MissingDependency, UserError
 from .base import CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer
+from .copying import CopyState
 
 #: cached-key precisions: name -> ggml type id (llama_cpp.GGML_TYPE_F16, GGML_TYPE_Q8_0)
 KEY_CACHE_TYPES = {"f16": 1, "q8_0": 8}
@@ -126,6 +127,7 @@ class LlamaCppGenerator(CachingGenerator):
     """
 
     supports_first_choices = True  # the first token's logits are masked in `_sample_tokens`
+    supports_copy = True  # and every token's, to keep a copy (`_constrain`)
     supports_choice_probabilities = True
 
     def __init__(self, path: str | Path, name: str = "gguf", n_ctx: int | None = None,
@@ -367,9 +369,7 @@ class LlamaCppGenerator(CachingGenerator):
             return {j: self._row(ctx, row, n_vocab) for j, row in rows.items()}
 
         def pick(logits: np.ndarray, first: bool) -> int:
-            if first and params.first_choices:
-                logits = self._restrict(logits, params.first_choices)
-            return _sample(logits, params, rng)
+            return _sample(self._constrain(logits, params, first, None), params, rng)
 
         try:
             for j, end in enumerate(ends):
@@ -476,16 +476,30 @@ class LlamaCppGenerator(CachingGenerator):
         masked[allowed] = logits[allowed]
         return masked
 
+    def _constrain(self, logits: np.ndarray, params: GenerationParams, first: bool,
+                   copying: CopyState | None) -> np.ndarray:
+        """``logits`` with what ``params`` rules out masked: all but the choices' first tokens (the first
+        token), all that would break the copy (every token, with copy decoding)."""
+        if first and params.first_choices:
+            logits = self._restrict(logits, params.first_choices)
+        if copying is not None:
+            allowed = copying.mask(logits, self.eos_ids)
+            masked = np.full_like(logits, -np.inf)
+            masked[allowed] = logits[allowed]
+            logits = masked
+        return logits
+
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         rng = np.random.default_rng(params.seed if params.seed is not None else 0)
-        logits = self._pending_logits()
-        if params.first_choices:
-            logits = self._restrict(logits, params.first_choices)
+        copying = self.copy_state(params)
+        logits = self._constrain(self._pending_logits(), params, True, copying)
         while True:
             token = _sample(logits, params, rng)
             yield token
+            if copying is not None:
+                copying.feed(token)
             self._sync()
-            logits = self._eval([token])
+            logits = self._constrain(self._eval([token]), params, False, copying)
             self._ids.append(token)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import BackendError, MissingDependency
 from .base import CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer
+from .copying import CopyState
 
 HF_INSTALL = "pip install torch==2.13.0 && pip install 'marginalia[hf]'"
 
@@ -74,6 +75,7 @@ class TransformersGenerator(CachingGenerator):
     """
 
     supports_first_choices = True  # the first token's logits are masked (`_restrict`)
+    supports_copy = True  # and every token's, to keep a copy (`_constrain`)
     supports_choice_probabilities = True
 
     def __init__(
@@ -332,8 +334,7 @@ class TransformersGenerator(CachingGenerator):
             return {items[i][0]: out.logits[0, r].float() for r, i in enumerate(wanted)}
 
         def pick(logits: Any, first: bool) -> int:
-            if first and params.first_choices:
-                logits = self._restrict(logits, params.first_choices)
+            logits = self._constrain(logits, params, first, None)
             return self._sample(logits.cpu() if rng is not None else logits, params, rng)
 
         try:
@@ -362,6 +363,18 @@ class TransformersGenerator(CachingGenerator):
         masked[allowed] = logits[allowed]
         return masked
 
+    def _constrain(self, logits: Any, params: GenerationParams, first: bool, copying: CopyState | None) -> Any:
+        """``logits`` with what ``params`` rules out masked: all but the choices' first tokens (the first
+        token), all that would break the copy (every token, with copy decoding)."""
+        if first and params.first_choices:
+            logits = self._restrict(logits, params.first_choices)
+        if copying is not None:
+            allowed = copying.mask(logits.float().cpu().numpy(), self.eos_ids).tolist()
+            masked = self.torch.full_like(logits, float("-inf"))
+            masked[allowed] = logits[allowed]
+            logits = masked
+        return logits
+
     def _rng(self, params: GenerationParams) -> Any:
         """The seeded generator sampling draws from (None for greedy decoding)."""
         if params.temperature <= 0:
@@ -372,10 +385,11 @@ class TransformersGenerator(CachingGenerator):
 
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         rng = self._rng(params)
-        logits = self._pending_logits()
-        if params.first_choices:
-            logits = self._restrict(logits, params.first_choices)
+        copying = self.copy_state(params)
+        logits = self._constrain(self._pending_logits(), params, True, copying)
         while True:
             token = self._sample(logits.cpu() if rng is not None else logits, params, rng)
             yield token
-            logits = self._forward([token])
+            if copying is not None:
+                copying.feed(token)
+            logits = self._constrain(self._forward([token]), params, False, copying)

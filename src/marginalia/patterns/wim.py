@@ -20,7 +20,7 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -58,6 +58,7 @@ from .base import (
     relay_answer,
     resolve_options,
 )
+from .grounding import list_items
 from .judges import CombinedJudge, SeparateJudge, Verdict, is_empty_margin, make_judge
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,13 @@ class WiM(Pattern):
         self.stop_at_score = opts.stop_at_score
         self.batch_margins = opts.batch_margins
         self.margin_style = opts.margin_style
+        self.margin_decoding = opts.margin_decoding
+        if opts.margin_decoding == "copy" and not generator.supports_copy:
+            raise UserError(f"margin_decoding = copy needs a model that can restrict what it writes to copies "
+                            f"from a text; {generator.name} cannot (use an in-process model, gguf: or hf:, or "
+                            "margin_decoding = free)")
         self.instructions = opts.instructions
+        self.tally_lists = opts.tally_lists
         self.judge = make_judge(opts.judge, generator, opts.grounding_threshold)
         self.margin_params = GenerationParams(
             max_new_tokens=opts.margin_tokens, stop=() if opts.judge == "fused" else ("\n\n",),
@@ -137,6 +144,14 @@ class WiM(Pattern):
         if name == "margin" and self.instructions == "margin":
             return "margin_extract_instructed" if self.margin_style == "extract" else "margin_instructed"
         return name
+
+    def params_for(self, segment: Segment) -> GenerationParams:
+        """How the margin of ``segment`` is decoded: `margin_params`, copied from the segment's text with
+        copy decoding (NONE, and the judge's first choices, may be written too)."""
+        if self.margin_decoding != "copy":
+            return self.margin_params
+        return replace(self.margin_params, copy_from=segment.text,
+                       copy_also=("NONE", *self.margin_params.first_choices))
 
     def segments(self, context: str) -> list[Segment]:
         ids, offsets = self.generator.tokenizer.encode_with_offsets(context)
@@ -161,7 +176,7 @@ class WiM(Pattern):
             yield SegmentRead(segment, total, clock(), cached)
             t0 = time.perf_counter()
             generated = worker.usage.generated_tokens
-            raw = self.judge.read(worker.generate_from_cache(suffix, self.margin_params))
+            raw = self.judge.read(worker.generate_from_cache(suffix, self.params_for(segment)))
             yield _Written(segment, raw, time.perf_counter() - t0, worker.usage.generated_tokens - generated,
                            probe(raw) if probe is not None else None)
 
@@ -477,7 +492,7 @@ class WimReader:
         write = wim._pipelined if gen.concurrency > 1 else functools.partial(wim._sequential, probe=probe)
         steps: Iterator[SegmentRead | _Written]
         if held_before and wim.batch_margins and gen.max_branches > 1 and self.full is not None \
-                and probe is None:
+                and probe is None and wim.margin_decoding == "free":
             # the kept reading's margins as batched branches, then read on as usual
             if worker.length < len(self.full.ids):
                 worker.restore(self.full)
@@ -530,7 +545,7 @@ class WimReader:
                 self.store.put(self.key, self.full, gen)
         kept = [m for m in margins if m.relevant]
         room = gen.context_window - worker.length - answer_base - wim.answer_params.max_new_tokens
-        notes = fit_notes([m.text for m in kept], room, gen.tokenizer.count)
+        notes = fit_notes([m.text for m in kept], room, gen.tokenizer.count, tally=wim.tally_lists)
         t_answer = clock()
         generated = gen.usage.generated_tokens
         text, first_token = yield from relay_answer(worker.generate_from_cache(
@@ -586,14 +601,45 @@ class _ReaderPattern(Pattern):
         return self.reader._events(run, question)
 
 
-def fit_notes(texts: list[str], room: int, count: Callable[[str], int]) -> str:
-    """The notes as a bullet list, keeping the latest ones that fit ``room`` tokens."""
+def tally_notes(texts: list[str]) -> str:
+    """The items named by more than one of the notes written as lists (`grounding.list_items`), each with the
+    number of notes naming it, most named first (ties in order of first mention), as one line; '' when fewer
+    than two notes are lists or no item is named twice. A list note is a partial aggregate of its part (the
+    words frequent there, the names it mentions): the tally is their sum."""
+    lists = [items for items in map(list_items, texts) if items]
+    if len(lists) < 2:
+        return ""
+    counts: Counter[str] = Counter()
+    spelled: dict[str, str] = {}
+    for items in lists:
+        for item in items:
+            key = " ".join(item.casefold().split())
+            spelled.setdefault(key, item)
+        counts.update(list(dict.fromkeys(" ".join(item.casefold().split()) for item in items)))
+    shared = [(key, n) for key, n in counts.most_common() if n >= 2]  # most_common keeps first-seen order in ties
+    if not shared:
+        return ""
+    named = ", ".join(f"{spelled[key]} ({n})" for key, n in shared)
+    return f"- Named in more than one of the {len(lists)} list notes (how many): {named}"
+
+
+def fit_notes(texts: list[str], room: int, count: Callable[[str], int], tally: bool = False) -> str:
+    """The notes as a bullet list, keeping the latest ones that fit ``room`` tokens; with ``tally``, the
+    `tally_notes` line of all of them last, nearest the question (placed first, it scored lower on CWE:
+    configs/bench/quality-4k.toml; it goes first into the room, cut at a comma if it alone is longer)."""
     lines: list[str] = []
+    summary = tally_notes(texts) if tally else ""
+    while summary and count(summary) > room:
+        summary = summary.rsplit(", ", 1)[0] if ", " in summary.split(": ", 1)[-1] else ""
+    if summary:
+        room -= count(summary + "\n")
     for text in reversed(texts):
         candidate = [f"- {text}", *lines]
         if count("\n".join(candidate)) > room:
             break
         lines = candidate
+    if summary:
+        lines.append(summary)
     return "\n".join(lines) or "- (no notes)"
 
 
