@@ -152,6 +152,7 @@ def test_config_fills_defaults_and_resolves_paths(tmp_path: Path) -> None:
     assert task["name"] == "squad" and task["seed"] == 3 and task["limit"] == 2
     assert [p["max_new_tokens"] for p in resolved["patterns"]] == [16, 16, 16]
     assert resolved["patterns"][1] == {"name": "rag", "max_new_tokens": 16, "answer_style": "sentence", "kind": "rag",
+                                       "answer_decoding": "free",
                                        "top_k": 2, "chunk_tokens": 300, "split": "paragraphs"}
     assert resolved["patterns"][2]["judge"] == "grounded" and resolved["judge"] is None
     spec = config.tasks[0].spec(limit=1)

@@ -92,3 +92,32 @@ def test_pieces_are_whole_words_of_the_source() -> None:
         assert copying.allowed(token)
         copying.feed(token)
     assert copying.finished and 6 in copying.mask(logits, ends=[6]).tolist()
+
+
+def test_no_piece_is_written_twice() -> None:
+    copying, chars, fits = write(["mushy", ",", " hydrogen", ","])
+    assert fits == [True] * 4
+    assert not copying.allowed(chars.id(" hydrogen"))  # a whole word already listed, refused as it starts
+    assert copying.allowed(chars.id(" ten"))
+    chars = Chars(["mush", "y", ",", " ", "<end>", "NONE"])
+    copying = CopyState(SOURCE, chars.decode, also=("NONE",))
+    for token in (0, 1, 2, 3, 0, 1):  # "mushy, mushy": the second is spelled in two tokens
+        copying.feed(token)
+    assert not copying.allowed(2)  # so it is refused where it would be finished
+    assert not copying.finished  # nor may the text end on it
+    logits = np.zeros(6, dtype=np.float32)
+    assert 4 not in copying.mask(logits, ends=[4]).tolist()
+    copying = CopyState(SOURCE, chars.decode, also=("NONE",))
+    for token in (5, 2, 3):  # "NONE, "
+        copying.feed(token)
+    assert not copying.allowed(5)  # NONE once is enough
+
+
+def test_without_a_source_any_text_passes_but_no_piece_twice() -> None:
+    chars = Chars(PIECES)
+    copying = CopyState(None, chars.decode)
+    for piece in (" apple", ",", " New York", ","):  # neither is in SOURCE: no copy is asked for
+        assert copying.allowed(chars.id(piece))
+        copying.feed(chars.id(piece))
+    assert not copying.allowed(chars.id(" apple"))
+    assert copying.allowed(chars.id(" hydrogen"))

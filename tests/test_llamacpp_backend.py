@@ -109,6 +109,21 @@ def test_copy_decoding_writes_only_pieces_of_the_source(smollm2_llamacpp: Any) -
     assert copied.strip() and all(p in source for p in pieces), copied
 
 
+def test_distinct_pieces_write_no_piece_twice(smollm2_llamacpp: Any) -> None:
+    from marginalia.models.copying import JOINERS
+
+    gen = smollm2_llamacpp.fork(keep_cache=False)
+    prompt = "Fruit list: apple, apple, apple, apple,"  # a plain prompt, continued
+
+    def pieces(text: str) -> list[str]:
+        return [k for k in (" ".join(p.split()).casefold() for p in JOINERS.split(text)) if k]
+
+    free = pieces(gen.generate(prompt, GenerationParams(max_new_tokens=16)))
+    assert len(set(free)) < len(free)  # unconstrained, it repeats itself
+    distinct = pieces(gen.generate(prompt, GenerationParams(max_new_tokens=16, distinct_pieces=True)))
+    assert distinct and len(set(distinct)) == len(distinct), distinct
+
+
 def test_key_cache_precision_is_a_choice() -> None:
     from marginalia.errors import UserError
     from marginalia.models.llamacpp_backend import LlamaCppGenerator

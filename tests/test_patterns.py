@@ -210,6 +210,24 @@ def test_answer_style_short_asks_for_the_answer_alone(doc: str, name: str) -> No
         make_pattern(name, ScriptedGenerator(answering), answer_style="terse")
 
 
+@pytest.mark.parametrize("name", ["wim", "lc", "rag"])
+def test_answer_decoding_distinct_asks_the_backend_for_no_piece_twice(doc: str, name: str) -> None:
+    opts: dict[str, Any] = {"wim": {"segment_tokens": 100}, "lc": {},
+                            "rag": {"embedder": HashingEmbedder(), "chunk_tokens": 60}}[name]
+    for decoding, distinct in (("distinct", True), ("free", False)):
+        gen = ScriptedGenerator(answering)
+        make_pattern(name, gen, answer_decoding=decoding, **opts).answer(doc, QUESTION)
+        final = [r for r in gen.requests if not is_margin(r)][-1]
+        assert final.params.distinct_pieces is distinct
+        assert not any(r.params.distinct_pieces for r in gen.requests if is_margin(r))  # margins as before
+
+    class Loose(ScriptedGenerator):
+        supports_copy = False
+
+    with pytest.raises(UserError, match="answer_decoding = distinct needs a model that can restrict"):
+        make_pattern(name, Loose(answering, name="loose"), answer_decoding="distinct", **opts)
+
+
 @pytest.mark.parametrize(("question", "yes_no"), [
     ("Were Scott Derrickson and Ed Wood of the same nationality?", True), ("is it open?", True),
     ('"Did she win?"', True), ("Who is older, Annie Morton or Terry Richardson?", False),

@@ -448,6 +448,12 @@ def test_list_notes_are_tallied_most_named_first() -> None:
     assert fit_notes(notes, 1000, count) == "\n".join(f"- {n}" for n in notes)
     short = fit_notes(notes, count(line) - 2, count, tally=True)  # the tally alone is too long: cut at a comma
     assert short == line.rsplit(", ", 1)[0], short
+    # tally_only: the tally of every item stands for the list notes; the sentence stays
+    only = fit_notes(notes, 1000, count, tally=True, tally_only=True).splitlines()
+    assert only[0] == "- The river rose in May." and len(only) == 2
+    assert only[1].endswith("most named first: river (3), apple (2), cloud (2), lamp (2), stone (1), desk (1)")
+    with pytest.raises(UserError, match="set tally_lists too"):
+        WiM(ScriptedGenerator(), tally_only=True)
 
 
 def test_copy_decoding_copies_each_margin_from_its_part(doc: str) -> None:
@@ -471,5 +477,5 @@ def test_copy_decoding_needs_a_backend_that_enforces_it() -> None:
 
     with pytest.raises(UserError, match="margin_decoding = copy needs a model that can restrict what it writes"):
         WiM(Loose(name="loose"), margin_decoding="copy")
-    with pytest.raises(UserError, match="loose cannot restrict what it generates to copies from a text"):
+    with pytest.raises(UserError, match="loose cannot restrict what it generates .to copies from a text"):
         Loose(name="loose").generate("Is it?", GenerationParams(copy_from="some text"))

@@ -55,6 +55,11 @@ class PatternOptions(Options):
         description="how the answer is asked for: one short sentence (opening with yes or no for a question "
                     "that asks for one: \"Were they ...?\"), or short: the answer alone (a name, a number, a "
                     "date), and yes or no for such a question")
+    answer_decoding: Literal["free", "distinct"] = Field(
+        default="free",
+        description="how the answer is decoded: freely, or distinct: no piece of it between commas, full stops "
+                    "and line ends written twice (an answer that lists things names each once; in-process "
+                    "models only)")
 
 
 class LcOptions(PatternOptions):
@@ -105,11 +110,16 @@ class WimOptions(PatternOptions):
         description="wim: when two or more kept margins are lists (words, names, figures: partial aggregates of "
                     "their parts), add to the notes the items they name, each with how many notes name it, most "
                     "named first (the answer then combines counts it need not make itself)")
+    tally_only: bool = Field(
+        default=False,
+        description="wim: with tally_lists, leave the list notes out: their tally, of every item they name, "
+                    "stands for them")
     margin_decoding: Literal["free", "copy"] = Field(
         default="free",
         description="wim: how a margin is decoded: freely, or copy: each piece of it between commas, full "
-                    "stops and line ends copied from the part just read (or NONE), so a margin cannot name what "
-                    "the part does not hold (in-process models only; margins are then written one after another)")
+                    "stops and line ends copied from the part just read (or NONE), none twice, so a margin "
+                    "cannot name what the part does not hold (in-process models only; margins are then written "
+                    "one after another)")
     batch_margins: bool = Field(
         default=False,
         description="wim: write a kept reading's margins side by side, in-process (pays where a decode step "

@@ -49,6 +49,8 @@ class GenerationParams:
     #: backend that cannot enforce it refuses it (`Generator.supports_copy`).
     copy_from: str | None = None
     copy_also: tuple[str, ...] = ()
+    #: No piece between joining marks written twice (implied by ``copy_from``); the same contract.
+    distinct_pieces: bool = False
 
 
 @dataclass
@@ -227,13 +229,14 @@ class Generator(ABC):
             raise UserError(f"{self.name} cannot restrict the first generated token to one of "
                             f"{', '.join(params.first_choices)}; use a backend that can (an in-process "
                             "model, or an openai: server in mode=completions)")
-        if params.copy_from is not None and not self.supports_copy:
-            raise UserError(f"{self.name} cannot restrict what it generates to copies from a text; use an "
-                            "in-process model (gguf: or hf:)")
+        if (params.copy_from is not None or params.distinct_pieces) and not self.supports_copy:
+            raise UserError(f"{self.name} cannot restrict what it generates (to copies from a text, or to no "
+                            "piece twice); use an in-process model (gguf: or hf:)")
 
     def copy_state(self, params: GenerationParams) -> CopyState | None:
-        """A fresh `CopyState` for one generation under ``params`` (None without copy decoding)."""
-        if params.copy_from is None:
+        """A fresh `CopyState` for one generation under ``params`` (None without copy decoding or distinct
+        pieces)."""
+        if params.copy_from is None and not params.distinct_pieces:
             return None
         return CopyState(params.copy_from, self.tokenizer.decode, also=params.copy_also)
 
@@ -393,7 +396,7 @@ class CachingGenerator(Generator):
             raise BackendError("each branch needs a non-empty suffix and an end within the cache")
         self.check_fits(max(ends) + len(suffix_ids) + params.max_new_tokens, what="a branch")
         self.check_first_choices(params)
-        if params.copy_from is not None:
+        if params.copy_from is not None or params.distinct_pieces:
             raise BackendError("branches are not copy-decoded; write such texts one after another")
 
     def _decode_branches(self, ends: Sequence[int], suffix: Sequence[int], params: GenerationParams,

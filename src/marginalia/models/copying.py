@@ -5,7 +5,8 @@ case and spacing aside, must occur in the source as whole words (or be one of a 
 NONE). A decoder keeps a `CopyState` per generation and, at each step, lets through only the candidate
 tokens that keep every piece a copy (`CopyState.mask`): the piece being written must begin at a word of the
 source, a finished one must also end at a word's end (so "m, h, s" is not a copy of "mango, honey, salt"),
-and the generation may end only where its last piece is finished. Copying is checked on text, not on token
+no piece may be written twice (a list names each thing once: "silver, silver, silver" is refused), and the
+generation may end only where its last piece is finished. Copying is checked on text, not on token
 ids, so a word the source spells with a space before it may be copied without one, and a piece may run
 across the source's own line breaks.
 """
@@ -32,20 +33,23 @@ def _norm(text: str) -> str:
 
 
 class CopyState:
-    """What one generation has written so far, and which next tokens keep it a copy of ``source``."""
+    """What one generation has written so far, and which next tokens keep it a copy of ``source`` with no
+    piece twice (with ``source`` None, only the latter: an answer that lists things names each once)."""
 
-    def __init__(self, source: str, decode: Callable[[Sequence[int]], str], also: Iterable[str] = ()) -> None:
-        self.source = _norm(source)
+    def __init__(self, source: str | None, decode: Callable[[Sequence[int]], str],
+                 also: Iterable[str] = ()) -> None:
+        self.source = None if source is None else _norm(source)  # None: any text, its pieces only distinct
         self.also = tuple(_norm(word) for word in also)
         self.decode = decode
         self.piece = ""  # the text since the last joining mark
+        self.written: set[str] = set()  # the finished pieces, normalised
 
     def _fits(self, piece: str, finished: bool) -> bool:
         """Whether ``piece`` is (``finished``) or begins (not yet) a copy of whole words of the source; a
         space after its last word finishes that word (else "m" followed by spaces would stay open)."""
         finished = finished or piece[-1:].isspace()
         piece = _norm(piece)
-        if not piece:
+        if not piece or self.source is None:
             return True
         if any(word == piece or not finished and word.startswith(piece) for word in self.also):
             return True
@@ -58,23 +62,34 @@ class CopyState:
             at = source.find(piece, at + 1)
         return False
 
+    def _new(self, pieces: list[str]) -> bool:
+        """Whether none of ``pieces`` (finished ones) repeats another or one written before."""
+        keys = [_norm(p) for p in pieces]
+        keys = [k for k in keys if k]
+        return len(set(keys)) == len(keys) and not self.written.intersection(keys)
+
     def allowed(self, token: int) -> bool:
-        """Whether writing ``token`` next keeps every piece a copy (a token that writes nothing, a control
-        token, does not)."""
+        """Whether writing ``token`` next keeps every piece a copy, and new (a token that writes nothing, a
+        control token, does not). A token that starts a piece with a whole word already written as a piece
+        is refused at once, so the model turns to another word rather than to a longer piece."""
         text = self.decode([token])
         if not text:
             return False
         *done, last = JOINERS.split(self.piece + text)
-        return all(self._fits(p, True) for p in done) and self._fits(last, False)
+        if not (all(self._fits(p, True) for p in done) and self._fits(last, False) and self._new(done)):
+            return False
+        starts = bool(done) or not self.piece.strip()  # this token begins the piece being written
+        return not (starts and _norm(last) in self.written)
 
     @property
     def finished(self) -> bool:
-        """Whether the text may end here (its last piece a whole copy)."""
-        return self._fits(self.piece, True)
+        """Whether the text may end here (its last piece a whole copy, not written before)."""
+        return self._fits(self.piece, True) and self._new([self.piece])
 
     def feed(self, token: int) -> None:
         """``token`` was written."""
-        self.piece = JOINERS.split(self.piece + self.decode([token]))[-1]
+        *done, self.piece = JOINERS.split(self.piece + self.decode([token]))
+        self.written.update(k for k in map(_norm, done) if k)
 
     def mask(self, logits: np.ndarray, ends: Iterable[int]) -> np.ndarray:
         """Indices of the tokens that may come next: the end-of-generation tokens ``ends``, and those

@@ -111,7 +111,12 @@ class Pattern(ABC):
         self.generator = generator
         self.options = options
         # "=====" opens our prompts' question block: a model that writes one is inventing the next turn
-        self.answer_params = GenerationParams(max_new_tokens=options.max_new_tokens, stop=("=====",))
+        self.answer_params = GenerationParams(max_new_tokens=options.max_new_tokens, stop=("=====",),
+                                              distinct_pieces=options.answer_decoding == "distinct")
+        if options.answer_decoding == "distinct" and not generator.supports_copy:
+            raise UserError(f"answer_decoding = distinct needs a model that can restrict what it writes; "
+                            f"{generator.name} cannot (use an in-process model, gguf: or hf:, or "
+                            "answer_decoding = free)")
 
     def answer_template(self, question: str, name: str = "answer") -> str:
         """The prompt template that asks for the answer (``answer`` or ``answer_margins``) in this pattern's

@@ -122,6 +122,10 @@ class WiM(Pattern):
                             "margin_decoding = free)")
         self.instructions = opts.instructions
         self.tally_lists = opts.tally_lists
+        self.tally_only = opts.tally_only
+        if opts.tally_only and not opts.tally_lists:
+            raise UserError("tally_only leaves the list notes out for their tally, and there is no tally: "
+                            "set tally_lists too (--tally-lists)")
         self.judge = make_judge(opts.judge, generator, opts.grounding_threshold)
         self.margin_params = GenerationParams(
             max_new_tokens=opts.margin_tokens, stop=() if opts.judge == "fused" else ("\n\n",),
@@ -545,7 +549,8 @@ class WimReader:
                 self.store.put(self.key, self.full, gen)
         kept = [m for m in margins if m.relevant]
         room = gen.context_window - worker.length - answer_base - wim.answer_params.max_new_tokens
-        notes = fit_notes([m.text for m in kept], room, gen.tokenizer.count, tally=wim.tally_lists)
+        notes = fit_notes([m.text for m in kept], room, gen.tokenizer.count, tally=wim.tally_lists,
+                          tally_only=wim.tally_only)
         t_answer = clock()
         generated = gen.usage.generated_tokens
         text, first_token = yield from relay_answer(worker.generate_from_cache(
@@ -601,11 +606,11 @@ class _ReaderPattern(Pattern):
         return self.reader._events(run, question)
 
 
-def tally_notes(texts: list[str]) -> str:
-    """The items named by more than one of the notes written as lists (`grounding.list_items`), each with the
-    number of notes naming it, most named first (ties in order of first mention), as one line; '' when fewer
-    than two notes are lists or no item is named twice. A list note is a partial aggregate of its part (the
-    words frequent there, the names it mentions): the tally is their sum."""
+def tally_notes(texts: list[str], least: int = 2) -> str:
+    """The items named by at least ``least`` of the notes written as lists (`grounding.list_items`), each
+    with the number of notes naming it, most named first (ties in order of first mention), as one line; ''
+    when fewer than two notes are lists or no item is named that often. A list note is a partial aggregate
+    of its part (the words frequent there, the names it mentions): the tally is their sum."""
     lists = [items for items in map(list_items, texts) if items]
     if len(lists) < 2:
         return ""
@@ -616,19 +621,25 @@ def tally_notes(texts: list[str]) -> str:
             key = " ".join(item.casefold().split())
             spelled.setdefault(key, item)
         counts.update(list(dict.fromkeys(" ".join(item.casefold().split()) for item in items)))
-    shared = [(key, n) for key, n in counts.most_common() if n >= 2]  # most_common keeps first-seen order in ties
+    shared = [(key, n) for key, n in counts.most_common() if n >= least]  # first-seen order in ties
     if not shared:
         return ""
     named = ", ".join(f"{spelled[key]} ({n})" for key, n in shared)
+    if least <= 1:
+        return f"- Named in the {len(lists)} list notes (how many), most named first: {named}"
     return f"- Named in more than one of the {len(lists)} list notes (how many): {named}"
 
 
-def fit_notes(texts: list[str], room: int, count: Callable[[str], int], tally: bool = False) -> str:
+def fit_notes(texts: list[str], room: int, count: Callable[[str], int], tally: bool = False,
+              tally_only: bool = False) -> str:
     """The notes as a bullet list, keeping the latest ones that fit ``room`` tokens; with ``tally``, the
     `tally_notes` line of all of them last, nearest the question (placed first, it scored lower on CWE:
-    configs/bench/quality-4k.toml; it goes first into the room, cut at a comma if it alone is longer)."""
+    configs/bench/aggregation.toml; it goes first into the room, cut at a comma if it alone is longer).
+    With ``tally_only`` too, the list notes are left out and the tally names every item they name."""
     lines: list[str] = []
-    summary = tally_notes(texts) if tally else ""
+    summary = tally_notes(texts, least=1 if tally_only else 2) if tally else ""
+    if summary and tally_only:
+        texts = [text for text in texts if not list_items(text)]
     while summary and count(summary) > room:
         summary = summary.rsplit(", ", 1)[0] if ", " in summary.split(": ", 1)[-1] else ""
     if summary:
