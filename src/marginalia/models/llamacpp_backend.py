@@ -471,10 +471,7 @@ class LlamaCppGenerator(CachingGenerator):
 
     def _restrict(self, logits: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:
         """Mask all but the first token of each choice."""
-        allowed = [ids[0] for c in choices if (ids := self.tokenizer.encode(c))]
-        masked = np.full_like(logits, -np.inf)
-        masked[allowed] = logits[allowed]
-        return masked
+        return _keep(logits, [ids[0] for c in choices if (ids := self.tokenizer.encode(c))])
 
     def _constrain(self, logits: np.ndarray, params: GenerationParams, first: bool,
                    copying: CopyState | None) -> np.ndarray:
@@ -483,10 +480,7 @@ class LlamaCppGenerator(CachingGenerator):
         if first and params.first_choices:
             logits = self._restrict(logits, params.first_choices)
         if copying is not None:
-            allowed = copying.mask(logits, self.eos_ids)
-            masked = np.full_like(logits, -np.inf)
-            masked[allowed] = logits[allowed]
-            logits = masked
+            logits = _keep(logits, copying.mask(logits, self.eos_ids))
         return logits
 
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
@@ -506,6 +500,13 @@ class LlamaCppGenerator(CachingGenerator):
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
     z = logits.astype(np.float64) - np.max(logits)
     return np.asarray(z - np.log(np.sum(np.exp(z))))
+
+
+def _keep(logits: np.ndarray, allowed: Any) -> np.ndarray:
+    """``logits`` with every token but ``allowed`` masked out."""
+    masked = np.full_like(logits, -np.inf)
+    masked[allowed] = logits[allowed]
+    return masked
 
 
 def _sample(logits: np.ndarray, params: GenerationParams, rng: np.random.Generator) -> int:

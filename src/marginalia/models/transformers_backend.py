@@ -358,7 +358,10 @@ class TransformersGenerator(CachingGenerator):
 
     def _restrict(self, logits: Any, choices: tuple[str, ...]) -> Any:
         """Mask all but the first token of each choice."""
-        allowed = sorted({ids[0] for c in choices if (ids := self._tokenizer.encode(c))})
+        return self._keep(logits, sorted({ids[0] for c in choices if (ids := self._tokenizer.encode(c))}))
+
+    def _keep(self, logits: Any, allowed: list[int]) -> Any:
+        """``logits`` with every token but ``allowed`` masked out."""
         masked = self.torch.full_like(logits, float("-inf"))
         masked[allowed] = logits[allowed]
         return masked
@@ -369,10 +372,7 @@ class TransformersGenerator(CachingGenerator):
         if first and params.first_choices:
             logits = self._restrict(logits, params.first_choices)
         if copying is not None:
-            allowed = copying.mask(logits.float().cpu().numpy(), self.eos_ids).tolist()
-            masked = self.torch.full_like(logits, float("-inf"))
-            masked[allowed] = logits[allowed]
-            logits = masked
+            logits = self._keep(logits, copying.mask(logits.float().cpu().numpy(), self.eos_ids).tolist())
         return logits
 
     def _rng(self, params: GenerationParams) -> Any:

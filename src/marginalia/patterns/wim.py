@@ -617,10 +617,10 @@ def tally_notes(texts: list[str], least: int = 2) -> str:
     counts: Counter[str] = Counter()
     spelled: dict[str, str] = {}
     for items in lists:
-        for item in items:
-            key = " ".join(item.casefold().split())
+        keys = [" ".join(item.casefold().split()) for item in items]
+        for key, item in zip(keys, items, strict=True):
             spelled.setdefault(key, item)
-        counts.update(list(dict.fromkeys(" ".join(item.casefold().split()) for item in items)))
+        counts.update(list(dict.fromkeys(keys)))  # a note names an item once, case aside
     shared = [(key, n) for key, n in counts.most_common() if n >= least]  # first-seen order in ties
     if not shared:
         return ""
