@@ -17,6 +17,7 @@ from marginalia.models.fake import ScriptedGenerator
 from marginalia.options import (
     JUDGE_MODES,
     PATTERN_OPTIONS,
+    TOPIC_THRESHOLD,
     ChunkingOptions,
     CollectionOptions,
     LcOptions,
@@ -76,6 +77,7 @@ def test_cli_choices_come_from_the_records() -> None:
     ("--segment-tokens", "0", "must be above 0"),
     ("--top-k", "-1", "must be above 0"),
     ("--grounding-threshold", "1.5", "must be at most 1.0"),
+    ("--topic-threshold", "-0.1", "must be at least 0.0"),
     ("--max-tokens", "many", "expected a whole number"),
     ("--judge", "vibes", "invalid choice"),
 ])
@@ -133,3 +135,10 @@ def test_the_judge_threshold_reaches_the_grounded_judge() -> None:
     wim = make_pattern(WimOptions(grounding_threshold=0.75), ScriptedGenerator())
     assert wim.judge.threshold == 0.75  # type: ignore[attr-defined]
     assert type(wim.judge) is type(make_judge("grounded", ScriptedGenerator()))  # type: ignore[attr-defined]
+
+
+def test_the_topic_threshold_reaches_the_grounded_judge() -> None:
+    default = make_pattern(WimOptions(), ScriptedGenerator())
+    assert default.judge.topic_threshold == TOPIC_THRESHOLD  # type: ignore[attr-defined]
+    wim = make_pattern(WimOptions(topic_threshold=0.0, grounding_threshold=0.6), ScriptedGenerator())
+    assert (wim.judge.topic_threshold, wim.judge.threshold) == (0.0, 0.6)  # type: ignore[attr-defined]

@@ -28,6 +28,9 @@ RAG_SPLITS: tuple[str, ...] = get_args(RagSplit)
 SCOPES: tuple[str, ...] = get_args(Scope)
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
 MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
+#: the grounded judge's least topicality (`grounding.Reading.topic`) for a supported margin's sentence; tuned
+#: on the development data (benchmarks/relevance_check.py)
+TOPIC_THRESHOLD = 0.3
 ANSWER_STYLES: tuple[str, ...] = get_args(AnswerStyle)
 
 
@@ -94,6 +97,11 @@ class WimOptions(PatternOptions):
         default=0.5, ge=0.0, le=1.0,
         description="wim, grounded and combined judges: share of a margin's new words (by rarity) one sentence "
                     "read must hold; a margin copied from the text holds them all")
+    topic_threshold: float = Field(
+        default=TOPIC_THRESHOLD, ge=0.0, le=1.0,
+        description="wim, grounded and combined judges: share of the question's words (by rarity) the sentence "
+                    "that supports a margin must hold (0: any supported margin is on topic, as when retrieval "
+                    "chose the text)")
     margin_style: Literal["sentence", "extract"] = Field(
         default="sentence",
         description="wim (grounded, combined and separate judges): what the intro asks each margin to copy: "

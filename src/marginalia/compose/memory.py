@@ -26,7 +26,7 @@ from ..index.policy import Searchable
 from ..index.schema import Hit
 from ..models.base import CachingGenerator, GenerationParams, Generator, close_stream
 from ..options import WimOptions
-from ..patterns.judges import GroundedJudge, is_empty_margin
+from ..patterns.judges import is_empty_margin
 from ..patterns.wim import WiM
 from ..prompts import render
 from .events import MemoryItem, MemoryRequest
@@ -163,14 +163,12 @@ class MarginMemory(MemoryGenerator):
                  segment_tokens: int = 256, judge: str = "grounded") -> None:
         super().__init__(collection, generator, hits=hits, search=search, min_similarity=min_similarity,
                          exclude=exclude, item_tokens=item_tokens)
-        # the answer is never read: one token bounds it should the run get that far
+        # the answer is never read: one token bounds it should the run get that far. The retrieval chose
+        # the topic: a sentence read need not repeat the passage's words to help continue it (a margin that
+        # only repeats the passage is still dropped: it adds nothing)
         options = WimOptions.build(segment_tokens=segment_tokens, judge=judge, margin_tokens=item_tokens,
-                                   max_new_tokens=1)
+                                   max_new_tokens=1, topic_threshold=0.0)
         self.wim = WiM(generator, options)
-        if isinstance(self.wim.judge, GroundedJudge):
-            # the retrieval chose the topic: a sentence read need not repeat the passage's words to help
-            # continue it (a margin that only repeats the passage is still dropped: it adds nothing)
-            self.wim.judge.topic_threshold = 0.0
         self.cache_gen: CachingGenerator = self.wim.cache_gen
 
     def compress(self, request: MemoryRequest, hits: Sequence[Hit]) -> list[MemoryItem]:

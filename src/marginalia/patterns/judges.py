@@ -31,7 +31,7 @@ from typing import ClassVar
 
 from ..errors import UserError
 from ..models.base import CachingGenerator, GenerationParams, Generator, close_stream
-from ..options import JUDGE_MODES
+from ..options import JUDGE_MODES, TOPIC_THRESHOLD
 from ..prompts import render
 from ..records import Segment
 from .grounding import (
@@ -52,9 +52,6 @@ __all__ = ["CombinedJudge", "Evidence", "FusedJudge", "GroundedJudge", "MarginJu
            "content_words", "find_evidence", "is_empty_margin", "make_judge"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-#: the least topicality (`grounding.Reading.topic`) a supported margin's sentence needs to be kept; tuned on
-#: the development data (benchmarks/relevance_check.py)
-TOPIC_THRESHOLD = 0.3
 #: a word the text holds in at most this many sentences is rare: a margin may not bring one in from elsewhere
 RARE_SENTENCES = 2
 #: the least share of a list margin's items (`grounding.list_items`) found verbatim in the part just read
@@ -302,15 +299,18 @@ class SeparateJudge(MarginJudge):
                        self.locate(question, margin, read) if relevant else None)
 
 
-def make_judge(mode: str, generator: Generator, threshold: float = 0.5) -> MarginJudge:
+def make_judge(mode: str, generator: Generator, threshold: float = 0.5,
+               topic_threshold: float = TOPIC_THRESHOLD) -> MarginJudge:
+    """The margin judge of ``mode``; ``threshold`` and ``topic_threshold`` are the grounded and combined
+    judges' (`GroundedJudge`)."""
     if mode == "grounded":
-        return GroundedJudge(threshold)
+        return GroundedJudge(threshold, topic_threshold)
     if mode == "combined":
         if not (isinstance(generator, CachingGenerator) and generator.supports_choice_probabilities):
             raise UserError(f"the combined judge reads the model's probability of YES, and {generator.name} "
                             "does not give next-token probabilities; use the grounded judge, or an in-process "
                             "model (smollm2, gguf:, hf:)")
-        return CombinedJudge(threshold)
+        return CombinedJudge(threshold, topic_threshold)
     if mode == "fused":
         if not generator.supports_first_choices:  # else the verdict would be left to the prompt
             raise UserError(f"the fused judge needs the margin's first token restricted to "

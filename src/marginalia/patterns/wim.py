@@ -126,7 +126,7 @@ class WiM(Pattern):
         if opts.tally_only and not opts.tally_lists:
             raise UserError("tally_only leaves the list notes out for their tally, and there is no tally: "
                             "set tally_lists too (--tally-lists)")
-        self.judge = make_judge(opts.judge, generator, opts.grounding_threshold)
+        self.judge = make_judge(opts.judge, generator, opts.grounding_threshold, opts.topic_threshold)
         self.margin_params = GenerationParams(
             max_new_tokens=opts.margin_tokens, stop=() if opts.judge == "fused" else ("\n\n",),
             first_choices=getattr(self.judge, "choices", ()),
