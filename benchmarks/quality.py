@@ -62,7 +62,8 @@ def main() -> None:
     done = {t: len({r["example_id"] for r in records if r["task"] == t}) for t in dict.fromkeys(r["task"] for r in records)}
     progress = ", ".join(f"{t} {done.get(t, 0)} of {n} questions" for t, n in planned.items())
     lines += [f"Progress: {progress}. Each question once, at {', '.join(str(x) for x in config.get('tasks', [{}])[0].get('lengths', []))} "
-              "tokens; a QA task's gold at one of five depths in turn (0, 0.25, 0.5, 0.75, 1). "
+              "tokens" + ("; a QA task's gold at one of five depths in turn (0, 0.25, 0.5, 0.75, 1). "
+                          if any((t.get("options") or {}).get("rotate_depths") for t in config.get("tasks", [])) else ". ")
               + (f"{', '.join(shared)} answers from a wim reading of the same item (unless that reading has "
                  "instructions = \"margin\", its prompt opens with WiM's intro, not long context's own, which "
                  "the margin_style section measures against long context's own reading). " if shared else "")
