@@ -28,10 +28,10 @@ RAG_SPLITS: tuple[str, ...] = get_args(RagSplit)
 SCOPES: tuple[str, ...] = get_args(Scope)
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
 MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
+ANSWER_STYLES: tuple[str, ...] = get_args(AnswerStyle)
 #: the grounded judge's least topicality (`grounding.Reading.topic`) for a supported margin's sentence; tuned
 #: on the development data (benchmarks/relevance_check.py)
 TOPIC_THRESHOLD = 0.3
-ANSWER_STYLES: tuple[str, ...] = get_args(AnswerStyle)
 
 
 class Options(BaseModel):
