@@ -54,6 +54,22 @@ def test_rollback_then_continue_equals_never_generating(smollm2_llamacpp: Any) -
     assert "".join(b.generate_from_cache(suffix, GREEDY)) == text_a
 
 
+def test_the_same_request_after_a_generation_starts_from_the_same_logits(smollm2_llamacpp: Any) -> None:
+    # Re-evaluating the cache's last token alone rounds differently from the batch that read it; on some
+    # CPUs that flipped a near-tie, so the same request gave other tokens the second time.
+    gen = smollm2_llamacpp.fork(keep_cache=False)
+    gen.prefill(smollm2_llamacpp.tokenizer.encode(TEXT))
+    read = gen._pending_logits().copy()
+    first = "".join(gen.generate_from_cache([], GREEDY))
+    assert np.array_equal(gen._pending_logits(), read)
+    assert "".join(gen.generate_from_cache([], GREEDY)) == first
+    gen.score(smollm2_llamacpp.tokenizer.encode(" The market closes at noon."))
+    assert np.array_equal(gen._pending_logits(), read)
+    assert np.array_equal(gen.fork()._pending_logits(), read)  # a fork of the same cache too
+    gen.rollback(gen.length - 1)  # cut below the read: its logits are evaluated again
+    assert not np.array_equal(gen._pending_logits(), read)
+
+
 def test_forks_keep_their_own_tokens(smollm2_llamacpp: Any) -> None:
     tok = smollm2_llamacpp.tokenizer
     x, y = tok.encode("Alpha beta gamma."), tok.encode("Delta epsilon.")

@@ -146,6 +146,11 @@ class LlamaCppGenerator(CachingGenerator):
         self._ids: list[int] = []
         self._logits: np.ndarray | None = None
         self._logits_at = -1
+        # The logits after the cache's tokens as they were read: a generation that is not committed
+        # overwrites `_logits` step by step, and after rolling back, re-evaluating the last token alone
+        # rounds differently from the batch that read it (a near-tie can then flip, so the same request
+        # would not give the same tokens twice); these are kept until the cache is cut below them.
+        self._read: tuple[int, np.ndarray] | None = None
 
     @staticmethod
     def _load(path: Path, n_ctx: int | None, n_threads: int | None, type_k: int, n_branches: int) -> _Shared:
@@ -231,7 +236,7 @@ class LlamaCppGenerator(CachingGenerator):
         shared.owner = self
         if common < len(self._ids):
             rest = self._ids[common:]
-            self._eval(rest)
+            self._read = (len(self._ids), self._eval(rest))
             self.usage.prefilled_tokens += len(rest)
             self.usage.evaluated(self._ids, common, len(self._ids))
 
@@ -255,8 +260,9 @@ class LlamaCppGenerator(CachingGenerator):
         self.check_fits(self.length + len(ids), what="the prefilled context")
         t0 = time.perf_counter()
         self._sync()
-        self._eval(ids)
+        logits = self._eval(ids)
         self._ids.extend(ids)
+        self._read = (len(self._ids), logits)
         self.usage.prefilled_tokens += len(ids)
         self.usage.evaluated(self._ids, len(self._ids) - len(ids), len(self._ids))
         self.usage.prefill_seconds += time.perf_counter() - t0
@@ -264,6 +270,8 @@ class LlamaCppGenerator(CachingGenerator):
     def rollback(self, length: int) -> None:
         self.check_rollback(length)
         del self._ids[length:]
+        if self._read is not None and self._read[0] > length:
+            self._read = None
         if self._shared.owner is self:
             # entries past `length` are removed before the next evaluation
             self._shared.llm.n_tokens = min(self._shared.llm.n_tokens, length)
@@ -297,7 +305,7 @@ class LlamaCppGenerator(CachingGenerator):
         llm.n_tokens = len(ids)
         self._shared.owner = self
         self._ids = ids
-        self._logits, self._logits_at = None, -1
+        self._logits, self._logits_at, self._read = None, -1, None
 
     def cache_identity(self) -> str:
         import importlib.metadata
@@ -327,7 +335,7 @@ class LlamaCppGenerator(CachingGenerator):
         del self._ids[start:end]
         llm.input_ids[: len(self._ids)] = self._ids
         llm.n_tokens = len(self._ids)
-        self._logits, self._logits_at = None, -1
+        self._logits, self._logits_at, self._read = None, -1, None
 
     def state_bytes(self, snapshot: CacheSnapshot) -> bytes:
         return snapshot.state if isinstance(snapshot.state, bytes) else b""
@@ -449,6 +457,7 @@ class LlamaCppGenerator(CachingGenerator):
         other.usage = self.usage
         if keep_cache:
             other._ids = list(self._ids)
+            other._read = self._read if self._read is not None and self._read[0] == len(self._ids) else None
         return other
 
     def _pending_logits(self) -> np.ndarray:
@@ -456,11 +465,20 @@ class LlamaCppGenerator(CachingGenerator):
         if self._logits is not None and self._logits_at == len(self._ids) \
                 and self._shared.llm.n_tokens == len(self._ids):
             return self._logits
+        if self._read is not None and self._read[0] == len(self._ids) \
+                and self._shared.llm.n_tokens == len(self._ids):
+            # a generation's cells past the cache may still be there: callers that decode on their own
+            # (score) need them gone, as llama.cpp's own eval removes them
+            llama_cpp = import_llama_cpp()
+            memory = llama_cpp.llama_get_memory(self._shared.llm._ctx.ctx)
+            llama_cpp.llama_memory_seq_rm(memory, 0, len(self._ids), -1)
+            return self._read[1]
         if not self._ids:
             raise BackendError("nothing to generate from: the cache is empty and no prompt was given")
         last = self._ids[-1]
         self._shared.llm.n_tokens = len(self._ids) - 1
         logits = self._eval([last])
+        self._read = (len(self._ids), logits)
         self.usage.prefilled_tokens += 1
         self.usage.evaluated(self._ids, len(self._ids) - 1, len(self._ids))
         return logits
