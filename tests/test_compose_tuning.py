@@ -291,7 +291,8 @@ def test_two_steps_train_the_adapters_and_the_merged_model_loads_by_spec(tiny: A
     adapter = load_file(tmp_path / "tuned" / "adapter" / "adapter_model.safetensors")
     b = [v for k, v in adapter.items() if "lora_B" in k]
     assert b and all(v.abs().sum() > 0 for v in b)  # LoRA's B starts at zero: two steps moved it
-    assert report.spec == f"hf:{tmp_path / 'tuned' / 'model'}"
+    assert report.spec == f"tuned:{tmp_path / 'tuned'}"
+    assert not (tmp_path / 'tuned' / 'adapter.gguf').exists()  # an hf: base has no llama.cpp adapter
     record = json.loads((tmp_path / "tuned" / "tuning.json").read_text())
     assert record["losses"] == list(report.losses) and record["options"]["rank"] == 4
 
@@ -403,7 +404,7 @@ def test_the_commands_make_data_and_a_tuned_model(tiny_parts: Any, hermetic: Pat
                          "--rank", "2", "--device", "cpu")
     assert code == 0, err
     spec = out.strip()
-    assert spec == f"hf:{hermetic / 'tuned' / 'ex' / 'model'}"
+    assert spec == f"tuned:{hermetic / 'tuned' / 'ex'}"
     assert "held-out label loss" in err
     assert (hermetic / "tuned" / "ex" / "model" / "config.json").is_file()
     assert json.loads((hermetic / "tuned" / "ex" / "tuning.json").read_text())["base_model"] == f"hf:{base}"

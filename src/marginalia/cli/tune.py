@@ -25,7 +25,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Tune the small model that suggests as you compose: 'data' cuts your texts into prefixes, "
                     "retrieves memory for each from a collection and has a larger model continue each prefix "
                     "(the labels); 'train' fine-tunes the client with LoRA on those labels and writes a model "
-                    "that loads by spec (hf:<folder>).",
+                    "that loads by spec (tuned:<folder>).",
     )
     steps = tune.add_subparsers(dest="tune_command", metavar="STEP")
     steps.required = True
@@ -58,8 +58,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "train", parents=[common], formatter_class=Formatter, help="LoRA-tune the client on tuning examples",
         description="Fine-tune --model with LoRA (peft, on transformers) on the examples' labels, the loss on the "
                     "label tokens only; texts held out by source measure the label loss before and after. "
-                    "Writes the adapter, the merged model and tuning.json into --out, and prints the tuned "
-                    "model's spec (give it to --model).",
+                    "Writes the adapter, the merged model and tuning.json into --out (and, for a GGUF client "
+                    "such as smollm2, the adapter for llama.cpp, so the tuned client runs there at its speed), "
+                    "and prints the tuned model's spec, tuned:<folder> (give it to --model).",
         epilog="Needs the tune and hf extras: pip install 'marginalia[tune,hf]'. Exit 0 ok, 1 failure, 2 usage.",
     )
     train.add_argument("data", metavar="DATA", help="the examples 'marginalia tune data' wrote (JSONL)")

@@ -124,6 +124,8 @@ class LlamaCppGenerator(CachingGenerator):
         key_cache: ``f16`` (default) or ``q8_0``, the precision of the cached keys.
         n_branches: how many branches `branches` may decode side by side (0: none; the cache then
             holds one sequence).
+        lora: a llama.cpp LoRA adapter (GGUF) for this model, applied to every context
+            (`marginalia.models.lora_gguf` writes one from a peft adapter).
     """
 
     supports_first_choices = True  # the first token's logits are masked in `_sample_tokens`
@@ -132,14 +134,16 @@ class LlamaCppGenerator(CachingGenerator):
 
     def __init__(self, path: str | Path, name: str = "gguf", n_ctx: int | None = None,
                  n_threads: int | None = None, key_cache: str = DEFAULT_KEY_CACHE,
-                 n_branches: int = DEFAULT_BRANCHES, _shared: _Shared | None = None) -> None:
+                 n_branches: int = DEFAULT_BRANCHES, lora: str | Path | None = None,
+                 _shared: _Shared | None = None) -> None:
         super().__init__()
         self.name = name
         if _shared is None:
             if key_cache not in KEY_CACHE_TYPES:
                 raise UserError(f"unknown key cache type {key_cache!r}; choose one of "
                                 f"{', '.join(KEY_CACHE_TYPES)}")
-            _shared = self._load(Path(path), n_ctx, n_threads, KEY_CACHE_TYPES[key_cache], n_branches)
+            _shared = self._load(Path(path), n_ctx, n_threads, KEY_CACHE_TYPES[key_cache], n_branches,
+                                 Path(lora).expanduser() if lora else None)
         self._shared = _shared
         self.context_window = _shared.options["n_ctx"]
         self.eos_ids = _shared.eos_ids
@@ -153,7 +157,8 @@ class LlamaCppGenerator(CachingGenerator):
         self._read: tuple[int, np.ndarray] | None = None
 
     @staticmethod
-    def _load(path: Path, n_ctx: int | None, n_threads: int | None, type_k: int, n_branches: int) -> _Shared:
+    def _load(path: Path, n_ctx: int | None, n_threads: int | None, type_k: int, n_branches: int,
+              lora: Path | None = None) -> _Shared:
         llama_cpp = import_llama_cpp()
         # llama-cpp-python decodes on half the cores by default; all of them decode faster
         # (BENCHMARKS.md, the llama.cpp settings table)
@@ -163,6 +168,10 @@ class LlamaCppGenerator(CachingGenerator):
         # n_ctx=0: the window the model was trained with
         options: dict[str, Any] = {"n_ctx": n_ctx or 0, "n_batch": 512, "n_threads": n_threads,
                                    "type_k": type_k, "verbose": False}
+        if lora is not None:
+            if not lora.is_file():
+                raise UserError(f"no LoRA adapter at {lora}")
+            options["lora_path"] = str(lora)  # the scratch context gets it too
         try:
             llm = llama_cpp.Llama(str(path), **options)
         except (ValueError, RuntimeError) as exc:
@@ -176,6 +185,12 @@ class LlamaCppGenerator(CachingGenerator):
             params.kv_unified = True
             llm._ctx.close()
             llm._ctx = _internals.LlamaContext(model=llm._model, params=params, verbose=False)
+            if llm._lora_adapter is not None:  # Llama set it on the context just replaced
+                import ctypes
+
+                adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(llm._lora_adapter)
+                if llama_cpp.llama_set_adapters_lora(llm._ctx.ctx, adapters, 1, (ctypes.c_float * 1)(1.0)):
+                    raise BackendError(f"llama.cpp could not apply the LoRA adapter {lora}")
         source = llm.metadata.get("tokenizer.chat_template")
         template = None
         if source:
@@ -312,8 +327,13 @@ class LlamaCppGenerator(CachingGenerator):
 
         path = self._shared.path
         stat = path.stat()
-        return (f"llama.cpp {importlib.metadata.version('llama_cpp_python')}:{path.resolve()}:{stat.st_size}:"
-                f"{int(stat.st_mtime)}:type_k={self._shared.options['type_k']}:n_ctx={self.context_window}")
+        identity = (f"llama.cpp {importlib.metadata.version('llama_cpp_python')}:{path.resolve()}:{stat.st_size}:"
+                    f"{int(stat.st_mtime)}:type_k={self._shared.options['type_k']}:n_ctx={self.context_window}")
+        lora = self._shared.options.get("lora_path")
+        if lora:
+            adapter = Path(lora).stat()
+            identity += f":lora={Path(lora).resolve()}:{adapter.st_size}:{int(adapter.st_mtime)}"
+        return identity
 
     @property
     def cached_ids(self) -> tuple[int, ...]:

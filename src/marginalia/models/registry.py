@@ -157,6 +157,43 @@ def _gguf(arg: str, ctx: LoadContext) -> Generator:
     return _load_gguf(Path(arg).expanduser(), f"gguf:{arg}", ctx)
 
 
+def gguf_file(spec: str) -> Path | None:
+    """The GGUF file a spec loads (``smollm2``, ``gguf:<file>``), or None for other specs."""
+    if spec == "smollm2":
+        from .loaders import embedded_gguf
+
+        return embedded_gguf()
+    prefix, _, rest = spec.partition(":")
+    return Path(rest).expanduser() if prefix == "gguf" and rest else None
+
+
+def _tuned(arg: str, ctx: LoadContext) -> Generator:
+    import json
+
+    from .lora_gguf import ADAPTER_FILE, TUNED_RECORD
+
+    folder = Path(arg).expanduser()
+    try:
+        record = json.loads((folder / TUNED_RECORD).read_text("utf-8"))
+    except (OSError, ValueError):
+        raise UserError(f"{folder} is not a tuned model's folder (no readable {TUNED_RECORD}); make one with "
+                        "'marginalia tune train'") from None
+    base = gguf_file(str(record.get("base_model", "")))
+    adapter = folder / ADAPTER_FILE
+    if base is not None and adapter.is_file() and gguf_backend(ctx.backend, ctx.device) == "llamacpp":
+        if not base.is_file():
+            raise UserError(f"the base model of {folder} is gone ({base}); tune again, or use hf:{folder / 'model'}")
+        from .llamacpp_backend import LlamaCppGenerator
+
+        return LlamaCppGenerator(base, name=f"tuned:{arg}", lora=adapter)
+    if ctx.backend == "llamacpp":
+        raise UserError(f"{folder} has no llama.cpp adapter ({ADAPTER_FILE}: its base is not a GGUF llama "
+                        "model); drop --backend llamacpp to run its merged model on transformers")
+    from .loaders import load_hf_dir
+
+    return load_hf_dir(folder / "model", name=f"tuned:{arg}", device=ctx.device)
+
+
 def _scripted(arg: str, ctx: LoadContext) -> Any:
     from .fake import ScriptedGenerator
 
@@ -167,6 +204,8 @@ register_backend("smollm2", _smollm2, "SmolLM2-135M-Instruct, the embedded defau
                  prefixed=False)
 register_backend("hf", _hf, "a local Hugging Face model folder (transformers, in-process)")
 register_backend("gguf", _gguf, "a local GGUF file (llama.cpp, or transformers via a converted cache)")
+register_backend("tuned", _tuned, "a folder made by 'marginalia tune train': on llama.cpp with its adapter when "
+                 "its base is a GGUF, else its merged model on transformers")
 register_backend("scripted", _scripted, "a fake that answers with the given text (for tests)")
 
 

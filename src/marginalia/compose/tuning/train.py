@@ -4,7 +4,9 @@ Each example becomes one training row: the client's own prompt for the example's
 (`ClientPrompt`), then the label's tokens; the loss is on the label tokens only (the prompt's positions are
 labelled -100, which the loss ignores). Whole texts are held out (by source) to measure the label loss
 before and after. The result is a folder with the adapter (``adapter/``), the merged model
-(``model/``, which loads as ``hf:<folder>/model``) and ``tuning.json`` (settings, losses, data).
+(``model/``, which loads as ``hf:<folder>/model``), ``tuning.json`` (settings, losses, data) and, when the
+client came from a GGUF file (``smollm2``, ``gguf:``), the adapter for llama.cpp (``adapter.gguf``). The whole
+folder loads as ``tuned:<folder>``: on llama.cpp with the adapter when it can, else the merged model.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import Any
 
 from ...errors import BackendError, MissingDependency, UserError
 from ...models.base import Generator
+from ...models.lora_gguf import ADAPTER_FILE, TUNED_RECORD, write_lora_gguf
+from ...models.registry import gguf_file
 from ...options import TuneOptions
 from ..prompt import ClientPrompt
 from .data import TuningExample
@@ -33,7 +37,7 @@ TUNE_INSTALL = "pip install 'marginalia[tune]'"
 #: the label that the loss ignores (torch's cross-entropy default)
 IGNORE_LABEL = -100
 #: what a tuned folder's record is called (its presence marks a folder this code may replace)
-RECORD = "tuning.json"
+RECORD = TUNED_RECORD
 
 
 @dataclass(frozen=True)
@@ -246,12 +250,12 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
     if after is not None:
         say(f"held-out label loss after: {after:.3f}")
 
-    report = TuneReport(folder, f"hf:{folder / 'model'}", generator.name, len(train_rows), len(held_rows), blank,
+    report = TuneReport(folder, f"tuned:{folder}", generator.name, len(train_rows), len(held_rows), blank,
                         options.steps, tuple(losses), before, after,
                         sum(sum(t != IGNORE_LABEL for t in r.labels) for r in train_rows),
                         round(time.perf_counter() - t0, 2), kept_step, tuple(curve))
-    _save(lora, tok, folder, report, options, data_path)
-    say(f"tuned model in {folder / 'model'} (spec {report.spec})")
+    _save(lora, tok, folder, report, options, data_path, gguf_file(generator.name), say)
+    say(f"tuned model in {folder} (spec {report.spec})")
     return report
 
 
@@ -261,14 +265,20 @@ def _check_out(folder: Path) -> None:
 
 
 def _save(lora: Any, tokenizer: Any, folder: Path, report: TuneReport, options: TuneOptions,
-          data_path: str | Path | None) -> None:
-    """Write adapter/, model/ and the record into a temporary folder beside ``folder``, then swap it in."""
+          data_path: str | Path | None, base_gguf: Path | None, say: Callable[[str], None]) -> None:
+    """Write adapter/, model/, the record and, for a GGUF base, the llama.cpp adapter into a temporary
+    folder beside ``folder``, then swap it in."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     tmp.chmod(0o755)  # mkdtemp's folder is private; a model folder is read like any other
     old = None
     try:
         lora.save_pretrained(tmp / "adapter")
+        if base_gguf is not None:
+            try:
+                write_lora_gguf(tmp / "adapter", base_gguf, tmp / ADAPTER_FILE)
+            except UserError as exc:  # an architecture llama.cpp adapters are not written for
+                say(f"no llama.cpp adapter: {exc}")
         merged = lora.merge_and_unload()
         merged.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")
