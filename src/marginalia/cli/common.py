@@ -142,7 +142,7 @@ def model_options() -> argparse.ArgumentParser:
     opts.add_argument("--device", choices=DEVICES, default="auto",
                       help="where the in-process model runs (auto: CUDA + bf16 if present)")
     opts.add_argument("--backend", choices=BACKENDS, default="auto",
-                      help="engine for GGUF models (smollm2, gguf:): auto picks llama.cpp when "
+                      help="engine for GGUF models (smollm2, gguf:, tuned:): auto picks llama.cpp when "
                            "installed (it decodes faster on CPU), else transformers")
     opts.add_argument("--api-key", default=None, metavar="KEY",
                       help="API key for openai: models (default: $MARGINALIA_API_KEY, "
