@@ -479,3 +479,28 @@ def test_copy_decoding_needs_a_backend_that_enforces_it() -> None:
         WiM(Loose(name="loose"), margin_decoding="copy")
     with pytest.raises(UserError, match="loose cannot restrict what it generates .to copies from a text"):
         Loose(name="loose").generate("Is it?", GenerationParams(copy_from="some text"))
+
+
+def test_a_margin_the_token_budget_ends_loses_its_cut_last_word(doc: str) -> None:
+    # a real tokenizer can end the budget inside a word ("pier 4" of "pier 47"), which a judge would take for
+    # a number of the model's own: a budget-ended margin is judged, and shown, without its last word
+    going_on = FACT[:-1] + " and returns at dawn"
+    gen = ScriptedGenerator(lambda req: going_on if is_margin(req) else "I do not know.")
+    budget = len(gen.tokenizer.encode(FACT[:-1] + " and"))
+    cut = {e.text for e in run_events(gen, doc, margin_tokens=budget) if isinstance(e, MarginWritten)}
+    assert cut == {FACT[:-1]}
+    whole = {e.text for e in run_events(gen, doc, margin_tokens=budget + 20) if isinstance(e, MarginWritten)}
+    assert whole == {going_on}
+
+
+@pytest.mark.parametrize(("margin", "expected"), [
+    ("landing the first humans on the Moon from 196", "landing the first humans on the Moon from"),
+    ("apple, banana, cher", "apple, banana"),
+    ("It was \"Denv", "It was"),
+    ("The answer is 1961.", "The answer is 1961."),
+    ("Cam", "Cam"),
+])
+def test_without_cut_word(margin: str, expected: str) -> None:
+    from marginalia.patterns.wim import without_cut_word
+
+    assert without_cut_word(margin) == expected

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -81,6 +82,17 @@ class _Written:
     seconds: float
     tokens: int
     p_yes: float | None = None  # the model's YES for the combined judge's check
+
+
+_CUT_WORD = re.compile(r"[\s,;:(\[\"'‘“-]*[^\W_]+$")
+
+
+def without_cut_word(margin: str) -> str:
+    """A margin the token budget ended, less its last word when it ends inside one ("... from 196" of "from
+    1961"): a piece of a word or number is not in the text, and a judge would take it for the model's own. A
+    margin that ends with punctuation, or is one word, is left as it is."""
+    cut = _CUT_WORD.search(margin)
+    return margin[: cut.start()] if cut and cut.start() > 0 else margin
 
 
 class WiM(Pattern):
@@ -514,6 +526,8 @@ class WimReader:
                 yield item
                 continue
             segment, raw = item.segment, item.raw
+            if item.tokens >= wim.margin_params.max_new_tokens:
+                raw = without_cut_word(raw)
             written += 1
             margin_tokens += item.tokens
             margin_seconds += item.seconds
