@@ -89,7 +89,11 @@ def from_run(args: argparse.Namespace) -> None:
     folder = runs_dir() / args.run
     if not (folder / "run.json").is_file():
         sys.exit(f"no run {args.run!r} under {runs_dir()} (marginalia bench runs lists them)")
-    config = stored_config(json.loads((folder / "run.json").read_text())["config"])
+    info = json.loads((folder / "run.json").read_text())
+    config = stored_config(info["config"])
+    # --limit changes which examples a task picks (and so the depth each is given): build the items of every
+    # limit the run was invoked with
+    limits = sorted({inv.get("limit") for inv in info.get("invocations", [])} or {None}, key=lambda n: n or 0)
     table = next((p for p in config.patterns if (p.name or p.kind) == args.pattern), None)
     if table is None or table.kind != "wim":
         sys.exit(f"run {args.run!r} has no wim pattern named {args.pattern!r}")
@@ -102,7 +106,7 @@ def from_run(args: argparse.Namespace) -> None:
     assert isinstance(wim, WiM)
     wanted = {r["task"] for r in results}
     items = {it.id: (task.name or task.dataset, it) for task in config.tasks if (task.name or task.dataset) in wanted
-             for it in build_items(task.spec(), gen.tokenizer)}
+             for limit in limits for it in build_items(task.spec(limit), gen.tokenizer)}
     written = 0
     with Path(args.out).open("w") as f:
         for r in results:
