@@ -438,3 +438,14 @@ def test_an_answer_made_of_the_question_words_is_not_a_restatement() -> None:
     older = _judge("Who is older, Ann Lee or Bo Ray?", "Bo Ray is older than Ann Lee.",
                    "Ann Lee was born in 1950. Bo Ray was born in Leeds.")
     assert not older.relevant
+
+
+def test_the_sentence_before_lends_its_topic_only_within_its_paragraph() -> None:
+    """A passage placed after the gold one began with a sentence that took the question's words from the
+    gold passage's last sentence; across a blank line that sentence is another passage's."""
+    lead = "Gulls wheel over the harbour of Kettleby. The night ferry to Brackwater is the last boat out."
+    other = "Wool and honey were sold at the Lindholm market from early morning."
+    same = _judge(QUESTION, other, f"{lead} {other}\n")
+    apart = _judge(QUESTION, other, f"{lead}\n\n{other}\n")
+    assert same.relevant
+    assert not apart.relevant and "of the question's words" in apart.reason

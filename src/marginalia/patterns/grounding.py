@@ -34,6 +34,7 @@ _UNIT = regex.compile(
 _UNSPACED_RUN = regex.compile(rf"[{_UNSPACED}]")
 _GRAPHEME = regex.compile(r"\X")
 _WORD = regex.compile(r"[\p{L}\p{N}\p{M}]+")
+_PARAGRAPH_BREAK = regex.compile(r"\n[^\S\n]*\n")
 _NONE = regex.compile(r"^\W*(none|no|nothing|n/a)\b\W*$", regex.IGNORECASE)
 STOPWORDS = frozenset(
     """a an the and or but if of to in on at by for with from as is are was were be been being
@@ -206,12 +207,15 @@ class Reading:
         return self._pairs[index]
 
     def near(self, index: int) -> set[str]:
-        """The units of sentence ``index`` and the one before it (which often names what "she" or "it" is)."""
-        return self.sets[index] | (self.sets[index - 1] if index else set())
+        """The units of sentence ``index`` and the one before it (which often names what "she" or "it" is), when
+        no blank line parts them: across a paragraph break the sentence before may be another passage's."""
+        if not index or _PARAGRAPH_BREAK.search(self.text, self.spans[index - 1][0], self.spans[index][0]):
+            return self.sets[index]
+        return self.sets[index] | self.sets[index - 1]
 
     def topic(self, question: Iterable[str], index: int, named: Collection[str] = ()) -> float:
-        """Share of the question's units that sentence ``index`` or the one before it holds, each weighed by its
-        rarity: a name counts more than a word in every sentence.
+        """Share of the question's units that sentence ``index`` or the one before it (`near`) holds, each
+        weighed by its rarity: a name counts more than a word in every sentence.
 
         Units the text never uses are left out (a question may paraphrase), except the question's names
         (``named``, see `question_names`): a name not read yet counts fully against every sentence, as no
