@@ -217,8 +217,9 @@ def main() -> None:
            "its 'after' is a little optimistic; the utility benchmark's items come from other articles)."
          if report.held_out_curve else "The model kept is the last step's."),
         "",
-        f"Tuned model: `{report.spec}` (adapter and `tuning.json` beside it in `{report.folder}`); it loads as "
-        "any model, e.g. `marginalia compose --model <spec>`.",
+        f"Tuned model: `{report.spec}` (the folder holds the adapter, its llama.cpp form `adapter.gguf` when the "
+        "client is a GGUF, the merged model and `tuning.json`); it loads as any model, e.g. "
+        "`marginalia compose --model <spec>` (on llama.cpp with the adapter where it can).",
     ])
     write_section("compose_tuning", body)
     print(body)
