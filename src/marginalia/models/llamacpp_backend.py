@@ -423,6 +423,9 @@ class LlamaCppGenerator(CachingGenerator):
         ctx = llm._ctx.ctx
         start, n_vocab, rest = self.length, llm.n_vocab(), ids[:-1]
         t0 = time.perf_counter()
+        # a generation rolled back leaves its cells until llama.cpp's own eval removes them; this decode is not
+        # that eval, so they go first
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, start, -1)
         batch = llama_cpp.llama_batch_init(llm.n_batch, 0, 1)
         try:
             for at in range(0, len(rest), llm.n_batch):
@@ -487,11 +490,6 @@ class LlamaCppGenerator(CachingGenerator):
             return self._logits
         if self._read is not None and self._read[0] == len(self._ids) \
                 and self._shared.llm.n_tokens == len(self._ids):
-            # a generation's cells past the cache may still be there: callers that decode on their own
-            # (score) need them gone, as llama.cpp's own eval removes them
-            llama_cpp = import_llama_cpp()
-            memory = llama_cpp.llama_get_memory(self._shared.llm._ctx.ctx)
-            llama_cpp.llama_memory_seq_rm(memory, 0, len(self._ids), -1)
             return self._read[1]
         if not self._ids:
             raise BackendError("nothing to generate from: the cache is empty and no prompt was given")
