@@ -124,7 +124,8 @@ def load_generator(
 # -- built-ins ---------------------------------------------------------------
 
 
-def _load_gguf(path: Path, name: str, ctx: LoadContext) -> Generator:
+def _load_gguf(path: Path, name: str, ctx: LoadContext, lora: Path | None = None) -> Generator:
+    """``path`` on the backend ``ctx`` resolves to; ``lora``, a llama.cpp adapter, is for llama.cpp only."""
     if gguf_backend(ctx.backend, ctx.device) == "llamacpp":
         if ctx.device == "cuda":
             raise UserError("the llama.cpp backend here is a CPU build; use --backend transformers "
@@ -133,7 +134,7 @@ def _load_gguf(path: Path, name: str, ctx: LoadContext) -> Generator:
 
         if not path.is_file():
             raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
-        return LlamaCppGenerator(path, name=name)
+        return LlamaCppGenerator(path, name=name, lora=lora)
     from .loaders import load_gguf
 
     return load_gguf(path, name=name, home=ctx.home, device=ctx.device, log=ctx.log)
@@ -183,9 +184,7 @@ def _tuned(arg: str, ctx: LoadContext) -> Generator:
     if base is not None and adapter.is_file() and gguf_backend(ctx.backend, ctx.device) == "llamacpp":
         if not base.is_file():
             raise UserError(f"the base model of {folder} is gone ({base}); tune again, or use hf:{folder / 'model'}")
-        from .llamacpp_backend import LlamaCppGenerator
-
-        return LlamaCppGenerator(base, name=f"tuned:{arg}", lora=adapter)
+        return _load_gguf(base, f"tuned:{arg}", ctx, lora=adapter)
     if ctx.backend == "llamacpp":
         raise UserError(f"{folder} has no llama.cpp adapter ({ADAPTER_FILE}: its base is not a GGUF llama "
                         "model); drop --backend llamacpp to run its merged model on transformers")
