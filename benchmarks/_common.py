@@ -20,14 +20,9 @@ BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
 def machine() -> str:
     import torch
 
-    from marginalia.bench.runner import cpu_name
+    from marginalia.bench.runner import cpu_name, cpu_vectors
 
-    cpu = cpu_name()
-    try:  # llama.cpp's kernels, and so its speed, depend on the widest vector instructions the CPU has
-        flags = set(re.findall(r"\w+", Path("/proc/cpuinfo").read_text().partition("flags")[2].partition("\n")[0]))
-        cpu += ", AVX-512" if "avx512f" in flags else ", AVX2" if "avx2" in flags else ""
-    except OSError:
-        pass
+    cpu = ", ".join(filter(None, (cpu_name(), cpu_vectors())))
     return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
             f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
 

@@ -248,15 +248,27 @@ def git_commit(path: Path | None = None) -> dict[str, Any] | None:
     return {"commit": head.stdout.strip(), "dirty": dirty}
 
 
-def cpu_name() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux, else what `platform` knows)."""
+def _cpuinfo(field: str) -> str | None:
+    """The first value of ``field`` in /proc/cpuinfo (None: not on Linux, or no such field)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux, else what `platform` knows)."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_vectors() -> str | None:
+    """The widest vector instructions the CPU has, "AVX-512" or "AVX2" (llama.cpp's kernels, and so its speed,
+    depend on them); None when neither or unknown."""
+    flags = set((_cpuinfo("flags") or "").split())
+    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else None
 
 
 def machine_info() -> dict[str, Any]:
