@@ -89,6 +89,12 @@ def test_tuned_spec_errors_say_what_to_do(adapted: Any, tmp_path: Path) -> None:
     (hf_base / "tuning.json").write_text(json.dumps({"base_model": "hf:/somewhere"}), "utf-8")
     with pytest.raises(UserError, match="no llama.cpp adapter"):
         load_generator(f"tuned:{hf_base}", backend="llamacpp")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "tuning.json").write_text(json.dumps({"base_model": "smollm2"}), "utf-8")
+    (broken / "adapter.gguf").write_text("not an adapter", "utf-8")
+    with pytest.raises(UserError, match="not a llama.cpp LoRA adapter"):  # llama-cpp-python alone loads without it
+        load_generator(f"tuned:{broken}", backend="llamacpp")
 
 
 def test_other_architectures_are_refused(tmp_path: Path, adapted: Any) -> None:

@@ -176,6 +176,9 @@ class LlamaCppGenerator(CachingGenerator):
             llm = llama_cpp.Llama(str(path), **options)
         except (ValueError, RuntimeError) as exc:
             raise BackendError(f"llama.cpp could not load {path}: {exc}") from exc
+        if lora is not None and not llm._lora_adapter:  # llama-cpp-python lets a NULL adapter through
+            raise UserError(f"{lora} is not a llama.cpp LoRA adapter for {path} (llama.cpp could not read it); "
+                            "write it again with 'marginalia tune train'")
         options["n_ctx"] = int(llm.n_ctx())  # the window as allocated, for the scratch context too
         if n_branches > 0:  # a unified cache over several sequences, so branches share their prefixes' cells
             from llama_cpp import _internals
@@ -185,7 +188,7 @@ class LlamaCppGenerator(CachingGenerator):
             params.kv_unified = True
             llm._ctx.close()
             llm._ctx = _internals.LlamaContext(model=llm._model, params=params, verbose=False)
-            if llm._lora_adapter is not None:  # Llama set it on the context just replaced
+            if llm._lora_adapter:  # Llama set it on the context just replaced
                 import ctypes
 
                 adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(llm._lora_adapter)
