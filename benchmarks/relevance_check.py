@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import os
 import subprocess
@@ -38,7 +39,7 @@ from _common import ROOT, command_line, git_commit, write_section  # noqa: E402
 DATA = ROOT.parent / "shared" / "data"
 SOURCES = {"squad": "squad-v1.1-dev.part1.json", "hotpotqa": "hotpotqa-dev-distractor.part1.json"}
 NAMES = {"squad": "SQuAD", "hotpotqa": "HotpotQA", "multihop": "MultiHop-RAG"}
-Judge = Callable[[str, str, Any, str, "float | None"], Any]
+Judge = Callable[[str, str, Any, str, "float | None", "str | None"], Any]  # q, margin, segment, read, P(YES), doc
 
 
 def collect(args: argparse.Namespace) -> None:
@@ -147,12 +148,14 @@ def _baseline_judge(ref: str) -> Judge:
     """The grounded judge of commit ``ref`` (its judges and grounding modules, loaded from git)."""
     _baseline_module(ref, "grounding")
     module = _baseline_module(ref, "judges", ("from .grounding import", "from ._baseline_grounding import"))
-    return _grounded(module.GroundedJudge())
+    judge = module.GroundedJudge()
+    takes_document = "document" in inspect.signature(judge.judge).parameters
+    return lambda q, m, s, r, p, d: judge.judge(q, m, s, r, document=d) if takes_document else judge.judge(q, m, s, r)
 
 
 def _grounded(judge: Any) -> Judge:
-    """A grounded judge (today's or a baseline's) as a check: it takes no P(YES)."""
-    return lambda q, m, s, r, p: judge.judge(q, m, s, r)
+    """A grounded judge as a check: it takes no P(YES)."""
+    return lambda q, m, s, r, p, d: judge.judge(q, m, s, r, document=d)
 
 
 def _judges(baseline: str | None) -> dict[str, Judge]:
@@ -163,14 +166,14 @@ def _judges(baseline: str | None) -> dict[str, Judge]:
         judges[f"grounded @ {baseline}"] = _baseline_judge(baseline)
 
     def combined(judge: CombinedJudge) -> Judge:
-        return lambda q, m, s, r, p: judge.judge(q, m, s, r, p)
+        return lambda q, m, s, r, p, d: judge.judge(q, m, s, r, p, d)
 
     for topic in (0.2, 0.3, 0.4):
         judges[f"grounded, topicality >= {topic}"] = _grounded(GroundedJudge(topic_threshold=topic))
     for weight in (0.25, 0.5):
         judges[f"combined, P(YES) weight {weight}"] = combined(CombinedJudge(weight=weight))
     judges["the model's P(YES) >= 0.5 alone"] = \
-        lambda q, m, s, r, p: type("V", (), {"relevant": (p or 0) >= 0.5})
+        lambda q, m, s, r, p, d: type("V", (), {"relevant": (p or 0) >= 0.5})
     return judges
 
 
@@ -194,7 +197,7 @@ def evaluate(args: argparse.Namespace) -> None:
                 for m in row["margins"]:
                     read = row["context"][: m["end"]]
                     v = judge(row["question"], m["raw"], Segment(m["segment"], 0, m["end"], read, ()), read,
-                              m["p_yes"])
+                              m["p_yes"], row["context"])
                     evidence = getattr(v, "evidence", None)
                     has = holds_answer(m["raw"], row["answers"])
                     if v.relevant and row.get("gold_spans"):
@@ -241,7 +244,7 @@ def evaluate(args: argparse.Namespace) -> None:
 
 
 KINDS = {  # margin kind -> whether it holds the answer
-    "bare gold answer": True, "the answer's sentence, copied": True,
+    "bare gold answer": True, "the answer's sentence, copied": True, "the question's words, then the answer": True,
     "the answer's sentence, another answer put in": False, "another sentence of the gold paragraph": False,
     "a distractor sentence sharing a question word": False, "a distractor sentence": False,
 }
@@ -273,7 +276,8 @@ def _controlled_items(limit: int, seed: int = 7) -> list[dict[str, Any]]:
         if own is None or answer["text"] not in context[own[0]:own[1]]:
             continue
         sentence = context[own[0]:own[1]]
-        margins = {"bare gold answer": answer["text"], "the answer's sentence, copied": sentence}
+        margins = {"bare gold answer": answer["text"], "the answer's sentence, copied": sentence,
+                   "the question's words, then the answer": f"{qa['question'].strip().rstrip('?')}: {answer['text']}."}
         swap = next((o["qas"][0]["answers"][0]["text"] for o in others
                      if o["qas"][0]["answers"][0]["text"] not in sentence), None)
         if swap:
@@ -308,10 +312,10 @@ def controlled(args: argparse.Namespace) -> None:
             rows = [it for it in items if kind in it["margins"]]
             kept = sum(bool(judge(it["question"], it["margins"][kind], Segment(0, 0, len(it["context"]),
                                                                                 it["context"], ()),
-                                  it["context"], None).relevant) for it in rows)
+                                  it["context"], None, it["context"]).relevant) for it in rows)
             cells.append(f"{kept}/{len(rows)}")
         demo_kept = sum(bool(judge(q["question"], q["answer"], Segment(0, 0, len(text), text, ()), text,
-                                   None).relevant) for q in questions)
+                                   None, text).relevant) for q in questions)
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {demo_kept}/{len(questions)} |")
     body = "\n".join([
         "## Relevance checks on margins of known kinds (`benchmarks/relevance_check.py controlled`)",
@@ -319,7 +323,8 @@ def controlled(args: argparse.Namespace) -> None:
         f"Command: `{command_line()}` · commit {git_commit()}",
         "",
         f"{len(items)} SQuAD development questions, each with its gold paragraph among six others; for each, "
-        "margins made from the data: the first two hold the answer and should be kept, the others should not. "
+        "margins made from the data: the first three hold the answer and should be kept (the third restates the "
+        "question, as small models do, then gives the answer), the others should not. "
         "Last column: the bare gold answer of each bundled demo question, judged against the demo report.",
         "",
         *lines,

@@ -46,6 +46,8 @@ def test_content_words_drop_stopwords_and_inflections() -> None:
     assert words == content_words("pier ferry leaves")
     assert content_words("leaves") == content_words("leave")
     assert content_words("named") == content_words("name")
+    assert content_words("universities studied") == content_words("university study")
+    assert content_words("ties lied") == ["tie", "lied"]  # too short to be a plural of "-y"
     assert content_words("4719 47") == ["4719", "47"]
 
 
@@ -449,3 +451,57 @@ def test_the_sentence_before_lends_its_topic_only_within_its_paragraph() -> None
     apart = _judge(QUESTION, other, f"{lead}\n\n{other}\n")
     assert same.relevant
     assert not apart.relevant and "of the question's words" in apart.reason
+
+
+def test_question_words_the_document_uses_later_count_against_an_early_margin() -> None:
+    """Read early, a copied sentence holding the question's two commonest words ("use", "study") was kept on
+    them alone, as the question's other words were not read yet. Given the whole document, the words it uses
+    further on count against that sentence; a word the document never uses still does not (a paraphrase)."""
+    early = "Field geologists use hammers and lenses to study the rocks of a cliff. The quarry closed in 1950."
+    later = (" On a winter night the astronomers at Ravel used a reflecting telescope to study the tail of a"
+             " comet.")
+    document = early + later
+    question = "What did the astronomers use to study the comet's tail during the winter night?"
+    margin = "Field geologists use hammers and lenses to study the rocks of a cliff."
+    judge = GroundedJudge()
+    segment = Segment(0, 0, len(early), early, ())
+    assert judge.judge(question, margin, segment, early).relevant  # the read part alone cannot tell
+    off = judge.judge(question, margin, segment, early, document=document)
+    assert not off.relevant and "of the question's words" in off.reason
+    whole = Segment(1, len(early), len(document), later, ())
+    on = judge.judge(question, "a reflecting telescope", whole, document, document=document)
+    assert on.relevant, on.reason
+    assert judge.judge("Which device helped the astronomers at Ravel?", "a reflecting telescope", whole, document,
+                       document=document).relevant  # "device", "helped": never used, left out
+
+
+def test_a_margin_that_speaks_of_what_was_not_read_yet_is_dropped() -> None:
+    """"The University of Chicago is a public university", drawn on a sentence about public universities in
+    Michigan before Chicago was read: the one word it adds ("public") is there, and the question's commoner
+    words, but the text has not come to its subject yet. Joining a subject read in one passage to a fact read
+    in another is what a multi-hop answer does, and stays."""
+    michigan = ("The network linked three campuses in Ohio. It later joined the public universities of Michigan "
+                "to one university network, with terminals in every university library.")
+    chicago = " Varnholt University in Chicago is a private research university, founded in 1890."
+    document = michigan + chicago
+    question = "What kind of university is Varnholt University?"
+    margin = "Varnholt University is a public university."
+    judge = GroundedJudge()
+    segment = Segment(0, 0, len(michigan), michigan, ())
+    early = judge.judge(question, margin, segment, michigan, document=document)
+    assert not early.relevant and "'varnholt', which the text has not come to yet" in early.reason, early.reason
+    judge.cover_threshold = 0.0
+    assert judge.judge(question, margin, segment, michigan, document=document).relevant  # what the check adds
+    judge.cover_threshold = GroundedJudge().cover_threshold
+    whole = Segment(1, len(michigan), len(document), chicago, ())
+    assert judge.judge(question, "Varnholt University is a private research university.", whole, document,
+                       document=document).relevant
+    # multi-hop: the question's subject (read in the first passage) joined to the second passage's fact
+    read = ("Kiss and Tell is a 1945 film in which Shirley Temple plays Corliss Archer.\n\n"
+            "Shirley Temple Black was an actress and diplomat. As an adult she served as Chief of Protocol of the "
+            "United States.")
+    hop = judge.judge("What post did the diplomat Shirley Temple, who played Corliss Archer in Kiss and Tell, "
+                      "hold as an adult?",
+                      "Shirley Temple, who played Corliss Archer in Kiss and Tell, served as Chief of Protocol.",
+                      Segment(0, 0, len(read), read, ()), read, document=read)
+    assert hop.relevant, hop.reason

@@ -9,6 +9,7 @@ shares units with it without a dictionary.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Collection, Iterable, Sequence
@@ -48,9 +49,11 @@ PYSBD_INSTALL = "pip install pysbd"
 
 
 def stem(word: str) -> str:
-    """A light suffix stripper, so 'leaves'/'leave' or 'named'/'name' match."""
+    """A light suffix stripper, so 'leaves'/'leave', 'named'/'name' or 'cities'/'city' match."""
     if not word.isalpha() or len(word) <= 3:
         return word
+    if word.endswith(("ies", "ied")) and len(word) > 4:
+        return word[:-3] + "y"
     for suffix in ("ing", "es", "ed", "s"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             word = word[: -len(suffix)]
@@ -213,21 +216,39 @@ class Reading:
             return self.sets[index]
         return self.sets[index] | self.sets[index - 1]
 
-    def topic(self, question: Iterable[str], index: int, named: Collection[str] = ()) -> float:
+    def topic(self, question: Iterable[str], index: int, named: Collection[str] = (),
+              ahead: Collection[str] = ()) -> float:
         """Share of the question's units that sentence ``index`` or the one before it (`near`) holds, each
         weighed by its rarity: a name counts more than a word in every sentence.
 
         Units the text never uses are left out (a question may paraphrase), except the question's names
-        (``named``, see `question_names`): a name not read yet counts fully against every sentence, as no
-        sentence read can be about it ("What did Paul Baran develop?" before Baran is read: a sentence
-        holding "developed" is not on the question).
+        (``named``, see `question_names`) and the units of the document still to be read (``ahead``): such a
+        unit, not read yet, counts fully against every sentence, as no sentence read can be about it ("What
+        did Paul Baran develop?" before Baran is read: a sentence holding "developed" is not on the question;
+        "What concept did philosophers use to study machines?" before "philosophers" or "machines" are read:
+        a sentence on how geologists use and study rocks is not either).
         """
-        asked = {q for q in question if self.df(q) or q in named}
+        asked = {q for q in question if self.df(q) or q in named or q in ahead}
         if not asked:
             return 0.0
         near = self.near(index)
         total = sum(self.idf(q) for q in asked)
         return sum(self.idf(q) for q in asked if q in near) / total
+
+    def cover(self, said: Iterable[str], index: int, asked: Collection[str], named: Collection[str] = (),
+              ahead: Collection[str] = ()) -> float:
+        """Share of the units a margin says (``said``: the question's it repeats included) that the text read
+        holds, each weighed by its rarity: the margin's own units in sentence ``index`` or the one before it
+        (`near`), the question's anywhere (a margin may join the question's subject, read in one passage, to
+        a fact read in another, as a multi-hop answer does). The question's units that the text never uses
+        are left out as in `topic` (a paraphrase); a name the question gives, or a unit the document uses
+        only further on, counts against: a margin that speaks of it says what was not read yet."""
+        counted = {u for u in said if u not in asked or self.df(u) or u in named or u in ahead}
+        total = sum(self.idf(u) for u in counted)
+        if not total:
+            return 1.0
+        near = self.near(index)
+        return sum(self.idf(u) for u in counted if u in near or (u in asked and self.df(u))) / total
 
     def sentence_at(self, position: int) -> int:
         for i, (start, end) in enumerate(self.spans):
@@ -283,7 +304,15 @@ def items_found(items: list[str], text: str) -> list[str]:
     return [item for item in items if verbatim_spans(item, text, limit=1)]
 
 
-def find_evidence(question: str, margin: str, text: str | Reading, min_support: float = 0.5) -> Evidence | None:
+@functools.lru_cache(maxsize=4)
+def document_units(text: str) -> frozenset[str]:
+    """The set of ``text``'s `units`, remembered for the last few texts (a reading judges many margins
+    against one document)."""
+    return frozenset(units(text))
+
+
+def find_evidence(question: str, margin: str, text: str | Reading, min_support: float = 0.5,
+                  ahead: Collection[str] = ()) -> Evidence | None:
     """The sentence of ``text`` that best supports ``margin``, or None when none does.
 
     A margin copied verbatim (a phrase, a sentence, a bare number) is supported fully where it occurs.
@@ -293,7 +322,8 @@ def find_evidence(question: str, margin: str, text: str | Reading, min_support: 
     supported (an on-topic sentence that shares one word with the margin does not hide the one it was
     copied from). A margin made only of the question's units is supported by the sentences holding the pairs of
     units it puts side by side and the question does not (`new_pairs`). None when the margin adds nothing
-    beyond the question (no unit, no pair) or none of what it adds was read.
+    beyond the question (no unit, no pair) or none of what it adds was read. ``ahead``: the units of the whole
+    document, for topicality (`Reading.topic`).
     """
     reading = text if isinstance(text, Reading) else Reading(text)
     if not reading.spans:
@@ -318,19 +348,19 @@ def find_evidence(question: str, margin: str, text: str | Reading, min_support: 
     for start, end in reading.copies(margin):
         i = reading.sentence_at(start)
         j = reading.sentence_at(max(end - 1, start))
-        consider(Evidence(reading.spans[i][0], reading.spans[j][1], 1.0, reading.topic(asked, j, named), True))
+        consider(Evidence(reading.spans[i][0], reading.spans[j][1], 1.0, reading.topic(asked, j, named, ahead), True))
     if best is not None:
         return best
     if pairs:  # the margin's units are all the question's: what it adds is their order, pair by pair
         for i, (start, end) in enumerate(reading.spans):
             shared = pairs & reading.pairs(i)
             if shared:
-                consider(Evidence(start, end, len(shared) / len(pairs), reading.topic(asked, i, named)))
+                consider(Evidence(start, end, len(shared) / len(pairs), reading.topic(asked, i, named, ahead)))
         return best
     weight = {u: reading.idf(u) for u in new}
     total = sum(weight.values())
     for i, (start, end) in enumerate(reading.spans):
         hits = new & reading.sets[i]
         if hits:
-            consider(Evidence(start, end, sum(weight[u] for u in hits) / total, reading.topic(asked, i, named)))
+            consider(Evidence(start, end, sum(weight[u] for u in hits) / total, reading.topic(asked, i, named, ahead)))
     return best

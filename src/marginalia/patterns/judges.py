@@ -8,10 +8,12 @@
   supports it (it is a verbatim span of the text, or one sentence holds the words it
   adds beyond the question, numbers included; for a margin made only of the question's
   words, the pairs of them it puts side by side) and that sentence, with the one before
-  it, holds the question's rarer words (`grounding.Reading.topic`; a name the question gives
-  that was not read yet counts against). Small models write
-  confident margins about facts they have not read, or copy a sentence that merely
-  shares a common word with the question; this catches both, while a bare correct
+  it, holds the question's rarer words (`grounding.Reading.topic`; a name the question gives,
+  or a word the document uses further on, that was not read yet counts against), and the
+  margin does not speak of what the text has not come to yet (`grounding.Reading.cover`: "The
+  University of Chicago is a public university" drawn on a sentence about public universities
+  in Michigan, before Chicago is read). Small models write confident margins about facts they have not read, or copy a
+  sentence that merely shares a common word with the question; this catches both, while a bare correct
   answer copied from the text ("1997") is kept. (The text read so far, not only the
   margin's own segment: the model attends to the whole cache and often quotes a fact
   one segment late.)
@@ -38,6 +40,7 @@ from .grounding import (
     Evidence,
     Reading,
     content_words,
+    document_units,
     find_evidence,
     is_empty_margin,
     is_number,
@@ -45,6 +48,7 @@ from .grounding import (
     list_items,
     margin_sentences,
     new_pairs,
+    question_names,
     units,
 )
 
@@ -54,6 +58,9 @@ __all__ = ["CombinedJudge", "Evidence", "FusedJudge", "GroundedJudge", "MarginJu
 _WORD = re.compile(r"\w+", re.UNICODE)
 #: a word the text holds in at most this many sentences is rare: a margin may not bring one in from elsewhere
 RARE_SENTENCES = 2
+#: the least share of a margin's units (by rarity, the question's it repeats included) that the text read holds
+#: (`grounding.Reading.cover`), unless the margin was copied
+COVER = 0.7
 #: the least share of a list margin's items (`grounding.list_items`) found verbatim in the part just read
 LIST_SHARE = 0.75
 
@@ -94,11 +101,12 @@ class MarginJudge(ABC):
 
     @abstractmethod
     def judge(self, question: str, margin: str, segment: Segment, read: str,
-              p_yes: float | None = None) -> Verdict:
+              p_yes: float | None = None, document: str | None = None) -> Verdict:
         """Decide whether ``margin`` (written after ``segment``) is relevant.
 
         ``read`` is the context read so far (it ends with ``segment``'s text); ``p_yes`` the model's
-        probability that the note helps, for a judge that asked for it (`CombinedJudge.probe`).
+        probability that the note helps, for a judge that asked for it (`CombinedJudge.probe`); ``document``
+        the whole context, read or not (None: only ``read`` is known), for the words still to come.
         """
 
     @staticmethod
@@ -124,9 +132,10 @@ class GroundedJudge(MarginJudge):
                 raise UserError(f"the {name} threshold must be between 0 and 1, got {value}")
         self.threshold = threshold
         self.topic_threshold = topic_threshold
+        self.cover_threshold = COVER
 
-    def ground(self, question: str, margin: str, read: str,
-               segment: Segment | None = None) -> tuple[Verdict, Evidence | None]:
+    def ground(self, question: str, margin: str, read: str, segment: Segment | None = None,
+               document: str | None = None) -> tuple[Verdict, Evidence | None]:
         """The grounding verdict, and the evidence it rests on (None when the text does not support the margin:
         nothing of it was read, too little in one sentence, or a number of its own).
 
@@ -135,13 +144,15 @@ class GroundedJudge(MarginJudge):
         answer is: 1. The harbour master ... logged exactly 4438131 crates ..."), which alone would sink it.
         """
         make_reading = functools.cache(lambda: Reading(read))  # split into sentences once, only when needed
-        verdict, ev = self._ground(question, margin, read, segment, make_reading)
+        ahead = document_units(document) if document else frozenset()
+        verdict, ev = self._ground(question, margin, read, segment, make_reading, ahead)
         if verdict.relevant or is_empty_margin(margin) or list_items(margin):
             return verdict, ev
         sentences = margin_sentences(margin)
         if len(sentences) < 2:
             return verdict, ev
-        passed = [(v, e) for v, e in (self._ground(question, s, read, segment, make_reading) for s in sentences)
+        passed = [(v, e) for v, e in (self._ground(question, s, read, segment, make_reading, ahead)
+                                        for s in sentences)
                   if v.relevant]
         if not passed:
             return verdict, ev
@@ -151,8 +162,9 @@ class GroundedJudge(MarginJudge):
                        f"kept (whole: {verdict.reason})", best.evidence), best_ev
 
     def _ground(self, question: str, margin: str, read: str, segment: Segment | None,
-                make_reading: Callable[[], Reading]) -> tuple[Verdict, Evidence | None]:
-        """`ground` for the margin as a whole (``make_reading``: ``read`` as a `Reading`, made once).
+                make_reading: Callable[[], Reading], ahead: frozenset[str]) -> tuple[Verdict, Evidence | None]:
+        """`ground` for the margin as a whole (``make_reading``: ``read`` as a `Reading`, made once; ``ahead``:
+        the whole document's units).
 
         A margin written as a list of short items (words, names, figures: a partial aggregate, such as the
         words frequent in the part just read) is judged as a list: kept when at least `LIST_SHARE` of its
@@ -174,7 +186,7 @@ class GroundedJudge(MarginJudge):
                 return Verdict(True, margin, share, listed, (segment.start, segment.end)), whole
             return Verdict(False, margin, share, listed), None
         reading = make_reading()
-        ev = find_evidence(question, margin, reading, self.threshold)
+        ev = find_evidence(question, margin, reading, self.threshold, ahead)
         if ev is None:
             return Verdict(False, margin, 0.0, "none of the words it adds is in the text read"), None
         if ev.support < self.threshold:
@@ -198,12 +210,20 @@ class GroundedJudge(MarginJudge):
         if ev.topic < self.topic_threshold:
             return Verdict(False, margin, ev.support * ev.topic,
                            f"{how}, but the sentence holds only {ev.topic:.0%} of the question's words"), ev
+        if not ev.copied:  # and it may not speak of the question's subject before the text does
+            named = question_names(question)
+            cover = reading.cover(units(margin), reading.sentence_at(ev.start), asked, named, ahead)
+            if cover < self.cover_threshold:
+                unread = sorted(u for u in set(units(margin)) & asked if not reading.df(u))
+                said = f"it speaks of {unread[0]!r}, which the text has not come to yet" if unread else \
+                    f"the text read holds only {cover:.0%} of what it says"
+                return Verdict(False, margin, ev.support * cover, f"{how}, but {said}"), None
         return Verdict(True, margin, ev.support * ev.topic,
                        f"{how}, beside {ev.topic:.0%} of the question's words", (ev.start, ev.end)), ev
 
     def judge(self, question: str, margin: str, segment: Segment, read: str,
-              p_yes: float | None = None) -> Verdict:
-        return self.ground(question, margin, read, segment)[0]
+              p_yes: float | None = None, document: str | None = None) -> Verdict:
+        return self.ground(question, margin, read, segment, document)[0]
 
 
 class CombinedJudge(GroundedJudge):
@@ -235,8 +255,8 @@ class CombinedJudge(GroundedJudge):
         return probs[self.probe_choices[0]]
 
     def judge(self, question: str, margin: str, segment: Segment, read: str,
-              p_yes: float | None = None) -> Verdict:
-        verdict, ev = self.ground(question, margin, read, segment)
+              p_yes: float | None = None, document: str | None = None) -> Verdict:
+        verdict, ev = self.ground(question, margin, read, segment, document)
         if ev is None or p_yes is None or not verdict.relevant:
             return verdict
         blend = self.weight * p_yes + (1.0 - self.weight) * ev.topic
@@ -262,7 +282,7 @@ class FusedJudge(MarginJudge):
         return text.strip().lower().startswith("no")  # a NO costs one token: stop there
 
     def judge(self, question: str, margin: str, segment: Segment, read: str,
-              p_yes: float | None = None) -> Verdict:
+              p_yes: float | None = None, document: str | None = None) -> Verdict:
         m = re.match(r"\W*(yes|no)\b[\s:,.!-]*", margin, re.IGNORECASE)
         if not m:
             return Verdict(False, margin, None, "the margin did not start with YES")
@@ -283,7 +303,7 @@ class SeparateJudge(MarginJudge):
         self.params = GenerationParams(max_new_tokens=3)
 
     def judge(self, question: str, margin: str, segment: Segment, read: str,
-              p_yes: float | None = None) -> Verdict:
+              p_yes: float | None = None, document: str | None = None) -> Verdict:
         if is_empty_margin(margin):
             return Verdict(False, margin, 0.0, "the margin says nothing was found")
         reply = self.generator.generate(

@@ -536,7 +536,7 @@ class WimReader:
             yield MarginWritten(segment.index, raw, clock())
             if overlap is None:
                 yield from settle(segment, raw, judge.judge(question, raw, segment, self.context[:segment.end],
-                                                            item.p_yes), item.p_yes)
+                                                            item.p_yes, self.context), item.p_yes)
                 continue
             # the separate judge's request for this margin runs while the next segment is read
             while judging:
