@@ -26,6 +26,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -148,7 +149,10 @@ def _baseline_judge(ref: str) -> Judge:
     """The grounded judge of commit ``ref`` (its judges and grounding modules, loaded from git)."""
     _baseline_module(ref, "grounding")
     module = _baseline_module(ref, "judges", ("from .grounding import", "from ._baseline_grounding import"))
-    judge = module.GroundedJudge()
+    options = subprocess.run(["git", "show", f"{ref}:src/marginalia/options.py"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+    default = re.search(r"^TOPIC_THRESHOLD = ([0-9.]+)", options, re.MULTILINE)  # its own default, not today's
+    judge = module.GroundedJudge(**({"topic_threshold": float(default.group(1))} if default else {}))
     takes_document = "document" in inspect.signature(judge.judge).parameters
     return lambda q, m, s, r, p, d: judge.judge(q, m, s, r, document=d) if takes_document else judge.judge(q, m, s, r)
 
@@ -168,7 +172,7 @@ def _judges(baseline: str | None) -> dict[str, Judge]:
     def combined(judge: CombinedJudge) -> Judge:
         return lambda q, m, s, r, p, d: judge.judge(q, m, s, r, p, d)
 
-    for topic in (0.2, 0.3, 0.4):
+    for topic in (0.2, 0.25, 0.3, 0.4):
         judges[f"grounded, topicality >= {topic}"] = _grounded(GroundedJudge(topic_threshold=topic))
     for weight in (0.25, 0.5):
         judges[f"combined, P(YES) weight {weight}"] = combined(CombinedJudge(weight=weight))
