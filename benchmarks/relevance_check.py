@@ -130,10 +130,15 @@ def from_run(args: argparse.Namespace) -> None:
     print(f"{written} items, {sum(len(r['margins']) for r in results)} margins -> {args.out}")
 
 
+def _git_show(ref: str, path: str) -> str:
+    """The text of ``path`` (from the repository's root) at commit ``ref``."""
+    return subprocess.run(["git", "show", f"{ref}:{path}"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
+
+
 def _baseline_module(ref: str, name: str, replace: tuple[str, str] | None = None) -> Any:
     """``src/marginalia/patterns/<name>.py`` of commit ``ref``, loaded as a module beside today's."""
-    source = subprocess.run(["git", "show", f"{ref}:src/marginalia/patterns/{name}.py"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout
+    source = _git_show(ref, f"src/marginalia/patterns/{name}.py")
     if replace:
         source = source.replace(*replace)
     spec = importlib.util.spec_from_loader(f"marginalia.patterns._baseline_{name}", loader=None)
@@ -149,8 +154,7 @@ def _baseline_judge(ref: str) -> Judge:
     """The grounded judge of commit ``ref`` (its judges and grounding modules, loaded from git)."""
     _baseline_module(ref, "grounding")
     module = _baseline_module(ref, "judges", ("from .grounding import", "from ._baseline_grounding import"))
-    options = subprocess.run(["git", "show", f"{ref}:src/marginalia/options.py"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout
+    options = _git_show(ref, "src/marginalia/options.py")
     default = re.search(r"^TOPIC_THRESHOLD = ([0-9.]+)", options, re.MULTILINE)  # its own default, not today's
     judge = module.GroundedJudge(**({"topic_threshold": float(default.group(1))} if default else {}))
     takes_document = "document" in inspect.signature(judge.judge).parameters

@@ -12,11 +12,11 @@
   or a word the document uses further on, that was not read yet counts against), and the
   margin does not speak of what the text has not come to yet (`grounding.Reading.cover`: "The
   University of Chicago is a public university" drawn on a sentence about public universities
-  in Michigan, before Chicago is read). Small models write confident margins about facts they have not read, or copy a
-  sentence that merely shares a common word with the question; this catches both, while a bare correct
-  answer copied from the text ("1997") is kept. (The text read so far, not only the
-  margin's own segment: the model attends to the whole cache and often quotes a fact
-  one segment late.)
+  in Michigan, before Chicago is read). Small models write confident margins about facts they
+  have not read, or copy a sentence that merely shares a common word with the question; this
+  catches both, while a bare correct answer copied from the text ("1997") is kept. (The text
+  read so far, not only the margin's own segment: the model attends to the whole cache and
+  often quotes a fact one segment late.)
 - ``combined``: grounded, and the model's own probability that the note helps (the
   first token of a YES/NO question asked on the same cache, rolled back after) weighed
   with the topicality; for backends that give next-token probabilities.
@@ -173,8 +173,8 @@ class GroundedJudge(MarginJudge):
         """
         if is_empty_margin(margin):
             return Verdict(False, margin, 0.0, "the margin says nothing was found"), None
-        asked = set(units(question))
-        if not set(units(margin)) - asked and not new_pairs(question, margin):
+        asked, said = set(units(question)), set(units(margin))
+        if not said - asked and not new_pairs(question, margin):
             return Verdict(False, margin, 0.0, "the margin adds nothing to the question"), None
         items = list_items(margin) if segment is not None else []
         if items and segment is not None:
@@ -192,15 +192,15 @@ class GroundedJudge(MarginJudge):
         if ev.support < self.threshold:
             return Verdict(False, margin, ev.support,
                            f"only {ev.support:.0%} of its new words are in one sentence read"), None
+        i = reading.sentence_at(ev.start)
         if not ev.copied:  # numbers are where small models invent most: each one must be in the sentence
             sentence = set(units(read[ev.start:ev.end]))
-            new = set(units(margin)) - asked
+            new = said - asked
             invented = sorted(u for u in new if is_number(u) and u not in sentence)
             if invented:
                 return Verdict(False, margin, ev.support,
                                f"its number {invented[0]} is not in the sentence it draws on"), None
             # and a rare word read elsewhere, not near that sentence, pairs the fact with another one
-            i = reading.sentence_at(ev.start)
             near = reading.near(i)
             foreign = sorted(u for u in new - near if 0 < reading.df(u) <= RARE_SENTENCES)
             if foreign:
@@ -212,12 +212,12 @@ class GroundedJudge(MarginJudge):
                            f"{how}, but the sentence holds only {ev.topic:.0%} of the question's words"), ev
         if not ev.copied:  # and it may not speak of the question's subject before the text does
             named = question_names(question)
-            cover = reading.cover(units(margin), reading.sentence_at(ev.start), asked, named, ahead)
-            if cover < self.cover_threshold:
-                unread = sorted(u for u in set(units(margin)) & asked if not reading.df(u))
-                said = f"it speaks of {unread[0]!r}, which the text has not come to yet" if unread else \
+            cover = reading.cover(said, i, asked, named, ahead)
+            if cover < self.cover_threshold:  # name a unit that counted against it, if one did
+                unread = sorted(u for u in said & asked if not reading.df(u) and (u in named or u in ahead))
+                why = f"it speaks of {unread[0]!r}, which the text has not come to yet" if unread else \
                     f"the text read holds only {cover:.0%} of what it says"
-                return Verdict(False, margin, ev.support * cover, f"{how}, but {said}"), None
+                return Verdict(False, margin, ev.support * cover, f"{how}, but {why}"), None
         return Verdict(True, margin, ev.support * ev.topic,
                        f"{how}, beside {ev.topic:.0%} of the question's words", (ev.start, ev.end)), ev
 
