@@ -17,6 +17,9 @@ each item's context rebuilt from the run's stored config), so the margins of a l
 can be judged again without writing them anew:
 
     python benchmarks/relevance_check.py from-run quality-4k --out /tmp/margins.jsonl [--pattern wim]
+
+``controlled`` judges margins made from the data, of known kinds, without a model (SQuAD; HotpotQA's
+multi-hop questions with ``--dataset hotpotqa``; MultiHop-RAG's with ``--dataset multihop``).
 """
 
 from __future__ import annotations
@@ -304,41 +307,158 @@ def _controlled_items(limit: int, seed: int = 7) -> list[dict[str, Any]]:
     return items
 
 
+MULTIHOP_KINDS = {  # margin kind -> whether it holds the answer
+    "the question's words, then the answer": True,
+    "the question's words, then the answer's supporting sentence": True,
+    "the question's words, then the bridge passage's supporting sentence": False,
+    "the question's words, then a distractor sentence": False,
+    "the question's words, then a distractor sentence sharing a name with a gold passage": False,
+}
+
+
+def _multihop_items(seed: int = 7) -> list[dict[str, Any]]:
+    """Margins of known kinds (`MULTIHOP_KINDS`) for HotpotQA's bridge questions: the question restated, as
+    small models write a multi-hop margin, then a sentence of a gold or a distractor passage. Only the first
+    two hold the answer; the bridge passage's sentence is needed but answers nothing."""
+    import random
+
+    from marginalia.bench.datasets import load_hotpotqa
+    from marginalia.bench.metrics import holds_answer
+    from marginalia.patterns.grounding import question_names, units
+
+    rng = random.Random(seed)
+    raw = {str(r.get("_id", r.get("id", i))): r
+           for i, r in enumerate(json.loads((DATA / SOURCES["hotpotqa"]).read_text()))}
+    items = []
+    for example in load_hotpotqa(DATA / SOURCES["hotpotqa"]):
+        record = raw[example.id]
+        answer = example.answers[0]
+        if record.get("type") != "bridge" or answer.lower() in ("yes", "no"):
+            continue
+        sentences = {title: sents for title, sents in record["context"]}
+        facts = [(t, k) for t, k in example.meta["supporting_facts"] if k < len(sentences[t])]
+        holding = [sentences[t][k].strip() for t, k in facts if holds_answer(sentences[t][k], [answer])]
+        bridge = [sentences[t][k].strip() for t, k in facts if not holds_answer(sentences[t][k], [answer])
+                  and t not in {t2 for t2, k2 in facts if holds_answer(sentences[t2][k2], [answer])}]
+        if not holding:
+            continue
+        gold_names = set().union(*(question_names(s) for t, _ in facts for s in sentences[t]))
+        distract = [s.strip() for t, sents in record["context"] if t not in {f[0] for f in facts} for s in sents
+                    if s.strip() and not holds_answer(s, [answer])]
+        said = example.question.strip().rstrip("?")
+        margins = {"the question's words, then the answer": f"{said}: {answer}.",
+                   "the question's words, then the answer's supporting sentence": f"{said}: {holding[0]}"}
+        if bridge:
+            margins["the question's words, then the bridge passage's supporting sentence"] = f"{said}: {bridge[0]}"
+        if distract:
+            margins["the question's words, then a distractor sentence"] = f"{said}: {rng.choice(distract)}"
+        sharing = [d for d in distract if set(units(d)) & gold_names - set(units(example.question))]
+        if sharing:
+            margins["the question's words, then a distractor sentence sharing a name with a gold passage"] = \
+                f"{said}: {rng.choice(sharing)}"
+        context = "\n\n".join(f"Title: {p.title}\n{p.text}" for p in example.passages)
+        items.append({"question": example.question, "context": context, "margins": margins})
+    return items
+
+
+RAG_KINDS = {  # margin kind -> whether it holds the answer
+    "the question's words, then the answer": True,
+    "the question's words, then the answer's evidence": True,
+    "the question's words, then other evidence": False,
+    "the question's words, then a distractor's fact": False,
+}
+
+
+def _multihop_rag_items(seed: int = 3) -> list[dict[str, Any]]:
+    """Margins of known kinds (`RAG_KINDS`) for MultiHop-RAG's inference questions whose answer an evidence fact
+    holds: the question restated, then the answer, an evidence fact (the answer's or another), or the fact of
+    another question (a distractor). Each item's context: its evidence among twelve distractor facts, each under
+    its article's title."""
+    import random
+
+    from marginalia.bench.datasets import load_multihop
+    from marginalia.bench.metrics import holds_answer
+
+    examples = load_multihop(DATA / "multihop-rag-queries.part1.jsonl")
+    rng = random.Random(seed)
+    pool = [(example.id, passage) for example in examples for passage in example.passages]
+    items = []
+    for example in examples:
+        if not example.answers or example.meta.get("question_type") != "inference_query":
+            continue
+        answer = example.answers[0]
+        holding = [p for p in example.passages if holds_answer(p.text, [answer])]
+        if not holding:
+            continue
+        others = [p for p in example.passages if p not in holding]
+        distract = [p for owner, p in rng.sample(pool, 40)
+                    if owner != example.id and not holds_answer(p.text, [answer])][:12]
+        passages = distract[:6] + list(example.passages) + distract[6:]
+        said = example.question.rstrip("?")
+        margins = {"the question's words, then the answer": f"{said}: {answer}.",
+                   "the question's words, then the answer's evidence": f"{said}: {holding[0].text}",
+                   "the question's words, then a distractor's fact": f"{said}: {distract[0].text}"}
+        if others:
+            margins["the question's words, then other evidence"] = f"{said}: {others[0].text}"
+        context = "\n\n".join(f"Title: {p.title}\n{p.text}" for p in passages)
+        items.append({"question": example.question, "context": context, "margins": margins})
+    return items
+
+
 def controlled(args: argparse.Namespace) -> None:
-    """Keep rates by margin kind (SQuAD, margins made from the data) and bare answers kept (the demo)."""
+    """Keep rates by margin kind (margins made from the data) and, for SQuAD, bare answers kept (the demo)."""
     from marginalia.app import demo
     from marginalia.records import Segment
 
     judges = {k: v for k, v in _judges(args.baseline).items() if not k.startswith(("combined", "the model"))}
-    items = _controlled_items(args.limit)
+    squad = args.dataset == "squad"
+    kinds = {"squad": KINDS, "hotpotqa": MULTIHOP_KINDS, "multihop": RAG_KINDS}[args.dataset]
+    items = {"squad": lambda: _controlled_items(args.limit), "hotpotqa": _multihop_items,
+             "multihop": _multihop_rag_items}[args.dataset]()
     text, questions = demo()
-    header = "| check | " + " | ".join(KINDS) + " | demo: bare answer kept |"
-    lines = [header, "|---|" + "---:|" * (len(KINDS) + 1)]
+    header = "| check | " + " | ".join(kinds) + (" | demo: bare answer kept |" if squad else " |")
+    lines = [header, "|---|" + "---:|" * (len(kinds) + squad)]
     for label, judge in judges.items():
         cells = []
-        for kind in KINDS:
+        for kind in kinds:
             rows = [it for it in items if kind in it["margins"]]
             kept = sum(bool(judge(it["question"], it["margins"][kind], Segment(0, 0, len(it["context"]),
                                                                                 it["context"], ()),
                                   it["context"], None, it["context"]).relevant) for it in rows)
             cells.append(f"{kept}/{len(rows)}")
-        demo_kept = sum(bool(judge(q["question"], q["answer"], Segment(0, 0, len(text), text, ()), text,
-                                   None, text).relevant) for q in questions)
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {demo_kept}/{len(questions)} |")
-    body = "\n".join([
-        "## Relevance checks on margins of known kinds (`benchmarks/relevance_check.py controlled`)",
-        "",
-        f"Command: `{command_line()}` · commit {git_commit()}",
-        "",
-        f"{len(items)} SQuAD development questions, each with its gold paragraph among six others; for each, "
-        "margins made from the data: the first three hold the answer and should be kept (the third restates the "
-        "question, as small models do, then gives the answer), the others should not. "
-        "Last column: the bare gold answer of each bundled demo question, judged against the demo report.",
-        "",
-        *lines,
-    ])
+        if squad:
+            demo_kept = sum(bool(judge(q["question"], q["answer"], Segment(0, 0, len(text), text, ()), text,
+                                       None, text).relevant) for q in questions)
+            cells.append(f"{demo_kept}/{len(questions)}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if squad:
+        title = "## Relevance checks on margins of known kinds (`benchmarks/relevance_check.py controlled`)"
+        about = (f"{len(items)} SQuAD development questions, each with its gold paragraph among six others; for "
+                 "each, margins made from the data: the first three hold the answer and should be kept (the third "
+                 "restates the question, as small models do, then gives the answer), the others should not. "
+                 "Last column: the bare gold answer of each bundled demo question, judged against the demo report.")
+    elif args.dataset == "multihop":
+        title = ("## Relevance checks on MultiHop-RAG margins of known kinds "
+                 "(`benchmarks/relevance_check.py controlled --dataset multihop`)")
+        about = (f"The {len(items)} MultiHop-RAG development questions of the inference type whose answer an "
+                 "evidence fact holds, each judged against its evidence among twelve facts of other questions, "
+                 "each under its article's title. Each margin restates the question, then adds the answer, the "
+                 "evidence fact holding it, another evidence fact (needed, answers nothing), or a distractor's "
+                 "fact. No judge was tuned on these questions.")
+    else:
+        title = ("## Relevance checks on multi-hop margins of known kinds "
+                 "(`benchmarks/relevance_check.py controlled --dataset hotpotqa`)")
+        about = (f"The {len(items)} HotpotQA development questions of the bridge type (the answer lies in a "
+                 "passage the question names only through another one), each judged against its ten passages "
+                 "(two gold, eight distractors; about a thousand tokens). Each margin restates the question, as "
+                 "small models write a multi-hop margin, then adds the answer, or a sentence: a supporting "
+                 "sentence of the answer's passage, of the bridge passage, or of a distractor (any, or one "
+                 "sharing a name with the gold passages). The first two hold the answer and should be kept; the "
+                 "bridge passage's sentence is needed but answers nothing; the distractors' should be dropped. "
+                 "These questions overlap the written margins' HotpotQA items.")
+    body = "\n".join([title, "", f"Command: `{command_line()}` · commit {git_commit()}", "", about, "", *lines])
     if args.write:
-        write_section("relevance_check_controlled", body)
+        write_section("relevance_check_controlled" + ("" if squad else f"_{args.dataset}"), body)
     print(body)
 
 
@@ -363,6 +483,9 @@ def main() -> None:
                    help="the BENCHMARKS.md section to write (another keeps the margins of another source apart)")
     k = sub.add_parser("controlled", help="keep rates of margins made from the data, no model")
     k.add_argument("--limit", type=int, default=200, help="SQuAD questions")
+    k.add_argument("--dataset", choices=("squad", "hotpotqa", "multihop"), default="squad",
+                   help="squad: single-hop margins of seven kinds; hotpotqa: multi-hop margins (bridge questions); "
+                        "multihop: MultiHop-RAG's inference questions")
     k.add_argument("--baseline", help="also judge with the grounded judge of this git commit")
     k.add_argument("--write", action="store_true", help="write the table to BENCHMARKS.md")
     args = ap.parse_args()

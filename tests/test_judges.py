@@ -505,3 +505,40 @@ def test_a_margin_that_speaks_of_what_was_not_read_yet_is_dropped() -> None:
                       "Shirley Temple, who played Corliss Archer in Kiss and Tell, served as Chief of Protocol.",
                       Segment(0, 0, len(read), read, ()), read, document=read)
     assert hop.relevant, hop.reason
+
+
+def test_a_multi_hop_margin_takes_the_question_from_the_passage_that_names_its_subject() -> None:
+    """"The woman who portrayed Corliss Archer ... served as Chief of Protocol": the fact's passage is on
+    Shirley Varga and holds none of the question's words; the passage that casts her as Corliss Archer does, and
+    it names the fact passage's subject. The same margin drawn on a passage nothing links to is dropped, and a
+    heading every passage opens with ("Title") links nothing."""
+    paragraphs = [
+        "Title: Harbour Lights\nHarbour Lights is a 1952 drama about a lighthouse keeper. It was filmed in Cornwall.",
+        "Title: Kiss and Tell\nKiss and Tell is a 1945 comedy film starring Shirley Varga as Corliss Archer. The "
+        "film was shot in Los Angeles over six weeks.",
+        "Title: Doris Lemke\nDoris Lemke was a stage actress from Ohio. As an adult, she served as mayor of Dayton.",
+        "Title: Shirley Varga\nShirley Varga was an actress and diplomat. She appeared in forty films as a child. As "
+        "an adult, she served as Chief of Protocol of the United States.",
+        "Title: Quarry Road\nQuarry Road is a 1961 western shot in Utah. Its score was lost in a fire.",
+    ]
+    text = "\n\n".join(paragraphs)
+    question = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
+    said = "The woman who portrayed Corliss Archer in the film Kiss and Tell served as "
+    segment = Segment(0, 0, len(text), text, ())
+    judge = GroundedJudge()
+    right = judge.judge(question, said + "Chief of Protocol of the United States.", segment, text, document=text)
+    assert right.relevant and "'shirley' it links to" in right.reason, right.reason
+    assert right.evidence and "Chief of Protocol" in text[right.evidence[0]:right.evidence[1]]
+    wrong = judge.judge(question, said + "mayor of Dayton.", segment, text, document=text)
+    assert not wrong.relevant, wrong.reason
+    judge.link_sentences = 0
+    unlinked = judge.judge(question, said + "Chief of Protocol of the United States.", segment, text, document=text)
+    assert not unlinked.relevant, unlinked.reason  # what the link adds
+    # a first name alone links nothing: the passage casting "John Pell" is not about John Okafor
+    paragraphs[1] = paragraphs[1].replace("Shirley Varga", "John Pell")
+    paragraphs[3] = paragraphs[3].replace("Shirley Varga", "John Okafor")
+    text = "\n\n".join(paragraphs)
+    segment = Segment(0, 0, len(text), text, ())
+    judge.link_sentences = GroundedJudge().link_sentences
+    first_name = judge.judge(question, said + "Chief of Protocol of the United States.", segment, text, document=text)
+    assert not first_name.relevant, first_name.reason

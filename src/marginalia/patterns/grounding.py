@@ -85,10 +85,18 @@ _TOKEN = regex.compile(r"[\p{L}\p{N}][\p{L}\p{N}\p{M}'’.-]*")
 def question_names(question: str) -> set[str]:
     """The units of the words a question capitalises after its first (its names: "Paul Baran", "Saxon Garden");
     none in a question written all in capitals or in a script without case."""
-    rest = _TOKEN.findall(question)[1:]
+    return names(question, first=False)
+
+
+def names(text: str, first: bool = True) -> set[str]:
+    """The units of the words ``text`` capitalises (the first word too when ``first``: a sentence of a document
+    often opens on its subject, "Shirley Temple Black was ..."); none in a text written all in capitals or in a
+    script without case."""
+    words = _TOKEN.findall(text)
+    rest = words[1:]
     if len(rest) >= 3 and all(w[:1].isupper() or not w[:1].isalpha() for w in rest):  # a headline: no names
         return set()
-    return {u for word in rest if word[:1].isupper() for u in units(word)}
+    return {u for word in (words if first else rest) if word[:1].isupper() for u in units(word)}
 
 
 def unit_pairs(seq: Sequence[str]) -> set[tuple[str, str]]:
@@ -192,6 +200,7 @@ class Reading:
         self.sets = [set(seq) for seq in self.seqs]
         self._pairs: dict[int, set[tuple[str, str]]] = {}
         self._df: dict[str, int] = {}
+        self._paragraphs: list[int] | None = None  # each sentence's paragraph number, made when first asked
 
     def df(self, unit: str) -> int:
         if unit not in self._df:
@@ -228,12 +237,70 @@ class Reading:
         "What concept did philosophers use to study machines?" before "philosophers" or "machines" are read:
         a sentence on how geologists use and study rocks is not either).
         """
+        return self._share(question, self.near(index), named, ahead)
+
+    def _share(self, question: Iterable[str], held: Collection[str], named: Collection[str],
+               ahead: Collection[str]) -> float:
+        """`topic`'s share of the question's units that ``held`` holds."""
         asked = {q for q in question if self.df(q) or q in named or q in ahead}
         if not asked:
             return 0.0
-        near = self.near(index)
         total = sum(self.idf(q) for q in asked)
-        return sum(self.idf(q) for q in asked if q in near) / total
+        return sum(self.idf(q) for q in asked if q in held) / total
+
+    def _paragraph_numbers(self) -> list[int]:
+        """Each sentence's paragraph (no blank line inside), counted from 0; made when first asked."""
+        if self._paragraphs is None:
+            self._paragraphs = [0] if self.spans else []
+            for k in range(1, len(self.spans)):
+                parted = _PARAGRAPH_BREAK.search(self.text, self.spans[k - 1][0], self.spans[k][0])
+                self._paragraphs.append(self._paragraphs[-1] + bool(parted))
+        return self._paragraphs
+
+    def paragraph(self, index: int) -> range:
+        """The sentences of the paragraph that holds sentence ``index``."""
+        numbers = self._paragraph_numbers()
+        first = numbers.index(numbers[index])
+        return range(first, first + numbers.count(numbers[index]))
+
+    def _paragraphs_with(self, unit: str) -> int:
+        numbers = self._paragraph_numbers()
+        return len({numbers[k] for k, held in enumerate(self.sets) if unit in held})
+
+    def linked_topic(self, said: Collection[str], index: int, question: Collection[str],
+                     named: Collection[str] = (), ahead: Collection[str] = (),
+                     link_sentences: int = 5) -> tuple[float, str | None]:
+        """`topic` of sentence ``index`` joined to a sentence of another paragraph that holds question units
+        the margin repeats and the name of the subject of sentence ``index``'s paragraph: two or more units
+        its first sentence capitalises (a whole name, "Shirley Temple", not a first name alone), none the
+        question's, each held by at most ``link_sentences`` sentences and by at most half the paragraphs.
+        That topicality and the link's rarest unit (0.0 and None when no sentence links).
+
+        A multi-hop margin states a fact of one passage about a subject the question names through
+        another ("The woman who portrayed Corliss Archer in Kiss and Tell served as Chief of Protocol": the
+        fact's passage is on Shirley Temple, and the one naming her as Corliss Archer shares her name with
+        it). The fact's sentence alone holds little of the question; the pair holds it. A margin that repeats
+        none of the question's units beyond its sentence gains nothing.
+        """
+        near = self.near(index)
+        repeated = {u for u in said if u in question and self.df(u)} - near
+        if not repeated:
+            return 0.0, None
+        own = self.paragraph(index)
+        subject = names(self.text[slice(*self.spans[own[0]])])  # what the paragraph's first sentence names
+        paragraphs = self._paragraph_numbers()[-1] + 1
+        links = {u for u in subject if u not in question and not is_number(u) and 0 < self.df(u) <= link_sentences
+                 and 2 * self._paragraphs_with(u) <= paragraphs}  # not a heading that every passage opens with
+        best, link = 0.0, None
+        for j, units_j in enumerate(self.sets):
+            if j in own or not units_j & repeated:
+                continue
+            shared = units_j & links
+            if len(shared) >= 2:  # a whole name, not a first name or an ordinal ("John", "Second")
+                share = self._share(question, near | (units_j & repeated), named, ahead)
+                if share > best:
+                    best, link = share, max(sorted(shared), key=self.idf)
+        return best, link
 
     def cover(self, said: Iterable[str], index: int, asked: Collection[str], named: Collection[str] = (),
               ahead: Collection[str] = ()) -> float:

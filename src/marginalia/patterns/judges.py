@@ -9,7 +9,9 @@
   adds beyond the question, numbers included; for a margin made only of the question's
   words, the pairs of them it puts side by side) and that sentence, with the one before
   it, holds the question's rarer words (`grounding.Reading.topic`; a name the question gives,
-  or a word the document uses further on, that was not read yet counts against), and the
+  or a word the document uses further on, that was not read yet counts against; a multi-hop
+  margin may take the question's words it repeats from another passage that names the subject
+  of the fact's passage, `grounding.Reading.linked_topic`), and the
   margin does not speak of what the text has not come to yet (`grounding.Reading.cover`: "The
   University of Chicago is a public university" drawn on a sentence about public universities
   in Michigan, before Chicago is read). Small models write confident margins about facts they
@@ -58,6 +60,8 @@ __all__ = ["CombinedJudge", "Evidence", "FusedJudge", "GroundedJudge", "MarginJu
 _WORD = re.compile(r"\w+", re.UNICODE)
 #: a word the text holds in at most this many sentences is rare: a margin may not bring one in from elsewhere
 RARE_SENTENCES = 2
+#: a unit in at most this many sentences may link two passages (`grounding.Reading.linked_topic`)
+LINK_SENTENCES = 5
 #: the least share of a margin's units (by rarity, the question's it repeats included) that the text read holds
 #: (`grounding.Reading.cover`), unless the margin was copied
 COVER = 0.7
@@ -133,6 +137,7 @@ class GroundedJudge(MarginJudge):
         self.threshold = threshold
         self.topic_threshold = topic_threshold
         self.cover_threshold = COVER
+        self.link_sentences = LINK_SENTENCES
 
     def ground(self, question: str, margin: str, read: str, segment: Segment | None = None,
                document: str | None = None) -> tuple[Verdict, Evidence | None]:
@@ -207,7 +212,14 @@ class GroundedJudge(MarginJudge):
                 return Verdict(False, margin, ev.support,
                                f"its {foreign[0]!r} comes from another part of the text"), None
         how = "copied from the text" if ev.copied else f"{ev.support:.0%} of its new words in one sentence"
-        if ev.topic < self.topic_threshold:
+        topic, beside = ev.topic, f"beside {ev.topic:.0%} of the question's words"
+        if topic < self.topic_threshold and not ev.copied:  # a multi-hop margin: the passage it links to
+            linked, link = reading.linked_topic(said, i, asked, question_names(question), ahead,
+                                                self.link_sentences)
+            if linked >= self.topic_threshold:
+                topic, beside = linked, f"beside {linked:.0%} of the question's words with the passage on " \
+                    f"{link!r} it links to"
+        if topic < self.topic_threshold:
             return Verdict(False, margin, ev.support * ev.topic,
                            f"{how}, but the sentence holds only {ev.topic:.0%} of the question's words"), ev
         if not ev.copied:  # and it may not speak of the question's subject before the text does
@@ -218,8 +230,7 @@ class GroundedJudge(MarginJudge):
                 why = f"it speaks of {unread[0]!r}, which the text has not come to yet" if unread else \
                     f"the text read holds only {cover:.0%} of what it says"
                 return Verdict(False, margin, ev.support * cover, f"{how}, but {why}"), None
-        return Verdict(True, margin, ev.support * ev.topic,
-                       f"{how}, beside {ev.topic:.0%} of the question's words", (ev.start, ev.end)), ev
+        return Verdict(True, margin, ev.support * topic, f"{how}, {beside}", (ev.start, ev.end)), ev
 
     def judge(self, question: str, margin: str, segment: Segment, read: str,
               p_yes: float | None = None, document: str | None = None) -> Verdict:
