@@ -284,23 +284,30 @@ class Reading:
         """
         near = self.near(index)
         repeated = {u for u in said if u in question and self.df(u)} - near
+        best, link = 0.0, ""
         if not repeated:
-            return 0.0, None
+            return best, None
+        for j, shared in self.linked(index, question, link_sentences):
+            if self.sets[j] & repeated:
+                share = self._share(question, near | (self.sets[j] & repeated), named, ahead)
+                if share > best:
+                    best, link = share, shared
+        return best, link or None
+
+    def linked(self, index: int, question: Collection[str], link_sentences: int = 5) -> list[tuple[int, str]]:
+        """The sentences of other paragraphs that name the subject of sentence ``index``'s paragraph (see
+        `linked_topic`), each with the rarest unit of the name it shares."""
         own = self.paragraph(index)
         subject = names(self.text[slice(*self.spans[own[0]])])  # what the paragraph's first sentence names
         paragraphs = self._paragraph_numbers()[-1] + 1
         links = {u for u in subject if u not in question and not is_number(u) and 0 < self.df(u) <= link_sentences
                  and 2 * self._paragraphs_with(u) <= paragraphs}  # not a heading that every passage opens with
-        best, link = 0.0, None
+        found = []
         for j, units_j in enumerate(self.sets):
-            if j in own or not units_j & repeated:
-                continue
             shared = units_j & links
-            if len(shared) >= 2:  # a whole name, not a first name or an ordinal ("John", "Second")
-                share = self._share(question, near | (units_j & repeated), named, ahead)
-                if share > best:
-                    best, link = share, max(sorted(shared), key=self.idf)
-        return best, link
+            if j not in own and len(shared) >= 2:  # a whole name, not a first name or an ordinal ("John", "Second")
+                found.append((j, max(sorted(shared), key=self.idf)))
+        return found
 
     def cover(self, said: Iterable[str], index: int, asked: Collection[str], named: Collection[str] = (),
               ahead: Collection[str] = ()) -> float:
