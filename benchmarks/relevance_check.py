@@ -324,6 +324,7 @@ def _multihop_items(seed: int = 7) -> list[dict[str, Any]]:
 
     from marginalia.bench.datasets import load_hotpotqa
     from marginalia.bench.metrics import holds_answer
+    from marginalia.bench.tasks import render
     from marginalia.patterns.grounding import question_names, units
 
     rng = random.Random(seed)
@@ -337,9 +338,10 @@ def _multihop_items(seed: int = 7) -> list[dict[str, Any]]:
             continue
         sentences = {title: sents for title, sents in record["context"]}
         facts = [(t, k) for t, k in example.meta["supporting_facts"] if k < len(sentences[t])]
-        holding = [sentences[t][k].strip() for t, k in facts if holds_answer(sentences[t][k], [answer])]
-        bridge = [sentences[t][k].strip() for t, k in facts if not holds_answer(sentences[t][k], [answer])
-                  and t not in {t2 for t2, k2 in facts if holds_answer(sentences[t2][k2], [answer])}]
+        holds = {(t, k): holds_answer(sentences[t][k], [answer]) for t, k in facts}
+        answer_titles = {t for (t, _), held in holds.items() if held}
+        holding = [sentences[t][k].strip() for t, k in facts if holds[t, k]]
+        bridge = [sentences[t][k].strip() for t, k in facts if t not in answer_titles]
         if not holding:
             continue
         gold_names = set().union(*(question_names(s) for t, _ in facts for s in sentences[t]))
@@ -356,7 +358,7 @@ def _multihop_items(seed: int = 7) -> list[dict[str, Any]]:
         if sharing:
             margins["the question's words, then a distractor sentence sharing a name with a gold passage"] = \
                 f"{said}: {rng.choice(sharing)}"
-        context = "\n\n".join(f"Title: {p.title}\n{p.text}" for p in example.passages)
+        context = "\n\n".join(render(p, titles=True) for p in example.passages)
         items.append({"question": example.question, "context": context, "margins": margins})
     return items
 
@@ -378,6 +380,7 @@ def _multihop_rag_items(seed: int = 3) -> list[dict[str, Any]]:
 
     from marginalia.bench.datasets import load_multihop
     from marginalia.bench.metrics import holds_answer
+    from marginalia.bench.tasks import render
 
     examples = load_multihop(DATA / "multihop-rag-queries.part1.jsonl")
     rng = random.Random(seed)
@@ -400,7 +403,7 @@ def _multihop_rag_items(seed: int = 3) -> list[dict[str, Any]]:
                    "the question's words, then a distractor's fact": f"{said}: {distract[0].text}"}
         if others:
             margins["the question's words, then other evidence"] = f"{said}: {others[0].text}"
-        context = "\n\n".join(f"Title: {p.title}\n{p.text}" for p in passages)
+        context = "\n\n".join(render(p, titles=True) for p in passages)
         items.append({"question": example.question, "context": context, "margins": margins})
     return items
 

@@ -212,10 +212,10 @@ class GroundedJudge(MarginJudge):
                 return Verdict(False, margin, ev.support,
                                f"its {foreign[0]!r} comes from another part of the text"), None
         how = "copied from the text" if ev.copied else f"{ev.support:.0%} of its new words in one sentence"
+        named = question_names(question)
         topic, beside = ev.topic, f"beside {ev.topic:.0%} of the question's words"
         if topic < self.topic_threshold and not ev.copied:  # a multi-hop margin: the passage it links to
-            linked, link = reading.linked_topic(said, i, asked, question_names(question), ahead,
-                                                self.link_sentences)
+            linked, link = reading.linked_topic(said, i, asked, named, ahead, self.link_sentences)
             if linked >= self.topic_threshold:
                 topic, beside = linked, f"beside {linked:.0%} of the question's words with the passage on " \
                     f"{link!r} it links to"
@@ -223,7 +223,6 @@ class GroundedJudge(MarginJudge):
             return Verdict(False, margin, ev.support * ev.topic,
                            f"{how}, but the sentence holds only {ev.topic:.0%} of the question's words"), ev
         if not ev.copied:  # and it may not speak of the question's subject before the text does
-            named = question_names(question)
             cover = reading.cover(said, i, asked, named, ahead)
             if cover < self.cover_threshold:  # name a unit that counted against it, if one did
                 unread = sorted(u for u in said & asked if not reading.df(u) and (u in named or u in ahead))
