@@ -9,7 +9,14 @@ import pytest
 from marginalia.errors import UserError
 from marginalia.models.base import GenerationParams
 from marginalia.models.fake import ScriptedGenerator
-from marginalia.patterns.grounding import SentenceSplitter, list_items, question_names, sentence_spans, units
+from marginalia.patterns.grounding import (
+    SentenceSplitter,
+    list_items,
+    question_clauses,
+    question_names,
+    sentence_spans,
+    units,
+)
 from marginalia.patterns.judges import (
     CombinedJudge,
     FusedJudge,
@@ -542,3 +549,47 @@ def test_a_multi_hop_margin_takes_the_question_from_the_passage_that_names_its_s
     judge.link_sentences = GroundedJudge().link_sentences
     first_name = judge.judge(question, said + "Chief of Protocol of the United States.", segment, text, document=text)
     assert not first_name.relevant, first_name.reason
+
+
+def test_a_sentence_that_answers_one_clause_of_a_composite_question_is_on_it() -> None:
+    """A question of several clauses ("Which company, praised by ... for ..., was fined by ... for ..., and later
+    opened ...?") asks several things; the sentence that answers one holds little of the whole question. Its
+    margin is kept when the sentence holds half of one clause's words; one sharing a single word with a clause
+    is not, and without the clause rule the right margin is dropped too."""
+    paragraphs = [
+        "Title: Brightforge\nBrightforge makes stoneware in the hills above Carrow. Critics praise the glaze of its "
+        "salt kilns above all others.",
+        "Title: Dunmore Works\nDunmore Works burns coal in its brick kilns. Its slag heaps stand beside the railway.",
+        "Title: The Vell\nThe Vell is a river that floods every spring. Its water is dumped into the sea at Osterby.",
+        "Title: Lunden\nLunden has a school of music and a training college for nurses. It opened a new library in "
+        "1990.",
+    ]
+    text = "\n\n".join(paragraphs)
+    question = ("Which company, praised by the Harwick Ledger for the glaze of its salt kilns, was fined by the "
+                "Osterby council for dumping slag into the Vell river in the spring floods, and later opened a "
+                "training school for potters in Lunden?")
+    segment = Segment(0, 0, len(text), text, ())
+    judge = GroundedJudge()
+    right = judge.judge(question, "Brightforge: critics praise the glaze of its salt kilns.", segment, text,
+                        document=text)
+    assert right.relevant, right.reason
+    assert "clause 'praised by the Harwick Ledger for the glaze of its salt kilns'" in right.reason, right.reason
+    one_word = judge.judge(question, "Dunmore Works burns coal in its brick kilns.", segment, text, document=text)
+    assert not one_word.relevant, one_word.reason
+    judge.clause_share = None
+    whole_only = judge.judge(question, "Brightforge: critics praise the glaze of its salt kilns.", segment, text,
+                             document=text)
+    assert not whole_only.relevant, whole_only.reason  # what the clause rule adds
+    assert question_clauses("Who founded the company that makes the Vell kettle?") == []
+
+
+def test_the_ablation_benchmark_turns_off_rules_the_judge_has() -> None:
+    """benchmarks/judge_ablation.py sets these attributes of the grounded judge by name: a rename breaks it."""
+    from benchmark_scripts import load
+
+    ablation = load("judge_ablation")
+    judge = GroundedJudge()
+    assert set(ablation.OFF) == set(ablation.RULES)
+    for rule, off in ablation.OFF.items():
+        assert hasattr(judge, rule), rule
+        assert getattr(judge, rule) != off, rule  # on by default

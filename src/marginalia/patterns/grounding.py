@@ -99,6 +99,20 @@ def names(text: str, first: bool = True) -> set[str]:
     return {u for word in (words if first else rest) if word[:1].isupper() for u in units(word)}
 
 
+#: where a question's clauses part: commas, semicolons, colons, brackets, dashes set apart by spaces
+_CLAUSE_BREAK = regex.compile(r"[,;:()\[\]]|\s[-–—]\s")
+
+
+def question_clauses(question: str, least: int = 3) -> list[tuple[str, list[str]]]:
+    """The clauses of a question of two or more clauses that hold ``least`` units or more, each as its text and
+    its units; none for a question of one clause. A long composite question ("Which company, praised by one
+    paper for the glaze of its kilns, was fined by another for ...?") asks several things, each of which one
+    sentence may answer while holding little of the whole question."""
+    clauses = [(part.strip(" ?.!"), units(part)) for part in _CLAUSE_BREAK.split(question)]
+    clauses = [(part, seq) for part, seq in clauses if len(set(seq)) >= least]
+    return clauses if len(clauses) >= 2 else []
+
+
 def unit_pairs(seq: Sequence[str]) -> set[tuple[str, str]]:
     """The pairs of units next to each other in ``seq`` (stopwords already gone): "Kansas Song" is a pair the
     question "... Lawrence, Kansas ... fight song ..." does not hold, though it holds both units."""

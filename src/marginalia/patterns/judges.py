@@ -11,7 +11,8 @@
   it, holds the question's rarer words (`grounding.Reading.topic`; a name the question gives,
   or a word the document uses further on, that was not read yet counts against; a multi-hop
   margin may take the question's words it repeats from another passage that names the subject
-  of the fact's passage, `grounding.Reading.linked_topic`), and the
+  of the fact's passage, `grounding.Reading.linked_topic`; for a question of several clauses, half
+  of one clause's rarer words will do, `grounding.question_clauses`), and the
   margin does not speak of what the text has not come to yet (`grounding.Reading.cover`: "The
   University of Chicago is a public university" drawn on a sentence about public universities
   in Michigan, before Chicago is read). Small models write confident margins about facts they
@@ -50,6 +51,7 @@ from .grounding import (
     list_items,
     margin_sentences,
     new_pairs,
+    question_clauses,
     question_names,
     units,
 )
@@ -62,6 +64,9 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 RARE_SENTENCES = 2
 #: a unit in at most this many sentences may link two passages (`grounding.Reading.linked_topic`)
 LINK_SENTENCES = 5
+#: the least share of one clause's units (by rarity) that a sentence must hold, for a question of several clauses
+#: (`grounding.question_clauses`), when it holds too little of the whole question
+CLAUSE_SHARE = 0.5
 #: the least share of a margin's units (by rarity, the question's it repeats included) that the text read holds
 #: (`grounding.Reading.cover`), unless the margin was copied
 COVER = 0.7
@@ -138,6 +143,7 @@ class GroundedJudge(MarginJudge):
         self.topic_threshold = topic_threshold
         self.cover_threshold = COVER
         self.link_sentences = LINK_SENTENCES
+        self.clause_share: float | None = CLAUSE_SHARE
 
     def ground(self, question: str, margin: str, read: str, segment: Segment | None = None,
                document: str | None = None) -> tuple[Verdict, Evidence | None]:
@@ -219,6 +225,12 @@ class GroundedJudge(MarginJudge):
             if linked >= self.topic_threshold:
                 topic, beside = linked, f"beside {linked:.0%} of the question's words with the passage on " \
                     f"{link!r} it links to"
+        if topic < self.topic_threshold and not ev.copied and self.clause_share is not None:
+            for clause, seq in question_clauses(question):  # one clause of a composite question
+                share = reading.topic(seq, i, named, ahead)
+                if share >= self.clause_share and share * self.topic_threshold / self.clause_share > topic:
+                    topic = share * self.topic_threshold / self.clause_share  # on the topicality's scale
+                    beside = f"beside {share:.0%} of the words of the question's clause {clause!r}"
         if topic < self.topic_threshold:
             return Verdict(False, margin, ev.support * ev.topic,
                            f"{how}, but the sentence holds only {ev.topic:.0%} of the question's words"), ev
