@@ -447,7 +447,8 @@ def controlled(args: argparse.Namespace) -> None:
                  "evidence fact holds, each judged against its evidence among twelve facts of other questions, "
                  "each under its article's title. Each margin restates the question, then adds the answer, the "
                  "evidence fact holding it, another evidence fact (needed, answers nothing), or a distractor's "
-                 "fact. No judge was tuned on these questions.")
+                 "fact. The clause rule's share (`judges.CLAUSE_SHARE`) was chosen on these questions; no other "
+                 "part of the judge was tuned on them.")
     else:
         title = ("## Relevance checks on multi-hop margins of known kinds "
                  "(`benchmarks/relevance_check.py controlled --dataset hotpotqa`)")
