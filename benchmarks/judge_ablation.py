@@ -118,8 +118,8 @@ def main() -> None:
     body = "\n".join([
         f"## A judge rule on and off, paired (`benchmarks/judge_ablation.py`): {args.task}, {args.rule}",
         "",
-        f"Command: `{command_line()}` · records made at commit {', '.join(commits)} (this report: "
-        f"{git_commit()}) · run `{args.run}`'s config: model `{config.model}`, pattern `{args.pattern}` · "
+        f"Command: `{command_line()}` · records made at commit {', '.join(commits)} · this report at commit "
+        f"{git_commit()} · run `{args.run}`'s config: model `{config.model}`, pattern `{args.pattern}` · "
         f"{seconds / 60:.1f} min this time, {sum(r['seconds'] for r in rows) / 60:.1f} min in all",
         "",
         f"The rule: {RULES[args.rule]}. {k} items of `{args.task}`; each read once by WiM with the rule on, its "
