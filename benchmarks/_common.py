@@ -75,3 +75,15 @@ def load_run(folder: str | None, name: str, config: str) -> tuple[list[dict[str,
         raise SystemExit(f"no results in {where}; run: marginalia bench run {config}")
     info = json.loads((where / RUN_INFO).read_text("utf-8"))
     return records, info, (info.get("commit") or {}).get("commit", "unknown")[:10]
+
+
+def stored_run(name: str) -> tuple[Path, dict[str, Any], Any]:
+    """The folder of the bench run called ``name`` under the home directory, its run info and its stored config
+    (`marginalia.bench.runner.stored_config`); exits naming the run when there is none."""
+    from marginalia.bench.runner import RUN_INFO, runs_dir, stored_config
+
+    folder = runs_dir() / name
+    if not (folder / RUN_INFO).is_file():
+        raise SystemExit(f"no run {name!r} under {runs_dir()} (marginalia bench runs lists them)")
+    info = json.loads((folder / RUN_INFO).read_text("utf-8"))
+    return folder, info, stored_config(info["config"])

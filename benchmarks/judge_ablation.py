@@ -18,11 +18,9 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, write_section  # noqa: E402
+from _common import command_line, git_commit, stored_run, write_section  # noqa: E402
 
 #: the grounded judge's rules that can be turned off, each with what it does when on
 RULES = {
@@ -51,23 +49,19 @@ def main() -> None:
     from marginalia.bench.config import pattern_record
     from marginalia.bench.metrics import score_item
     from marginalia.bench.report import bootstrap
-    from marginalia.bench.runner import runs_dir, stored_config
+    from marginalia.bench.runner import read_results
     from marginalia.bench.tasks import build_items
     from marginalia.models import load_generator
     from marginalia.patterns.judges import GroundedJudge
     from marginalia.records import Segment
 
-    folder = runs_dir() / args.run
-    if not (folder / "run.json").is_file():
-        sys.exit(f"no run {args.run!r} under {runs_dir()} (marginalia bench runs lists them)")
-    info = json.loads((folder / "run.json").read_text())
-    config = stored_config(info["config"])
+    folder, _, config = stored_run(args.run)
     table = next((p for p in config.patterns if (p.name or p.kind) == args.pattern and p.kind == "wim"), None)
     task = next((t for t in config.tasks if (t.name or t.dataset) == args.task), None)
     if table is None or task is None:
         sys.exit(f"run {args.run!r} has no wim pattern {args.pattern!r} or no task {args.task!r}")
     records = folder / f"judge_ablation-{args.task}-{args.rule}.jsonl"
-    done = {r["id"]: r for r in _read(records)}
+    done = {r["id"]: r for r in read_results(records)}  # a line cut short by a kill is made again
     gen = load_generator(config.model, backend=config.backend, device=config.device)
     wim = app.pattern(pattern_record(table), gen, None)
     judge = wim.judge
@@ -140,12 +134,6 @@ def main() -> None:
     print(body)
     if not args.no_write:
         write_section(f"judge_ablation_{args.task}_{args.rule}", body)
-
-
-def _read(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, command_line, git_commit, write_section  # noqa: E402
+from _common import ROOT, command_line, git_commit, stored_run, write_section  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 SOURCES = {"squad": "squad-v1.1-dev.part1.json", "hotpotqa": "hotpotqa-dev-distractor.part1.json"}
@@ -86,16 +86,12 @@ def collect(args: argparse.Namespace) -> None:
 def from_run(args: argparse.Namespace) -> None:
     from marginalia import app
     from marginalia.bench.config import pattern_record
-    from marginalia.bench.runner import read_results, runs_dir, stored_config
+    from marginalia.bench.runner import read_results
     from marginalia.bench.tasks import build_items
     from marginalia.models import load_generator
     from marginalia.patterns.wim import WiM
 
-    folder = runs_dir() / args.run
-    if not (folder / "run.json").is_file():
-        sys.exit(f"no run {args.run!r} under {runs_dir()} (marginalia bench runs lists them)")
-    info = json.loads((folder / "run.json").read_text())
-    config = stored_config(info["config"])
+    folder, info, config = stored_run(args.run)
     # --limit changes which examples a task picks (and so the depth each is given): build the items of every
     # limit the run was invoked with
     limits = sorted({inv.get("limit") for inv in info.get("invocations", [])} or {None}, key=lambda n: n or 0)

@@ -11,13 +11,12 @@ right by `contains`, stored and anew, with the paired difference; the stored ans
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, write_section  # noqa: E402
+from _common import command_line, git_commit, stored_run, write_section  # noqa: E402
 
 
 def main() -> None:
@@ -35,15 +34,11 @@ def main() -> None:
     from marginalia.bench.config import pattern_record
     from marginalia.bench.metrics import is_yes_no_gold, normalize_answer, qa_scores, says_neither_yes_nor_no
     from marginalia.bench.report import bootstrap
-    from marginalia.bench.runner import read_results, runs_dir, stored_config
+    from marginalia.bench.runner import read_results
     from marginalia.bench.tasks import build_items
     from marginalia.models import load_generator
 
-    folder = runs_dir() / args.run
-    if not (folder / "run.json").is_file():
-        sys.exit(f"no run {args.run!r} under {runs_dir()} (marginalia bench runs lists them)")
-    info = json.loads((folder / "run.json").read_text())
-    config = stored_config(info["config"])
+    folder, info, config = stored_run(args.run)
     table = next((p for p in config.patterns if (p.name or p.kind) == args.pattern), None)
     task = next((t for t in config.tasks if (t.name or t.dataset) == args.task), None)
     if table is None or task is None:
