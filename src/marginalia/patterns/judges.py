@@ -228,8 +228,9 @@ class GroundedJudge(MarginJudge):
         if topic < self.topic_threshold and not ev.copied and self.clause_share is not None:
             for clause, seq in question_clauses(question):  # one clause of a composite question
                 share = reading.topic(seq, i, named, ahead)
-                if share >= self.clause_share and share * self.topic_threshold / self.clause_share > topic:
-                    topic = share * self.topic_threshold / self.clause_share  # on the topicality's scale
+                scaled = share * self.topic_threshold / self.clause_share  # on the topicality's scale
+                if share >= self.clause_share and scaled > topic:
+                    topic = scaled
                     beside = f"beside {share:.0%} of the words of the question's clause {clause!r}"
         if topic < self.topic_threshold:
             return Verdict(False, margin, ev.support * ev.topic,
