@@ -97,6 +97,29 @@ def test_stateless_requests_do_not_evict_the_document(smollm2_llamacpp: Any) -> 
     assert prompt_tokens < 40  # the chat prompt + " More.", not the document again
 
 
+def test_stateless_requests_reuse_the_prompt_they_share_and_answer_the_same(smollm2_llamacpp: Any) -> None:
+    """Two stateless requests on one document evaluate it once (to a batch boundary), and each answer is the
+    one a fresh context gives."""
+    from marginalia.models.llamacpp_backend import LlamaCppGenerator
+
+    gen = smollm2_llamacpp
+    tok = gen.tokenizer
+    document = tok.encode(TEXT * 60)
+    assert len(document) > 2 * 512
+    params = GenerationParams(max_new_tokens=6)
+    asks = [document + tok.encode(f"\nQuestion {n}: what does the text say?\nAnswer:") for n in (1, 2)]
+    before = gen.usage.prefilled_tokens
+    first = "".join(gen.stream_prompt(asks[0], params))
+    middle = gen.usage.prefilled_tokens
+    second = "".join(gen.stream_prompt(asks[1], params))
+    after = gen.usage.prefilled_tokens
+    assert middle - before == len(asks[0])
+    assert after - middle < 512 + 20  # from the last batch boundary inside the document
+    fresh = LlamaCppGenerator(gen._shared.path, n_ctx=gen._shared.options["n_ctx"], n_branches=0)
+    assert "".join(fresh.stream_prompt(asks[1], params)) == second
+    assert "".join(fresh.stream_prompt(asks[0], params)) == first
+
+
 def test_first_choices_and_a_bad_rollback(smollm2_llamacpp: Any) -> None:
     from marginalia.errors import BackendError
 

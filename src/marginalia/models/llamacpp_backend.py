@@ -14,7 +14,9 @@ logits as never having generated.
 Several generator objects (forks) share one llama.cpp context; each keeps its own
 token list and, before evaluating, re-syncs the context to it by the longest common
 prefix, the way a server's prefix cache would. Stateless requests (`stream_prompt`)
-run on a second, scratch context so they never evict a document from the first.
+run on a second, scratch context so they never evict a document from the first; it
+keeps the last such prompt, so long context asked again about the same document
+evaluates only the new question.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class _Shared:
     template: Any
     eos_ids: frozenset[int]
     scratch: Any = None
+    scratch_prompt: int = 0  # the length of the last prompt the scratch context read
     owner: Any = field(default=None)  # the fork whose tokens the main context holds
     n_seq_max: int = 1  # sequences of the main context: 0 holds the cache, the others branches
 
@@ -231,7 +234,24 @@ class LlamaCppGenerator(CachingGenerator):
             shared.path, shared.options, shared.scratch, shared.tokenizer,
             shared.template, shared.eos_ids))
         scratch.usage = self.usage
-        yield from scratch.generate_from_cache(prompt_ids, params, commit=False)
+        # The scratch context keeps the last request's prompt (the request is committed, not rolled back): one
+        # that opens the same way (the same document, another question) evaluates only from where they part.
+        # The kept prefix ends on a multiple of the batch size and within the last prompt, so every token is
+        # evaluated in the same batches as from scratch and the answer is the same to the bit (a batch cut
+        # elsewhere can round differently and flip a near-tie).
+        llm, ids = shared.scratch, list(prompt_ids)
+        held = llm.input_ids[: min(llm.n_tokens, shared.scratch_prompt)].tolist()
+        common = 0
+        for a, b in zip(held, ids[:-1], strict=False):  # at least one token is evaluated, for its logits
+            if a != b:
+                break
+            common += 1
+        common -= common % llm.n_batch
+        llm.n_tokens = common
+        scratch._ids = ids[:common]
+        scratch._shared.owner = scratch
+        shared.scratch_prompt = len(ids)
+        yield from scratch.generate_from_cache(ids[common:], params, commit=True)
 
     # -- CachingGenerator --------------------------------------------------
 
