@@ -210,6 +210,29 @@ def test_answer_style_short_asks_for_the_answer_alone(doc: str, name: str) -> No
         make_pattern(name, ScriptedGenerator(answering), answer_style="terse")
 
 
+LEAD = "begins with the answer itself"
+
+
+@pytest.mark.parametrize("name", ["wim", "lc", "rag"])
+def test_answer_style_lead_asks_for_the_answer_first(doc: str, name: str) -> None:
+    """answer_style = "lead" asks for a sentence that opens with the answer (with notes, for wim); a yes/no
+    question still gets the sentence that opens with yes or no, and margins are asked for as before."""
+    opts: dict[str, Any] = {"wim": {"segment_tokens": 100}, "lc": {},
+                            "rag": {"embedder": HashingEmbedder(), "chunk_tokens": 60}}[name]
+    for style in ("lead", "sentence", "short"):
+        gen = ScriptedGenerator(answering)
+        make_pattern(name, gen, answer_style=style, **opts).answer(doc, QUESTION)
+        final = [r for r in gen.requests if not is_margin(r)][-1]
+        assert (LEAD in final.suffix) == (style == "lead")
+        assert ("one short sentence" in final.suffix) == (style != "short")
+        assert not any(LEAD in r.suffix for r in gen.requests if is_margin(r))
+        if name == "wim" and style == "lead":
+            assert "Notes taken while reading" in final.suffix  # the relevant margins stay with the question
+        make_pattern(name, gen, answer_style=style, **opts).answer(doc, "Does the night ferry leave from pier 47?")
+        final = [r for r in gen.requests if not is_margin(r)][-1]
+        assert LEAD not in final.suffix and ("opens with Yes or No" in final.suffix) == (style != "short")
+
+
 @pytest.mark.parametrize("name", ["wim", "lc", "rag"])
 def test_answer_decoding_distinct_asks_the_backend_for_no_piece_twice(doc: str, name: str) -> None:
     opts: dict[str, Any] = {"wim": {"segment_tokens": 100}, "lc": {},

@@ -20,7 +20,7 @@ RagSplit = Literal["tokens", "paragraphs"]
 Scope = Literal["sections", "chunks", "documents"]
 SearchMode = Literal["hybrid", "dense", "bm25"]
 MemoryMode = Literal["takeaways", "margins"]
-AnswerStyle = Literal["sentence", "short"]
+AnswerStyle = Literal["sentence", "lead", "short"]
 
 PATTERNS: tuple[str, ...] = get_args(PatternName)
 JUDGE_MODES: tuple[str, ...] = get_args(JudgeMode)
@@ -57,8 +57,9 @@ class PatternOptions(Options):
     answer_style: AnswerStyle = Field(
         default="sentence",
         description="how the answer is asked for: one short sentence (opening with yes or no for a question "
-                    "that asks for one: \"Were they ...?\"), or short: the answer alone (a name, a number, a "
-                    "date), and yes or no for such a question")
+                    "that asks for one: \"Were they ...?\"); lead: one short sentence that opens with the answer "
+                    "itself (a name, a number, a date), or with yes or no; or short: the answer alone, and yes or "
+                    "no for such a question")
     answer_decoding: Literal["free", "distinct"] = Field(
         default="free",
         description="how the answer is decoded: freely, or distinct: no piece of it between commas, full stops "

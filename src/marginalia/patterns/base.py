@@ -120,12 +120,16 @@ class Pattern(ABC):
 
     def answer_template(self, question: str, name: str = "answer") -> str:
         """The prompt template that asks for the answer (``answer`` or ``answer_margins``) in this pattern's
-        ``answer_style``: a sentence (one that opens with yes or no for a yes/no question), or short: yes or no
-        for a yes/no question, the answer alone for any other."""
+        ``answer_style``: a sentence (one that opens with yes or no for a yes/no question); lead: a sentence that
+        opens with the answer itself (with yes or no for a yes/no question); or short: yes or no for a yes/no
+        question, the answer alone for any other."""
         yes_no = is_yes_no_question(question)
-        if self.options.answer_style == "sentence":
-            return f"{name}_yesno" if yes_no else name
-        return f"{name}_short_yesno" if yes_no else f"{name}_short"
+        style = self.options.answer_style
+        if style == "short":
+            return f"{name}_short_yesno" if yes_no else f"{name}_short"
+        if yes_no:
+            return f"{name}_yesno"
+        return f"{name}_lead" if style == "lead" else name
 
     def run(self, context: str, question: str, source: str = "context") -> Run:
         """Start reading; iterate the returned `Run` for events."""
