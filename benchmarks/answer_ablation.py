@@ -46,11 +46,15 @@ def main() -> None:
     from marginalia.bench.config import load_config, pattern_record
     from marginalia.bench.runner import read_results
     from marginalia.bench.tasks import build_items
+    from marginalia.errors import UserError
     from marginalia.home import resolve_home
     from marginalia.models import load_generator
     from marginalia.patterns.base import is_yes_no_question
 
-    config = load_config(args.config)
+    try:
+        config = load_config(args.config)
+    except UserError as exc:
+        sys.exit(f"answer_ablation.py: {exc}")
     name = config.name or Path(args.config).stem
     tables = {t.kind: t for t in config.patterns if t.kind in ("wim", "lc") and not getattr(t, "reading", None)}
     if set(tables) != {"wim", "lc"}:
