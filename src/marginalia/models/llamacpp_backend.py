@@ -111,7 +111,6 @@ class _Shared:
     template: Any
     eos_ids: frozenset[int]
     scratch: Any = None
-    scratch_prompt: int = 0  # the length of the last prompt the scratch context read
     owner: Any = field(default=None)  # the fork whose tokens the main context holds
     n_seq_max: int = 1  # sequences of the main context: 0 holds the cache, the others branches
 
@@ -234,24 +233,19 @@ class LlamaCppGenerator(CachingGenerator):
             shared.path, shared.options, shared.scratch, shared.tokenizer,
             shared.template, shared.eos_ids))
         scratch.usage = self.usage
-        # The scratch context keeps the last request's prompt (the request is committed, not rolled back): one
-        # that opens the same way (the same document, another question) evaluates only from where they part.
-        # The kept prefix ends on a multiple of the batch size and within the last prompt, so every token is
-        # evaluated in the same batches as from scratch and the answer is the same to the bit (a batch cut
-        # elsewhere can round differently and flip a near-tie).
+        # The scratch context keeps the last request's prompt (the answer is rolled back to it): one that opens
+        # the same way (the same document, another question) evaluates only from where they part. The kept
+        # prefix ends on a multiple of the batch size, so every token is evaluated in the same batches as from
+        # scratch and the answer is the same to the bit (a batch cut elsewhere can round differently and flip a
+        # near-tie). At least one token is evaluated, for its logits.
         llm, ids = shared.scratch, list(prompt_ids)
-        held = llm.input_ids[: min(llm.n_tokens, shared.scratch_prompt)].tolist()
-        common = 0
-        for a, b in zip(held, ids[:-1], strict=False):  # at least one token is evaluated, for its logits
-            if a != b:
-                break
-            common += 1
+        common = _common_prefix(llm.input_ids[: llm.n_tokens].tolist(), ids[:-1])
         common -= common % llm.n_batch
         llm.n_tokens = common
         scratch._ids = ids[:common]
         scratch._shared.owner = scratch
-        shared.scratch_prompt = len(ids)
-        yield from scratch.generate_from_cache(ids[common:], params, commit=True)
+        scratch.prefill(ids[common:])
+        yield from scratch.generate_from_cache((), params, commit=False)
 
     # -- CachingGenerator --------------------------------------------------
 
@@ -264,12 +258,7 @@ class LlamaCppGenerator(CachingGenerator):
         shared, llm = self._shared, self._shared.llm
         if shared.owner is self and llm.n_tokens == len(self._ids):
             return
-        held = llm.input_ids[: llm.n_tokens].tolist()
-        common = 0
-        for a, b in zip(held, self._ids, strict=False):
-            if a != b:
-                break
-            common += 1
+        common = _common_prefix(llm.input_ids[: llm.n_tokens].tolist(), self._ids)
         llm.n_tokens = common
         shared.owner = self
         if common < len(self._ids):
@@ -554,6 +543,16 @@ class LlamaCppGenerator(CachingGenerator):
             self._sync()
             logits = self._constrain(self._eval([token]), params, False, copying)
             self._ids.append(token)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens ``a`` and ``b`` share from the start."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
