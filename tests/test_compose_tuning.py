@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -357,6 +358,94 @@ def test_early_stopping_keeps_the_adapters_of_the_lowest_held_out_loss(
     assert plain.kept_step == 4 and plain.held_out_curve == ()
 
 
+class Stop(Exception):
+    """A crash in the middle of a tuning."""
+
+
+def stop_at(at: int) -> Callable[[int, int, float], None]:
+    def on_step(step: int, steps: int, loss: float) -> None:
+        if step == at:
+            raise Stop(step)
+    return on_step
+
+
+def test_a_stopped_tuning_goes_on_from_its_checkpoint_and_ends_as_an_uninterrupted_one(
+        tiny: Any, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    from marginalia.compose.tuning.checkpoint import checkpoint_path
+
+    # one example a step over two: the example order is drawn again every second step; dropout draws from
+    # torch's generator; the held-out loss picks a best step
+    options = TuneOptions(rank=4, alpha=8, steps=6, learning_rate=5e-3, batch_size=1, held_out=0.5, dropout=0.2,
+                          eval_every=2, checkpoint_every=2)
+    straight = tune(tiny_examples(), tiny, tmp_path / "straight", options)
+    assert not checkpoint_path(tmp_path / "straight").exists()  # removed once the model is saved
+
+    with pytest.raises(Stop):
+        tune(tiny_examples(), tiny, tmp_path / "resumed", options, on_step=stop_at(5))  # step 4 was saved
+    assert checkpoint_path(tmp_path / "resumed").is_file() and not (tmp_path / "resumed").exists()
+    lines: list[str] = []
+    steps: list[int] = []
+    resumed = tune(tiny_examples(), tiny, tmp_path / "resumed", options, on_step=lambda s, *_: steps.append(s),
+                   log=lines.append)
+    assert steps == [5, 6]
+    assert any("resuming from the checkpoint at step 4 of 6" in line for line in lines)
+    assert not any("held-out label loss before" in line for line in lines)  # kept, not measured again
+    assert resumed.losses == straight.losses and len(resumed.losses) == 6
+    assert resumed.held_out_curve == straight.held_out_curve and resumed.kept_step == straight.kept_step
+    assert resumed.held_out_before == straight.held_out_before
+    assert resumed.held_out_after == straight.held_out_after
+    a = load_file(tmp_path / "straight" / "adapter" / "adapter_model.safetensors")
+    b = load_file(tmp_path / "resumed" / "adapter" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not checkpoint_path(tmp_path / "resumed").exists()
+
+
+def test_a_checkpoint_of_other_settings_or_a_torn_one_is_not_resumed_and_more_steps_are(
+        tiny: Any, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from marginalia.compose.tuning.checkpoint import checkpoint_path
+
+    options = TuneOptions(rank=4, alpha=8, steps=3, learning_rate=5e-3, batch_size=1, held_out=0.5,
+                          checkpoint_every=1)
+    out = tmp_path / "tuned"
+    saved = checkpoint_path(out)
+
+    def again(opts: TuneOptions, **kwargs: Any) -> tuple[list[str], list[int]]:
+        lines: list[str] = []
+        steps: list[int] = []
+
+        def on_step(step: int, total: int, loss: float) -> None:
+            steps.append(step)
+            if "stop" in kwargs and step == kwargs["stop"]:
+                raise Stop(step)
+        try:
+            tune(tiny_examples(), tiny, out, opts, on_step=on_step, log=lines.append)
+        except Stop:
+            pass
+        return lines, steps
+
+    again(options, stop=2)
+    assert saved.is_file()
+    lines, steps = again(options.model_copy(update={"steps": 5}))  # more steps: the same tuning, extended
+    assert steps == [3, 4, 5] and any("at step 2 of 5" in x for x in lines)
+    assert not saved.exists()
+    again(options, stop=2)
+    lines, steps = again(options.model_copy(update={"rank": 2}))  # other settings: from step 1
+    assert steps == [1, 2, 3] and any("other examples, another client or other settings" in x for x in lines)
+    again(options, stop=2)
+    lines, steps = again(options.model_copy(update={"steps": 2}))  # fewer steps than were done: from step 1
+    assert steps == [1, 2] and any("at step 2, not before step 2" in x for x in lines)
+    saved.write_bytes(b"half a checkpoint")
+    lines, steps = again(options)
+    assert steps == [1, 2, 3] and any("unreadable checkpoint" in x for x in lines)
+    assert not saved.exists()
+
+
 def test_tuning_refuses_what_it_cannot_use(tiny: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("peft")
     with pytest.raises(UserError, match="on transformers"):
@@ -408,6 +497,25 @@ def test_the_commands_make_data_and_a_tuned_model(tiny_parts: Any, hermetic: Pat
     assert "held-out label loss" in err
     assert (hermetic / "tuned" / "ex" / "model" / "config.json").is_file()
     assert json.loads((hermetic / "tuned" / "ex" / "tuning.json").read_text())["base_model"] == f"hf:{base}"
+
+    # Ctrl-C after a checkpoint: the command says the state is saved, and the same command goes on from it
+    from marginalia.compose.tuning import checkpoint
+
+    real_save = checkpoint.save
+
+    def save_then_interrupt(*args: Any, **kwargs: Any) -> None:
+        real_save(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    train = ("tune", "train", str(data), "--model", f"hf:{base}", "--steps", "3", "--batch-size", "2",
+             "--rank", "2", "--device", "cpu", "--checkpoint-every", "2", "-o", str(tmp_path / "again"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checkpoint, "save", save_then_interrupt)
+        code, _, err = run(*train)
+    assert code == 130 and "run the same command again to go on" in err
+    code, out, err = run(*train)
+    assert code == 0, err
+    assert "resuming from the checkpoint at step 2 of 3" in err and out.strip() == f"tuned:{tmp_path / 'again'}"
 
 
 def test_the_commands_say_what_is_wrong(hermetic: Path, tmp_path: Path) -> None:

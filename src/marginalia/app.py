@@ -558,13 +558,19 @@ def tune_client(data: str | Path, out: str | Path | None = None, options: TuneOp
         MissingDependency: peft (``pip install 'marginalia[tune]'``) or torch is missing.
     """
     from .compose.tuning import read_examples, tune
-    from .home import resolve_home
 
     examples = read_examples(data)
     if not examples:
         raise UserError(f"{data} holds no tuning examples; make them with 'marginalia tune data'")
-    folder = Path(out) if out is not None else resolve_home(home) / "tuned" / Path(data).stem
-    return tune(examples, generator, folder, options, data_path=data, on_step=on_step, log=log)
+    return tune(examples, generator, tuned_folder(data, out, home), options, data_path=data, on_step=on_step,
+                log=log)
+
+
+def tuned_folder(data: str | Path, out: str | Path | None = None, home: str | Path | None = None) -> Path:
+    """The folder `tune_client` writes: ``out``, or ``<home>/tuned/<data's name>``."""
+    from .home import resolve_home
+
+    return Path(out).expanduser() if out is not None else resolve_home(home) / "tuned" / Path(data).stem
 
 
 def _names(document: DocumentInfo, given: Sequence[str]) -> bool:

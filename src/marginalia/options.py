@@ -264,6 +264,10 @@ class TuneOptions(Options):
         description="measure the held-out label loss every this many steps and keep the adapters of the step "
                     "where it was lowest (early stopping; 0: measure only at the end and keep the last step)")
     seed: int = Field(default=0, ge=0, description="seed of the example order, the held-out split and the adapters")
+    checkpoint_every: int = Field(
+        default=10, ge=0,
+        description="save the training state every this many steps beside the output folder, so that running the "
+                    "same tuning again after a crash or Ctrl-C goes on from there (0: never)")
 
 
 def pattern_options(pattern: str, **values: Any) -> PatternOptions:

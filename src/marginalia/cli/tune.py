@@ -60,7 +60,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                     "label tokens only; texts held out by source measure the label loss before and after. "
                     "Writes the adapter, the merged model and tuning.json into --out (and, for a GGUF client "
                     "such as smollm2, the adapter for llama.cpp, so the tuned client runs there at its speed), "
-                    "and prints the tuned model's spec, tuned:<folder> (give it to --model).",
+                    "and prints the tuned model's spec, tuned:<folder> (give it to --model). The training state "
+                    "is saved every --checkpoint-every steps beside --out: after a crash or Ctrl-C, the same "
+                    "command goes on from there.",
         epilog="Needs the tune and hf extras: pip install 'marginalia[tune,hf]'. Exit 0 ok, 1 failure, 2 usage.",
     )
     train.add_argument("data", metavar="DATA", help="the examples 'marginalia tune data' wrote (JSONL)")
@@ -139,14 +141,22 @@ def cmd_train(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     bar = progress_bar(err, options.steps, "step", "tuning")
 
     def on_step(step: int, steps: int, loss: float) -> None:
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}")
+        bar.n = step  # a resumed tuning starts past step 1
+        bar.set_postfix(loss=f"{loss:.3f}")  # (refreshes the bar)
         if args.verbose:
             reporter.log(f"step {step}/{steps}: loss {loss:.4f}")
 
     try:
         report = app.tune_client(args.data, args.out, options, generator=generator, home=args.home,
                                  on_step=on_step, log=reporter.log)
+    except KeyboardInterrupt:
+        from ..compose.tuning.checkpoint import checkpoint_path
+
+        bar.close()
+        if checkpoint_path(app.tuned_folder(args.data, args.out, args.home)).is_file():
+            print("marginalia: interrupted; the training state of a recent step is saved: run the same command "
+                  "again to go on from there", file=err, flush=True)
+        raise
     finally:
         bar.close()
     if args.json:

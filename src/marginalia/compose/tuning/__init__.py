@@ -6,7 +6,8 @@
   and the client should learn to use the memory; `relabel_examples` labels them again (another label
   model or length) on the same prefixes and memory;
 - `tune` fine-tunes the client with LoRA (peft, over transformers) on those labels, the loss on the label
-  tokens only, and saves the adapter and a merged model folder that loads by spec (``hf:<folder>``).
+  tokens only, and saves the adapter and a merged model folder that loads by spec (``hf:<folder>``); a
+  stopped tuning goes on from its last checkpoint when run again (`checkpoint`).
 
 peft and torch are imported only when tuning starts (the ``tune`` and ``hf`` extras).
 """

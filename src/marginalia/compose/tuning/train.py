@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from ...models.lora_gguf import ADAPTER_FILE, TUNED_RECORD, write_lora_gguf
 from ...models.registry import gguf_file
 from ...options import TuneOptions
 from ..prompt import ClientPrompt
+from . import checkpoint
 from .data import TuningExample
 
 TUNE_INSTALL = "pip install 'marginalia[tune]'"
@@ -148,7 +149,9 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
     record into the folder ``out`` (written beside it, then renamed into place: a crash never leaves half a
     folder).
 
-    The generator's own weights are not touched (training runs on a copy).
+    The generator's own weights are not touched (training runs on a copy). Every
+    ``options.checkpoint_every`` steps the training state is saved beside ``out``; the same tuning run again
+    after a crash or Ctrl-C goes on from there and ends as an uninterrupted run would (`checkpoint`).
 
     Args:
         examples: the tuning examples (see `make_examples`).
@@ -195,9 +198,15 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
     torch.manual_seed(options.seed)
     model = copy.deepcopy(generator.model)
     device = next(model.parameters()).device
-    before = label_loss(model, held_rows, options.batch_size, pad_id, torch) if held_rows else None
-    if before is not None:
-        say(f"held-out label loss before: {before:.3f} ({len(held_rows)} examples)")
+    key = checkpoint.fingerprint(generator.name, options, train_rows, held_rows)
+    saved_at = checkpoint.checkpoint_path(folder)
+    payload, found = checkpoint.load(saved_at, key, options.steps, torch)
+    if found:
+        say(found)
+    state = checkpoint.restored(payload) if payload is not None else checkpoint.TrainingState()
+    if payload is None and held_rows:
+        state.held_out_before = label_loss(model, held_rows, options.batch_size, pad_id, torch)
+        say(f"held-out label loss before: {state.held_out_before:.3f} ({len(held_rows)} examples)")
     modules: str | list[str] = options.modules if options.modules == "all-linear" else \
         [m.strip() for m in options.modules.split(",") if m.strip()]
     config = peft.LoraConfig(r=options.rank, lora_alpha=options.alpha, lora_dropout=options.dropout,
@@ -208,41 +217,48 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
         raise UserError(f"cannot put LoRA adapters on {options.modules!r}: {exc}") from exc
     optimizer = torch.optim.AdamW([p for p in lora.parameters() if p.requires_grad], lr=options.learning_rate)
     rng = random.Random(options.seed)
-    order: list[int] = []
-    losses = []
-    curve: list[tuple[int, float]] = []
-    best: tuple[float, int, dict[str, Any]] | None = None  # (held-out loss, step, adapter weights)
+    if payload is not None:  # go on as if the run had never stopped
+        peft.set_peft_model_state_dict(lora, payload["adapters"])
+        optimizer.load_state_dict(payload["optimizer"])
+        rng.setstate(checkpoint.python_rng_state(payload["rng"]))
+        torch.set_rng_state(payload["torch_rng"])
     measure = bool(options.eval_every and held_rows)
     lora.train()
-    for step in range(1, options.steps + 1):
+    for step in range(state.step + 1, options.steps + 1):
         batch: list[Row] = []
         while len(batch) < min(options.batch_size, len(train_rows)):
-            if not order:
-                order = list(range(len(train_rows)))
-                rng.shuffle(order)
-            batch.append(train_rows[order.pop()])
+            if not state.order:
+                state.order = list(range(len(train_rows)))
+                rng.shuffle(state.order)
+            batch.append(train_rows[state.order.pop()])
         ids, mask, labels = collate(batch, pad_id, torch)
         loss = lora(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(lora.parameters(), 1.0)
         optimizer.step()
-        losses.append(round(loss.item(), 4))
-        if on_step:
-            on_step(step, options.steps, losses[-1])
+        state.losses.append(round(loss.item(), 4))
+        state.step = step
         if measure and (step % options.eval_every == 0 or step == options.steps):
             held_loss = label_loss(lora, held_rows, options.batch_size, pad_id, torch)
-            curve.append((step, round(held_loss, 4)))
+            state.curve.append((step, round(held_loss, 4)))
             say(f"step {step}: held-out label loss {held_loss:.3f}")
-            if best is None or held_loss < best[0]:
-                best = (held_loss, step, {k: v.detach().clone()
-                                          for k, v in peft.get_peft_model_state_dict(lora).items()})
+            if state.best is None or held_loss < state.best[0]:
+                state.best = (held_loss, step, {k: v.detach().clone()
+                                                for k, v in peft.get_peft_model_state_dict(lora).items()})
+        if options.checkpoint_every and step % options.checkpoint_every == 0 and step < options.steps:
+            checkpoint.save(saved_at, key, replace(state, seconds=state.seconds + time.perf_counter() - t0),
+                            peft.get_peft_model_state_dict(lora), optimizer, rng.getstate(), torch)
+        if on_step:
+            on_step(step, options.steps, state.losses[-1])
+    best = state.best
     kept_step = options.steps
     if best is not None and best[1] != options.steps:
         peft.set_peft_model_state_dict(lora, best[2])
         kept_step = best[1]
         say(f"kept the adapters of step {kept_step}, where the held-out label loss was lowest")
     lora.eval()
+    before = state.held_out_before
     if best is not None:  # the kept step's adapters were measured already
         after: float | None = best[0]
     else:
@@ -251,10 +267,11 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
         say(f"held-out label loss after: {after:.3f}")
 
     report = TuneReport(folder, f"tuned:{folder}", generator.name, len(train_rows), len(held_rows), blank,
-                        options.steps, tuple(losses), before, after,
+                        options.steps, tuple(state.losses), before, after,
                         sum(sum(t != IGNORE_LABEL for t in r.labels) for r in train_rows),
-                        round(time.perf_counter() - t0, 2), kept_step, tuple(curve))
+                        round(state.seconds + time.perf_counter() - t0, 2), kept_step, tuple(state.curve))
     _save(lora, tok, folder, report, options, data_path, gguf_file(generator.name), say)
+    saved_at.unlink(missing_ok=True)  # the model is saved: the state that led to it is not needed
     say(f"tuned model in {folder} (spec {report.spec})")
     return report
 
