@@ -130,7 +130,7 @@ def test_collections_delete_a_document_then_the_collection(corpus):
     code, _, err = run_cli("collections", "delete", "docs", "--yes")
     assert code == 0
     code, _, err = run_cli("search", "--collection", "docs", "dredger")
-    assert code == 2 and "no collection named 'docs'" in err
+    assert code == 2 and "no collection named 'docs'" in err and "marginalia index add --collection docs" in err
 
 
 @pytest.mark.parametrize("argv, message", [

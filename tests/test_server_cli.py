@@ -101,6 +101,13 @@ def test_serve_says_when_its_port_is_taken(started):
     assert code == 2 and "cannot listen" in err and "--port" in err and not started
 
 
+@pytest.mark.parametrize("port", ["65536", "99999", "0", "-1", "http"])
+def test_a_port_that_cannot_be_is_a_usage_error(started, port, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        serve("--port", port)
+    assert exit_.value.code == 2 and "--port" in capsys.readouterr().err and not started
+
+
 def test_the_default_port_is_8000():
     from marginalia.cli import build_parser
 

@@ -29,6 +29,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def port_number(text: str) -> int:
+    value = _whole_number(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {value}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     value = _whole_number(text)
     if value < 0:

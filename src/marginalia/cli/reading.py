@@ -23,6 +23,7 @@ from .common import (
     add_record_options,
     load_model,
     model_options,
+    port_number,
     positive_int,
     record_from_args,
     snippet,
@@ -109,7 +110,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     serve.add_argument("--model", default="smollm2", metavar="SPEC",
                        help="'smollm2' or 'gguf:<file>'")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=positive_int, default=8080, help="port to listen on")
+    serve.add_argument("--port", type=port_number, default=8080, help="port to listen on")
     serve.add_argument("--n-ctx", type=positive_int, default=8192, metavar="N",
                        help="context window to allocate, in tokens")
     ask.set_defaults(handler=cmd_ask)

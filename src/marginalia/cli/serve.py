@@ -9,7 +9,16 @@ from typing import Any, TextIO
 
 from .. import app
 from ..errors import MissingDependency
-from .common import Formatter, Reporter, _model_help, load_model, model_options, non_negative_int, positive_int
+from .common import (
+    Formatter,
+    Reporter,
+    _model_help,
+    load_model,
+    model_options,
+    non_negative_int,
+    port_number,
+    positive_int,
+)
 
 SERVE_INSTALL = "pip install 'marginalia[serve]'"
 
@@ -33,7 +42,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         epilog=_model_help(),
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=positive_int, default=8000, help="port to listen on")
+    serve.add_argument("--port", type=port_number, default=8000, help="port to listen on")
     serve.add_argument("--server-key", default=None, metavar="KEY",
                        help=f"the key clients must send as 'Authorization: Bearer KEY' (default: ${ENV_SERVER_KEY}; "
                             "--api-key is the key for an openai: model)")

@@ -238,7 +238,8 @@ class Collection:
             if not create:
                 existing = ", ".join(_existing(home)) or "none"
                 raise UserError(f"no collection named {name!r}; existing: {existing}. "
-                                "Index documents into it first (or open it with create=True)")
+                                f"Index documents into it first (marginalia index add --collection {name} PATH...; "
+                                "in Python, open it with create=True)")
             embedder = embedder if embedder is not None else load_embedder("minilm")
             cls._create(path, name, embedder, lock_timeout)
         meta = _read_meta(path, name)
