@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import io
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,15 @@ def test_config_missing_dataset_file_and_bad_toml(tmp_path: Path) -> None:
         load_config(write_config(tmp_path, "name = ", name="bad.toml"))
     with pytest.raises(UserError, match="no run config"):
         load_config(tmp_path / "absent.toml")
+
+
+def test_an_unknown_dataset_is_said_before_the_model_loads(tmp_path: Path) -> None:
+    text = CONFIG.replace('dataset = "fake"', 'dataset = "hotpotqq"')
+    text = re.sub(r'(?m)^model = .*$', 'model = "gguf:/no/such/model.gguf"', text)
+    assert 'model = "gguf:/no/such/model.gguf"' in text
+    with pytest.raises(UserError, match="unknown dataset 'hotpotqq'; did you mean 'hotpotqa'"):
+        run_benchmark(load_config(write_config(tmp_path, text)), out=tmp_path / "out", err=io.StringIO())
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("name", ["example.toml", "smoke.toml", "quality.toml", "quality-smollm2.toml"])

@@ -656,6 +656,12 @@ def run_benchmark(
         if unknown:
             raise UserError(f"no task called {', '.join(map(repr, unknown))} in the config; "
                             f"its tasks are: {', '.join(config.task_names())}")
+    build = build_items or _default_build()
+    from . import tasks as tasks_module
+
+    if build is tasks_module.build_items:  # our own datasets: an unknown one is said before a model loads
+        for task in config.tasks:
+            tasks_module.check_spec(task.spec())
     folder = run_folder(config, home, out)
     info = check_compatible(folder, config)
     folder.mkdir(parents=True, exist_ok=True)
@@ -696,14 +702,14 @@ def run_benchmark(
         built = share_readings(built, wims)
         judge = _make_judge(config, generator, judge_generator, home, say)
         score = score_item or _default_score()
-        built_tasks = _build_tasks(config, build_items or _default_build(), generator.tokenizer, limit, say,
+        built_tasks = _build_tasks(config, build, generator.tokenizer, limit, say,
                                    only=tasks)
         if info and info.get("raised_limits"):  # every raised task, whole, whichever this invocation runs
             raised = info["raised_limits"]
             whole = dict(built_tasks) if limit is None else {}  # built whole already: not built again
             missing = [task for task in raised if task not in whole]
             if missing:
-                whole.update(_build_tasks(config, build_items or _default_build(), generator.tokenizer, None, say,
+                whole.update(_build_tasks(config, build, generator.tokenizer, None, say,
                                           only=missing))
             check_items_kept(records, list(whole.items()), raised)
 

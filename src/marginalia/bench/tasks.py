@@ -321,7 +321,9 @@ def _finish(context: str, spans: list[tuple[int, int]], texts: list[str], at: in
 # -- building items -----------------------------------------------------------------------------------------------
 
 
-def _check_spec(spec: TaskSpec) -> None:
+def check_spec(spec: TaskSpec) -> None:
+    """Raise `UserError` for a spec no items can be built from (an unknown dataset, bad sizes), before any
+    model is loaded."""
     known = sorted({*LOADERS, *BUILDERS})
     if spec.dataset not in known:
         close = difflib.get_close_matches(spec.dataset, known, n=1)
@@ -355,7 +357,7 @@ def build_items(spec: TaskSpec, tokenizer: Tokenizer) -> list[Item]:
         UserError: an unknown dataset, a missing or malformed file, a bad spec value, or too little text to
         reach a target length.
     """
-    _check_spec(spec)
+    check_spec(spec)
     spec = replace(spec, lengths=tuple(dict.fromkeys(spec.lengths)), depths=tuple(dict.fromkeys(spec.depths)),
                    distractor_fractions=tuple(dict.fromkeys(spec.distractor_fractions)))
     if spec.dataset in BUILDERS:
@@ -446,6 +448,7 @@ __all__ = [
     "TokenCache",
     "build_from_examples",
     "build_items",
+    "check_spec",
     "chunk_passage",
     "cut_text",
     "distractor_candidates",
