@@ -471,6 +471,40 @@ def test_copy_decoding_copies_each_margin_from_its_part(doc: str) -> None:
     assert all(r.params.copy_from is None for r in margin_requests(free))
 
 
+def test_lists_decoding_writes_again_by_copy_only_a_list_the_part_does_not_hold(doc: str) -> None:
+    def respond(req: Request) -> str:
+        if not is_margin(req):
+            return "I do not know."
+        if req.params.copy_from is not None:  # copy decoding: the part's own words
+            return ", ".join(req.params.copy_from.split()[:3]).strip(".,")
+        return "apple, banana, cherry, plum"  # free: a list no part holds
+
+    gen = ScriptedGenerator(respond)
+    events = run_events(gen, doc, margin_decoding="lists")
+    segments = WiM(gen, segment_tokens=SEGMENT_TOKENS).segments(doc)
+    reqs = margin_requests(gen)
+    # each margin written freely, then again by copy from its own part
+    assert [r.params.copy_from for r in reqs] == [t for s in segments for t in (None, s.text)]
+    written = [e.text for e in events if isinstance(e, MarginWritten)]
+    assert written == [", ".join(s.text.split()[:3]).strip(".,") for s in segments]
+
+    wim = WiM(ScriptedGenerator(), segment_tokens=SEGMENT_TOKENS, margin_decoding="lists")
+    part = segments[0]
+    words = [w.strip(".,") for w in part.text.split()[:3]]
+    assert wim.needs_copy("apple, banana, cherry", part)
+    assert not wim.needs_copy(", ".join(words), part)  # a list the part holds stays as written
+    assert not wim.needs_copy("NONE", part) and not wim.needs_copy(part.text.split(".")[0] + ".", part)
+    assert not WiM(ScriptedGenerator(), segment_tokens=SEGMENT_TOKENS).needs_copy("apple, banana, cherry", part)
+
+    class Loose(ScriptedGenerator):
+        supports_copy = False
+
+    loose = Loose(respond, name="loose")  # a model that cannot copy keeps its margins as written
+    run_events(loose, doc, margin_decoding="lists")
+    assert all(r.params.copy_from is None for r in margin_requests(loose))
+    assert len(margin_requests(loose)) == len(segments)
+
+
 def test_copy_decoding_needs_a_backend_that_enforces_it() -> None:
     class Loose(ScriptedGenerator):
         supports_copy = False

@@ -124,12 +124,13 @@ class WimOptions(PatternOptions):
         default=False,
         description="wim: with tally_lists, leave the list notes out: their tally, of every item they name, "
                     "stands for them")
-    margin_decoding: Literal["free", "copy"] = Field(
+    margin_decoding: Literal["free", "copy", "lists"] = Field(
         default="free",
-        description="wim: how a margin is decoded: freely, or copy: each piece of it between commas, full "
+        description="wim: how a margin is decoded: freely; copy: each piece of it between commas, full "
                     "stops and line ends copied from the part just read (or NONE), none twice, so a margin "
                     "cannot name what the part does not hold (in-process models only; margins are then written "
-                    "one after another)")
+                    "one after another); or lists: freely, and a margin written as a list whose items the part "
+                    "mostly does not hold is written again with copy (where the model cannot copy, it stays)")
     batch_margins: bool = Field(
         default=False,
         description="wim: write a kept reading's margins side by side, in-process (pays where a decode step "

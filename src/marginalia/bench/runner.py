@@ -660,8 +660,8 @@ def run_benchmark(
     from . import tasks as tasks_module
 
     if build is tasks_module.build_items:  # our own datasets: an unknown one is said before a model loads
-        for task in config.tasks:
-            tasks_module.check_spec(task.spec())
+        for table in config.tasks:
+            tasks_module.check_spec(table.spec())
     folder = run_folder(config, home, out)
     info = check_compatible(folder, config)
     folder.mkdir(parents=True, exist_ok=True)

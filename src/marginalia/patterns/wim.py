@@ -59,8 +59,8 @@ from .base import (
     relay_answer,
     resolve_options,
 )
-from .grounding import list_items
-from .judges import CombinedJudge, SeparateJudge, Verdict, is_empty_margin, make_judge
+from .grounding import items_found, list_items
+from .judges import LIST_SHARE, CombinedJudge, SeparateJudge, Verdict, is_empty_margin, make_judge
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,9 @@ class WiM(Pattern):
             raise UserError(f"margin_decoding = copy needs a model that can restrict what it writes to copies "
                             f"from a text; {generator.name} cannot (use an in-process model, gguf: or hf:, or "
                             "margin_decoding = free)")
+        #: margin_decoding = lists: a list margin the part does not hold is written again by copy decoding
+        #: (where the model cannot copy, margins stay as written)
+        self.copy_lists = opts.margin_decoding == "lists" and generator.supports_copy
         self.instructions = opts.instructions
         self.tally_lists = opts.tally_lists
         self.tally_only = opts.tally_only
@@ -162,12 +165,25 @@ class WiM(Pattern):
         return name
 
     def params_for(self, segment: Segment) -> GenerationParams:
-        """How the margin of ``segment`` is decoded: `margin_params`, copied from the segment's text with
-        copy decoding (NONE, and the judge's first choices, may be written too)."""
-        if self.margin_decoding != "copy":
-            return self.margin_params
+        """How the margin of ``segment`` is decoded: `margin_params`, or with copy decoding `copy_params`."""
+        return self.copy_params(segment) if self.margin_decoding == "copy" else self.margin_params
+
+    def copy_params(self, segment: Segment) -> GenerationParams:
+        """`margin_params`, each piece copied from the segment's text (NONE, and the judge's first choices, may
+        be written too)."""
         return replace(self.margin_params, copy_from=segment.text,
                        copy_also=("NONE", *self.margin_params.first_choices))
+
+    def needs_copy(self, margin: str, segment: Segment) -> bool:
+        """Whether a freely written margin is written again by copy decoding (``margin_decoding = "lists"``):
+        it is a list (`grounding.list_items`) of which the part holds fewer items than the judge asks of a list
+        (`judges.LIST_SHARE`). A small model asked for the items a part adds to an aggregate (the words
+        frequent in it, the names it mentions) often writes a plausible list the part does not hold; copied,
+        the list is the part's own."""
+        if not self.copy_lists:
+            return False
+        items = list_items(margin)
+        return bool(items) and len(items_found(items, segment.text)) < LIST_SHARE * len(items)
 
     def segments(self, context: str) -> list[Segment]:
         ids, offsets = self.generator.tokenizer.encode_with_offsets(context)
@@ -193,6 +209,9 @@ class WiM(Pattern):
             t0 = time.perf_counter()
             generated = worker.usage.generated_tokens
             raw = self.judge.read(worker.generate_from_cache(suffix, self.params_for(segment)))
+            if self.needs_copy(raw, segment):  # the cache is back at the segment's end: write it again
+                generated = worker.usage.generated_tokens
+                raw = self.judge.read(worker.generate_from_cache(suffix, self.copy_params(segment)))
             yield _Written(segment, raw, time.perf_counter() - t0, worker.usage.generated_tokens - generated,
                            probe(raw) if probe is not None else None)
 
