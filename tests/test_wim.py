@@ -452,8 +452,9 @@ def test_list_notes_are_tallied_most_named_first() -> None:
     only = fit_notes(notes, 1000, count, tally=True, tally_only=True).splitlines()
     assert only[0] == "- The river rose in May." and len(only) == 2
     assert only[1].endswith("most named first: river (3), apple (2), cloud (2), lamp (2), stone (1), desk (1)")
-    with pytest.raises(UserError, match="set tally_lists too"):
-        WiM(ScriptedGenerator(), tally_only=True)
+    # on by default; without the tally nothing stands for the list notes, so they stay
+    assert WiM(ScriptedGenerator()).tally_lists and WiM(ScriptedGenerator()).tally_only
+    assert not WiM(ScriptedGenerator(), tally_lists=False).tally_only
 
 
 def test_copy_decoding_copies_each_margin_from_its_part(doc: str) -> None:
@@ -480,7 +481,7 @@ def test_lists_decoding_writes_again_by_copy_only_a_list_the_part_does_not_hold(
         return "apple, banana, cherry, plum"  # free: a list no part holds
 
     gen = ScriptedGenerator(respond)
-    events = run_events(gen, doc, margin_decoding="lists")
+    events = run_events(gen, doc)  # the default
     segments = WiM(gen, segment_tokens=SEGMENT_TOKENS).segments(doc)
     reqs = margin_requests(gen)
     # each margin written freely, then again by copy from its own part
@@ -494,7 +495,9 @@ def test_lists_decoding_writes_again_by_copy_only_a_list_the_part_does_not_hold(
     assert wim.needs_copy("apple, banana, cherry", part)
     assert not wim.needs_copy(", ".join(words), part)  # a list the part holds stays as written
     assert not wim.needs_copy("NONE", part) and not wim.needs_copy(part.text.split(".")[0] + ".", part)
-    assert not WiM(ScriptedGenerator(), segment_tokens=SEGMENT_TOKENS).needs_copy("apple, banana, cherry", part)
+    assert WiM(ScriptedGenerator(), segment_tokens=SEGMENT_TOKENS).needs_copy("apple, banana, cherry", part)
+    free = WiM(ScriptedGenerator(), segment_tokens=SEGMENT_TOKENS, margin_decoding="free")
+    assert not free.needs_copy("apple, banana, cherry", part)
 
     class Loose(ScriptedGenerator):
         supports_copy = False

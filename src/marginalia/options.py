@@ -116,21 +116,22 @@ class WimOptions(PatternOptions):
                     "long context introduces it (so an lc answer from the same reading is long context's exact "
                     "prompt)")
     tally_lists: bool = Field(
-        default=False,
+        default=True,
         description="wim: when two or more kept margins are lists (words, names, figures: partial aggregates of "
                     "their parts), add to the notes the items they name, each with how many notes name it, most "
                     "named first (the answer then combines counts it need not make itself)")
     tally_only: bool = Field(
-        default=False,
+        default=True,
         description="wim: with tally_lists, leave the list notes out: their tally, of every item they name, "
-                    "stands for them")
+                    "stands for them (off: the list notes stay beside it)")
     margin_decoding: Literal["free", "copy", "lists"] = Field(
-        default="free",
+        default="lists",
         description="wim: how a margin is decoded: freely; copy: each piece of it between commas, full "
                     "stops and line ends copied from the part just read (or NONE), none twice, so a margin "
                     "cannot name what the part does not hold (in-process models only; margins are then written "
                     "one after another); or lists: freely, and a margin written as a list whose items the part "
-                    "mostly does not hold is written again with copy (where the model cannot copy, it stays)")
+                    "mostly does not hold is written again with copy (where the model cannot copy, and for margins "
+                    "written side by side by batch_margins, it stays)")
     batch_margins: bool = Field(
         default=False,
         description="wim: write a kept reading's margins side by side, in-process (pays where a decode step "

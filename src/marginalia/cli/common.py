@@ -112,6 +112,8 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
+        if isinstance(action, argparse._StoreFalseAction):  # a --no-... flag for what is on by default
+            return f"turns off what is on by default: {text}"
         if action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text \
                 and action.option_strings:
             text += " (default: %(default)s)"

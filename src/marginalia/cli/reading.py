@@ -30,7 +30,8 @@ from .common import (
 )
 
 #: the CLI's names for options whose flag is not ``--field-name``
-FLAGS = {"max_new_tokens": "--max-tokens", "use_questions": "--no-question-bank"}
+FLAGS = {"max_new_tokens": "--max-tokens", "use_questions": "--no-question-bank", "tally_lists": "--no-tally-lists",
+         "tally_only": "--keep-list-notes"}
 METAVARS = {"top_k": "K", "certain": "SIM", "uncertain": "SIM"}
 
 

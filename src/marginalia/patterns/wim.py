@@ -137,10 +137,7 @@ class WiM(Pattern):
         self.copy_lists = opts.margin_decoding == "lists" and generator.supports_copy
         self.instructions = opts.instructions
         self.tally_lists = opts.tally_lists
-        self.tally_only = opts.tally_only
-        if opts.tally_only and not opts.tally_lists:
-            raise UserError("tally_only leaves the list notes out for their tally, and there is no tally: "
-                            "set tally_lists too (--tally-lists)")
+        self.tally_only = opts.tally_only and opts.tally_lists  # no tally, nothing to stand for the lists
         self.judge = make_judge(opts.judge, generator, opts.grounding_threshold, opts.topic_threshold)
         self.margin_params = GenerationParams(
             max_new_tokens=opts.margin_tokens, stop=() if opts.judge == "fused" else ("\n\n",),
@@ -527,7 +524,7 @@ class WimReader:
         write = wim._pipelined if gen.concurrency > 1 else functools.partial(wim._sequential, probe=probe)
         steps: Iterator[SegmentRead | _Written]
         if held_before and wim.batch_margins and gen.max_branches > 1 and self.full is not None \
-                and probe is None and wim.margin_decoding == "free":
+                and probe is None and wim.margin_decoding != "copy":  # (lists: batched margins stay as written)
             # the kept reading's margins as batched branches, then read on as usual
             if worker.length < len(self.full.ids):
                 worker.restore(self.full)
