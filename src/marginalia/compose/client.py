@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from ..errors import ContextOverflow, UserError
 from ..models.base import CachingGenerator, GenerationParams, Generator, Usage, close_stream
+from ..models.ledger import common_prefix
 from .events import ComposeEvent, MemoryItem, MemoryPrepared, MemorySwapped, Suggested
 from .prompt import ClientPrompt, strip_trailing
 from .threads import start_background
@@ -55,15 +56,6 @@ def _without_blank(raw: str, blank: str) -> str | None:
     if len(raw) < len(blank) and blank.startswith(raw):
         return None
     return raw[len(blank):] if raw.startswith(blank) else raw
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def forks_share_cache(generator: CachingGenerator) -> bool:

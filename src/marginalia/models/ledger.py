@@ -19,9 +19,9 @@ import threading
 from collections.abc import Sequence
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int], limit: int | None = None) -> int:
     """Length of the longest common prefix of ``a`` and ``b``, at most ``limit`` (slices compared in C)."""
-    hi = min(len(a), len(b), limit)
+    hi = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
     if list(a[:hi]) == list(b[:hi]):
         return hi
     lo = 0

@@ -33,6 +33,7 @@ import numpy as np
 from ..errors import BackendError, MissingDependency, UserError
 from .base import CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer
 from .copying import CopyState
+from .ledger import common_prefix
 
 #: cached-key precisions: name -> ggml type id (llama_cpp.GGML_TYPE_F16, GGML_TYPE_Q8_0)
 KEY_CACHE_TYPES = {"f16": 1, "q8_0": 8}
@@ -239,7 +240,7 @@ class LlamaCppGenerator(CachingGenerator):
         # scratch and the answer is the same to the bit (a batch cut elsewhere can round differently and flip a
         # near-tie). At least one token is evaluated, for its logits.
         llm, ids = shared.scratch, list(prompt_ids)
-        common = _common_prefix(llm.input_ids[: llm.n_tokens].tolist(), ids[:-1])
+        common = common_prefix(llm.input_ids[: llm.n_tokens].tolist(), ids[:-1])
         common -= common % llm.n_batch
         llm.n_tokens = common
         scratch._ids = ids[:common]
@@ -258,7 +259,7 @@ class LlamaCppGenerator(CachingGenerator):
         shared, llm = self._shared, self._shared.llm
         if shared.owner is self and llm.n_tokens == len(self._ids):
             return
-        common = _common_prefix(llm.input_ids[: llm.n_tokens].tolist(), self._ids)
+        common = common_prefix(llm.input_ids[: llm.n_tokens].tolist(), self._ids)
         llm.n_tokens = common
         shared.owner = self
         if common < len(self._ids):
@@ -543,16 +544,6 @@ class LlamaCppGenerator(CachingGenerator):
             self._sync()
             logits = self._constrain(self._eval([token]), params, False, copying)
             self._ids.append(token)
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many tokens ``a`` and ``b`` share from the start."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
