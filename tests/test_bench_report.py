@@ -322,3 +322,23 @@ def test_paired_and_margin_counts() -> None:
     assert (g.answers, g.kept, g.hits, g.bearing, g.asked, g.found) == (3, 3, 1, 3, 3, 1)
     assert c.precision == 0.5 and c.recall == 0.5
     assert margin_counts(records, "lc").precision is None
+    assert c.relevant_precision == 0.5  # no gold passages known: relevant means holding the answer
+
+
+def test_margin_precision_counts_bridge_facts_only_with_several_gold_passages() -> None:
+    """A kept margin drawn from a gold passage is relevant without the answer only when the question needs
+    several gold passages (a multi-hop bridge); with one gold passage it must hold the answer."""
+    from marginalia.bench.report import margin_counts
+
+    def rec(item: str, spans: list[list[int]]) -> dict[str, Any]:
+        margins = [{"text": "The ferry company is Tidewater Lines.", "kept": True, "evidence": [10, 40]},
+                   {"text": "The ferry leaves from pier 47.", "kept": True, "evidence": [60, 90]},
+                   {"text": "The bakery opens at six.", "kept": True, "evidence": [300, 330]}]
+        return {"item_id": item, "pattern": "wim", "status": "ok", "answers": ["pier 47"], "margins": margins,
+                "question": "Where does the ferry of the company leave from?", "gold_spans": spans}
+
+    two = margin_counts([rec("a", [[0, 50], [55, 100]])], "wim")
+    assert (two.kept, two.hits, two.relevant, two.located, two.on_gold) == (3, 1, 2, 3, 2)
+    assert two.precision == pytest.approx(1 / 3) and two.relevant_precision == pytest.approx(2 / 3)
+    one = margin_counts([rec("b", [[0, 100]])], "wim")
+    assert (one.hits, one.relevant, one.on_gold) == (1, 1, 2)

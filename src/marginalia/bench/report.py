@@ -383,6 +383,7 @@ class MarginCounts:
     found: int = 0  # ... and one was kept
     located: int = 0  # kept margins with evidence, where the gold passages are known
     on_gold: int = 0  # ... whose evidence lies in a gold passage
+    relevant: int = 0  # kept and answer-bearing, or, for a question of several gold passages, drawn from one
 
     @property
     def precision(self) -> float | None:
@@ -391,6 +392,11 @@ class MarginCounts:
     @property
     def recall(self) -> float | None:
         return self.hits / self.bearing if self.bearing else None
+
+    @property
+    def relevant_precision(self) -> float | None:
+        """Of the kept margins, the share `relevant`: a multi-hop question's bridge fact counts."""
+        return self.relevant / self.kept if self.kept else None
 
 
 def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCounts:
@@ -416,7 +422,7 @@ def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCoun
             continue
         c.answers += 1
         margins = [m for m in margins if m["kept"] or m.get("reason") != REPEAT_REASON]
-        spans = r.get("gold_spans")
+        spans = r.get("gold_spans") or []
         if spans:  # a margin written before any gold passage was read has the answer from the model's memory
             first_gold = min(start for start, _ in spans)
             margins = [m for m in margins if m["kept"] or m.get("read_to") is None or m["read_to"] > first_gold]
@@ -426,12 +432,16 @@ def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCoun
         c.bearing += sum(has)
         c.asked += any(has)
         c.found += any(m["kept"] and h for m, h in zip(margins, has, strict=True))
-        if spans:
-            for m in margins:
-                if m["kept"] and m.get("evidence"):
-                    start, end = m["evidence"]
-                    c.located += 1
-                    c.on_gold += any(start < gold_end and gold_start < end for gold_start, gold_end in spans)
+        for m, h in zip(margins, has, strict=True):
+            if not m["kept"]:
+                continue
+            on_gold = False
+            if spans and m.get("evidence"):
+                start, end = m["evidence"]
+                on_gold = any(start < gold_end and gold_start < end for gold_start, gold_end in spans)
+                c.located += 1
+                c.on_gold += on_gold
+            c.relevant += h or (on_gold and len(spans) > 1)
     return c
 
 
@@ -442,7 +452,8 @@ def margin_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[
         c = margin_counts(records, p)
         if c.answers:
             rows.append([p, str(c.answers), str(c.kept), _fmt(c.precision), _fmt(c.recall),
-                         f"{c.found} of {c.asked}", _fmt(c.on_gold / c.located if c.located else None)])
+                         f"{c.found} of {c.asked}", _fmt(c.on_gold / c.located if c.located else None),
+                         _fmt(c.relevant_precision)])
     return rows
 
 
@@ -527,10 +538,13 @@ def task_sections(records: list[dict[str, Any]], patterns: Sequence[str], level:
         level, "Margins kept",
         "Of the kept margins, the share holding a gold answer (precision); of the margins holding one, the share "
         "kept (recall); questions where one was written, and kept; of the kept margins, the share drawn from a "
-        "gold passage (where results keep where each was found). A dropped margin written before a gold passage "
+        "gold passage (where results keep where each was found); of the kept margins, the share relevant: holding "
+        "a gold answer or, for a question that needs several gold passages, drawn from one of them (a bridge "
+        "fact). A dropped margin written before a gold passage "
         "was read (its answer from the model's memory) is not counted. Questions answered yes or no, or naming their "
         "own answer (\"who is older, A or B?\"), are left out: a margin holding their gold answer tells nothing.",
-        ["pattern", "n", "kept", "precision", "recall", "questions with a kept answer", "kept from a gold passage"],
+        ["pattern", "n", "kept", "precision", "recall", "questions with a kept answer", "kept from a gold passage",
+         "precision, bridge facts counted"],
         margin_rows(records, patterns))
     return lines
 
