@@ -78,7 +78,9 @@ def collect(args: argparse.Namespace) -> None:
                 f.write(json.dumps({"task": dataset, "id": item.id, "question": item.question,
                                     "answers": list(item.answers), "context": item.context,
                                     "gold_spans": [list(span) for span in item.gold_spans],
-                                    "margins": margins, "answer": answer}) + "\n")
+                                    "margins": margins, "answer": answer,
+                                    "written": f"by {Path(gen.name).name} (collect, {args.context_tokens} tokens)"})
+                        + "\n")
                 f.flush()
                 print(f"{dataset} {item.id}: {len(margins)} margins, {time.perf_counter() - t0:.1f}s", flush=True)
 
@@ -177,7 +179,7 @@ def _judges(baseline: str | None) -> dict[str, Judge]:
 
     for topic in (0.2, 0.25, 0.3, 0.4):
         judges[f"grounded, topicality >= {topic}"] = _grounded(GroundedJudge(topic_threshold=topic))
-    for weight in (0.25, 0.5):
+    for weight in (0.25, 0.5, 0.75, 1.0):
         judges[f"combined, P(YES) weight {weight}"] = combined(CombinedJudge(weight=weight))
     judges["the model's P(YES) >= 0.5 alone"] = \
         lambda q, m, s, r, p, d: type("V", (), {"relevant": (p or 0) >= 0.5})
@@ -225,6 +227,7 @@ def evaluate(args: argparse.Namespace) -> None:
             lines.append(f"| {label} | {task} | {kept} | {precision} | {recall} | {by_question} | {gold} |")
     n = {t: sum(r["task"] == t for r in rows) for t in tasks}
     margins = sum(len(r["margins"]) for r in rows)
+    ranking = _p_yes_ranking(rows, tasks)
     written = "; ".join(sorted({row["written"] for row in rows if row.get("written")}))
     sources = " and ".join(f"{count} {NAMES.get(t, t)}" for t, count in n.items())
     body = "\n".join([
@@ -244,10 +247,33 @@ def evaluate(args: argparse.Namespace) -> None:
         "passage.",
         "",
         *lines,
+        *([""] + ranking if ranking else []),
     ])
     if args.write:
         write_section(args.section, body)
     print(body)
+
+
+def _p_yes_ranking(rows: list[dict[str, Any]], tasks: list[str]) -> list[str]:
+    """Per task, how well the model's stored P(YES) ranks the margins holding a gold answer above the others
+    (ROC AUC: 0.5 is chance), and the range it spans; nothing where no margin has one."""
+    from sklearn.metrics import roc_auc_score
+
+    from marginalia.bench.metrics import holds_answer
+
+    out = []
+    for task in tasks:
+        pairs = [(holds_answer(m["raw"], r["answers"]), m["p_yes"]) for r in rows if r["task"] == task
+                 for m in r["margins"] if m.get("p_yes") is not None]
+        labels = {has for has, _ in pairs}
+        if len(labels) < 2:
+            continue
+        probs = [p for _, p in pairs]
+        auc = roc_auc_score([has for has, _ in pairs], probs)
+        out.append(f"- {NAMES.get(task, task)}: the model's P(YES) ranks the {sum(h for h, _ in pairs)} margins "
+                   f"holding a gold answer above the other {len(pairs) - sum(h for h, _ in pairs)} with ROC AUC "
+                   f"{auc:.2f} (0.5 is chance); it spans {min(probs):.2f}-{max(probs):.2f}.")
+    return out
 
 
 KINDS = {  # margin kind -> whether it holds the answer
