@@ -11,6 +11,7 @@ being prepared; then, at every ``--baseline-every``-th word end, the baseline re
 text and has the memory model write the 15 tokens from them, stateless.
 
     python benchmarks/compose_latency.py [--article 0] [--words 80] [--distractors 6] [--memory-mode takeaways]
+        [--memory-model gguf:~/.cache/marginalia-eval/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf]
 
 The texts are read at run time from ../shared/data (``--data``); nothing of them is kept in the repository.
 """
@@ -163,6 +164,9 @@ def main() -> None:
     ap.add_argument("--char-delay", type=float, default=0.05, help="seconds between keystrokes")
     ap.add_argument("--word-pause", type=float, default=0.6, help="extra seconds after each word")
     ap.add_argument("--memory-mode", choices=("takeaways", "margins"), default="takeaways")
+    ap.add_argument("--memory-model", default="smollm2",
+                    help="the larger model that writes the memory and the baseline's completion (a model spec, "
+                         "e.g. gguf:~/.cache/marginalia-eval/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf)")
     ap.add_argument("--threshold", type=int, default=20)
     ap.add_argument("--embedder", default="minilm")
     ap.add_argument("--baseline-every", type=int, default=2, help="a baseline completion at every n-th word end")
@@ -203,7 +207,7 @@ def main() -> None:
     print(f"indexed {len(report.indexed)} documents, {n_chunks} chunks in {index_s:.0f} s", flush=True)
     options = ComposeOptions(threshold=args.threshold, memory_mode=args.memory_mode, suggestion_tokens=15,
                              debounce=0.0)
-    memory_gen = load("smollm2")
+    memory_gen = load(args.memory_model)
     composer = app.compose(store, options, generator=client, memory_generator=memory_gen, loader=load,
                            exclude=[str(draft)])
     t_replay = time.perf_counter()
@@ -240,9 +244,10 @@ def main() -> None:
     body_md = "\n".join([
         "## Composition latency (`benchmarks/compose_latency.py`)",
         "",
-        f"Command: `{command_line()}` · commit {git_commit()} · client and memory model: SmolLM2-135M on "
-        f"llama.cpp in process (the memory model is the same weights, loaded a third time: no larger model is "
-        f"available offline here) · memory: {args.memory_mode}, threshold {args.threshold} token edits, "
+        f"Command: `{command_line()}` · commit {git_commit()} · client: SmolLM2-135M on llama.cpp in process · "
+        + ("memory model: the same weights, loaded again" if args.memory_model == "smollm2" else
+           f"memory model: {Path(args.memory_model).name}") + " (in the same process, sharing the 2 cores) · "
+        f"memory: {args.memory_mode}, threshold {args.threshold} token edits, "
         f"{options.hits} chunks per request · embedder {args.embedder} · machine: {machine()} · "
         f"{load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",
         "",

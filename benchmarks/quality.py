@@ -67,7 +67,8 @@ def main() -> None:
               + (f"{', '.join(shared)} answers from a wim reading of the same item (unless that reading has "
                  "instructions = \"margin\", its prompt opens with WiM's intro, not long context's own, which "
                  "the margin_style section measures against long context's own reading). " if shared else "")
-              + ("Verdicts from the judge " + str(judge.get("name")) + "." if judge else
+              + ("Verdicts from the judge " + str(judge.get("name")) + " (the tables' first score; the goals "
+                 "keep `contains`, and each task's \"Judge and contains\" table says where the two part)." if judge else
                  "No model judge: scores are lexical (`contains` for QA, set F1 for CWE).")
               + (f" Scored with the metrics of this checkout ({data.rescored} answers' stored scores, from an "
                  "older version, differ)." if data.rescored else ""), ""]
