@@ -36,6 +36,16 @@ def load_note(before: float, after: float, noisy: str = "times are noisy") -> st
     return text
 
 
+def auc(scores: list[tuple[float, bool]]) -> float:
+    """ROC AUC of (score, is positive) pairs: the chance that a positive scores above a negative, ties half
+    (0.5 is chance; NaN without both kinds)."""
+    pos = [s for s, right in scores if right]
+    neg = [s for s, right in scores if not right]
+    if not pos or not neg:
+        return float("nan")
+    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,

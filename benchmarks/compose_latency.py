@@ -246,7 +246,7 @@ def main() -> None:
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · client: SmolLM2-135M on llama.cpp in process · "
         + ("memory model: the same weights, loaded again" if args.memory_model == "smollm2" else
-           f"memory model: {Path(args.memory_model).name}") + " (in the same process, sharing the 2 cores) · "
+           f"memory model: {Path(args.memory_model).name}") + " (in the same process, sharing its CPU) · "
         f"memory: {args.memory_mode}, threshold {args.threshold} token edits, "
         f"{options.hits} chunks per request · embedder {args.embedder} · machine: {machine()} · "
         f"{load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",

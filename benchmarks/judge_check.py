@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, command_line, git_commit, write_section  # noqa: E402
+from _common import ROOT, auc, command_line, git_commit, write_section  # noqa: E402
 
 EVAL_GGUF = Path.home() / ".cache" / "marginalia-eval" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 DATA = ROOT.parent / "shared" / "data"
@@ -86,14 +86,6 @@ def candidates(limit: int, seed: int = 0) -> list[dict[str, Any]]:
                         "prediction": f"{word.capitalize()}, according to the text.", "right": right, "kind": kind,
                         "group": f"hotpotqa/{item['id']}"})
     return out
-
-
-def auc(scores: list[tuple[float, bool]]) -> float:
-    pos = [s for s, right in scores if right]
-    neg = [s for s, right in scores if not right]
-    if not pos or not neg:
-        return float("nan")
-    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
 
 
 def main() -> None:

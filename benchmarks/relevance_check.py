@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, command_line, git_commit, stored_run, write_section  # noqa: E402
+from _common import ROOT, auc, command_line, git_commit, stored_run, write_section  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 SOURCES = {"squad": "squad-v1.1-dev.part1.json", "hotpotqa": "hotpotqa-dev-distractor.part1.json"}
@@ -190,8 +190,14 @@ def evaluate(args: argparse.Namespace) -> None:
     from marginalia.bench.metrics import bearing_is_telling, holds_answer
     from marginalia.records import Segment
 
-    rows = [json.loads(line) for line in Path(args.margins).read_text().splitlines() if line.strip()]
+    path = Path(args.margins)
+    if not path.is_file():
+        sys.exit(f"no margins file at {path}; write one with `collect --out {path}` or `from-run RUN --out {path}`")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     rows = [row for row in rows if bearing_is_telling(row["question"], row["answers"])]
+    if not rows:
+        sys.exit(f"{path} holds no margins of questions with a telling gold answer (yes/no and comparison "
+                 "questions are left out)")
     judges = _judges(args.baseline)
     tasks = sorted({row["task"] for row in rows})
     lines = ["| check | task | kept | precision | recall | questions with a kept answer "
@@ -257,22 +263,19 @@ def evaluate(args: argparse.Namespace) -> None:
 def _p_yes_ranking(rows: list[dict[str, Any]], tasks: list[str]) -> list[str]:
     """Per task, how well the model's stored P(YES) ranks the margins holding a gold answer above the others
     (ROC AUC: 0.5 is chance), and the range it spans; nothing where no margin has one."""
-    from sklearn.metrics import roc_auc_score
-
     from marginalia.bench.metrics import holds_answer
 
     out = []
     for task in tasks:
-        pairs = [(holds_answer(m["raw"], r["answers"]), m["p_yes"]) for r in rows if r["task"] == task
-                 for m in r["margins"] if m.get("p_yes") is not None]
-        labels = {has for has, _ in pairs}
-        if len(labels) < 2:
+        scored = [(m["p_yes"], holds_answer(m["raw"], r["answers"])) for r in rows if r["task"] == task
+                  for m in r["margins"] if m.get("p_yes") is not None]
+        bearing = sum(has for _, has in scored)
+        if not 0 < bearing < len(scored):
             continue
-        probs = [p for _, p in pairs]
-        auc = roc_auc_score([has for has, _ in pairs], probs)
-        out.append(f"- {NAMES.get(task, task)}: the model's P(YES) ranks the {sum(h for h, _ in pairs)} margins "
-                   f"holding a gold answer above the other {len(pairs) - sum(h for h, _ in pairs)} with ROC AUC "
-                   f"{auc:.2f} (0.5 is chance); it spans {min(probs):.2f}-{max(probs):.2f}.")
+        probs = [p for p, _ in scored]
+        out.append(f"- {NAMES.get(task, task)}: the model's P(YES) ranks the {bearing} margins holding a gold "
+                   f"answer above the other {len(scored) - bearing} with ROC AUC {auc(scored):.2f} (0.5 is "
+                   f"chance); it spans {min(probs):.2f}-{max(probs):.2f}.")
     return out
 
 
