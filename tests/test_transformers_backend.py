@@ -22,9 +22,11 @@ def full_forward(model: Any, ids: list[int]) -> tuple[Any, Any]:
     """(last logits, DynamicCache) of one forward pass over ``ids``."""
     from transformers import DynamicCache
 
+    from marginalia.models.transformers_backend import cache_keyword
+
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        out = model(input_ids=torch.tensor([ids]), use_cache=True, **{cache_keyword(model): cache})
     return out.logits[0, -1].float(), cache
 
 
@@ -380,3 +382,20 @@ def test_branches_need_an_attention_path_that_takes_the_mask(make_tiny: Callable
     gen.prefill(ids_of(gen, A_TEXT))
     with pytest.raises(BackendError, match="at most 1"):
         gen.branches([3, 5], ids_of(gen, B_TEXT), GREEDY)
+
+
+def test_the_cache_goes_by_the_name_the_model_takes(make_tiny: Callable[..., Any]) -> None:
+    """transformers 5.24 renamed forward's ``past_key_values`` to ``cache`` (the old name goes in 5.40): the
+    backend passes the name the installed model takes, so no deprecation is raised along the way."""
+    import inspect
+    import warnings
+
+    gen = make_tiny()
+    takes = inspect.signature(gen.model.forward).parameters
+    assert gen._cache_kw == ("cache" if "cache" in takes else "past_key_values")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        gen.prefill(ids_of(gen, A_TEXT))
+        "".join(gen.generate_from_cache(ids_of(gen, B_TEXT), GREEDY))
+        gen.score(ids_of(gen, B_TEXT))
+        gen.branches([5, gen.length], ids_of(gen, B_TEXT), GenerationParams(max_new_tokens=3))

@@ -7,6 +7,7 @@ documents, and rollback is exact (`DynamicCache.crop`).
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -63,6 +64,13 @@ def pick_device(device: str = "auto") -> tuple[str, Any]:
     return device, dtype
 
 
+def cache_keyword(model: Any) -> str:
+    """The name ``model``'s forward takes its KV cache by: ``cache`` from transformers 5.24 on (where
+    ``past_key_values`` is deprecated), ``past_key_values`` before. A wrapper (peft) is asked for its base."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
 class TransformersGenerator(CachingGenerator):
     """A causal LM from transformers with one KV cache.
 
@@ -92,6 +100,7 @@ class TransformersGenerator(CachingGenerator):
         self.name = name
         self.prefill_chunk = prefill_chunk
         self.device = next(model.parameters()).device
+        self._cache_kw = cache_keyword(model)
         cfg = model.config
         self.context_window = int(getattr(cfg, "max_position_embeddings", 2048))
         eos = set()
@@ -142,9 +151,7 @@ class TransformersGenerator(CachingGenerator):
         torch = self.torch
         x = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
         with torch.no_grad():
-            out = self.model(
-                input_ids=x, past_key_values=self._cache, use_cache=True, logits_to_keep=1
-            )
+            out = self.model(input_ids=x, use_cache=True, logits_to_keep=1, **{self._cache_kw: self._cache})
         self._ids.extend(int(i) for i in ids)
         self._logits = out.logits[0, -1].float()
         self._logits_at = len(self._ids)
@@ -270,7 +277,7 @@ class TransformersGenerator(CachingGenerator):
                 piece = rest[at:at + self.prefill_chunk]
                 x = torch.tensor([piece], dtype=torch.long, device=self.device)
                 with torch.no_grad():
-                    logits = self.model(input_ids=x, past_key_values=self._cache, use_cache=True).logits[0]
+                    logits = self.model(input_ids=x, use_cache=True, **{self._cache_kw: self._cache}).logits[0]
                 added += len(piece)
                 lp = torch.log_softmax(logits.float(), dim=-1)
                 targets = torch.tensor(ids[at + 1:at + 1 + len(piece)], device=lp.device)
@@ -328,7 +335,7 @@ class TransformersGenerator(CachingGenerator):
             with torch.no_grad():
                 out = self.model(input_ids=torch.tensor([[t for _, _, t, _ in items]], device=self.device),
                                  position_ids=at[None, :], attention_mask=mask[None, None],
-                                 past_key_values=self._cache, use_cache=True,
+                                 use_cache=True, **{self._cache_kw: self._cache},
                                  logits_to_keep=torch.tensor(wanted or [0], dtype=torch.long,
                                                                device=self.device))
             return {items[i][0]: out.logits[0, r].float() for r, i in enumerate(wanted)}
