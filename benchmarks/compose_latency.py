@@ -167,6 +167,9 @@ def main() -> None:
     ap.add_argument("--memory-model", default="smollm2",
                     help="the larger model that writes the memory and the baseline's completion (a model spec, "
                          "e.g. gguf:~/.cache/marginalia-eval/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf)")
+    ap.add_argument("--memory-threads", type=int, default=None,
+                    help="CPU threads of the memory model (default: every core, as for any model loaded by spec)")
+    ap.add_argument("--section", default="compose_latency", help="the BENCHMARKS.md section to write")
     ap.add_argument("--threshold", type=int, default=20)
     ap.add_argument("--embedder", default="minilm")
     ap.add_argument("--baseline-every", type=int, default=2, help="a baseline completion at every n-th word end")
@@ -197,6 +200,13 @@ def main() -> None:
     def load(spec: str) -> Any:
         return app.load_model(spec, home=home, backend="llamacpp")
 
+    def load_threads(spec: str, threads: int) -> Any:
+        from marginalia.models.llamacpp_backend import LlamaCppGenerator
+        from marginalia.models.loaders import embedded_gguf
+
+        path = embedded_gguf() if spec == "smollm2" else Path(spec.removeprefix("gguf:")).expanduser()
+        return LlamaCppGenerator(path, name=spec, n_threads=threads)
+
     client = load("smollm2")
     t0 = time.perf_counter()
     report = app.index_paths([docs], "sources", count_tokens=client.tokenizer.count, home=home,
@@ -207,7 +217,8 @@ def main() -> None:
     print(f"indexed {len(report.indexed)} documents, {n_chunks} chunks in {index_s:.0f} s", flush=True)
     options = ComposeOptions(threshold=args.threshold, memory_mode=args.memory_mode, suggestion_tokens=15,
                              debounce=0.0)
-    memory_gen = load(args.memory_model)
+    memory_gen = load(args.memory_model) if args.memory_threads is None else \
+        load_threads(args.memory_model, args.memory_threads)
     composer = app.compose(store, options, generator=client, memory_generator=memory_gen, loader=load,
                            exclude=[str(draft)])
     t_replay = time.perf_counter()
@@ -246,7 +257,9 @@ def main() -> None:
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · client: SmolLM2-135M on llama.cpp in process · "
         + ("memory model: the same weights, loaded again" if args.memory_model == "smollm2" else
-           f"memory model: {Path(args.memory_model).name}") + " (in the same process, sharing its CPU) · "
+           f"memory model: {Path(args.memory_model).name}") + " (in the same process, sharing its CPU"
+        + (f", {args.memory_threads} thread{'s' if args.memory_threads > 1 else ''}" if args.memory_threads else "")
+        + ") · "
         f"memory: {args.memory_mode}, threshold {args.threshold} token edits, "
         f"{options.hits} chunks per request · embedder {args.embedder} · machine: {machine()} · "
         f"{load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",
@@ -279,7 +292,7 @@ def main() -> None:
         f"- Memory updates took {pct([u.seconds for u in updates], 50):.1f} s (median) from request to items; "
         "suggestions never waited for them.",
     ])
-    write_section("compose_latency", body_md)
+    write_section(args.section, body_md)
     print(body_md)
 
 

@@ -48,3 +48,22 @@ def test_the_styles_must_be_two_known_ones(capsys: pytest.CaptureFixture[str],
         with pytest.raises(SystemExit):
             ablation.main()
         assert "--styles takes two different styles" in capsys.readouterr().err
+
+
+def test_another_wim_option_is_checked_and_named_in_the_report(capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    ablation = load("answer_ablation")
+    for argv, said in ((["--option", "kept_as", "--values", "written,bogus"], "'bogus' is no value of kept_as"),
+                       (["--option", "kept_as", "--values", "written,written"], "two different values of kept_as"),
+                       (["--option", "no_such", "--values", "a,b"], "'no_such' is no WiM option")):
+        monkeypatch.setattr("sys.argv", ["answer_ablation.py", "x.toml", *argv])
+        with pytest.raises(SystemExit):
+            ablation.main()
+        assert said in capsys.readouterr().err
+    items = [_item(0, "Pier 47")]
+    done = {("t/0", "wim"): {"answers": {"written": "No.", "sentence": "Pier 47."}, "seconds": 1.0, "commit": "a"},
+            ("t/0", "lc"): {"answers": {"written": "No.", "sentence": "No."}, "seconds": 1.0, "commit": "a"}}
+    body = ablation.report({"t": items}, done, ("written", "sentence"), "demo", "scripted", 0.0, "kept_as")
+    assert body.startswith("## Two values of `kept_as`, paired") and "long context once" in body
+    wim = next(line for line in body.splitlines() if line.startswith("| t | wim"))
+    assert [c.strip() for c in wim.split("|")][3:6] == ["1", "0", "1"]

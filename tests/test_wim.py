@@ -16,6 +16,7 @@ from marginalia.patterns.wim import WiM
 from marginalia.records import (
     AnswerDelta,
     Done,
+    Margin,
     MarginJudged,
     MarginWritten,
     SegmentRead,
@@ -304,6 +305,44 @@ def test_repeated_note_is_kept_once(doc: str) -> None:
     assert [m.relevant for m in facts] == [True] + [False] * (len(facts) - 1)
     assert all(m.reason == "repeats an earlier note" for m in facts[1:])
     assert len(answer.references) == 1
+
+
+@pytest.mark.parametrize("kept_as", ["written", "sentence"])
+def test_a_short_margin_goes_to_the_answer_as_written_or_as_its_sentence(doc: str, kept_as: str) -> None:
+    seen = [0]
+
+    def respond(req: Request) -> str:  # a bare "pier 47" for the part that holds the fact
+        if is_margin(req):
+            latest, seen[0] = req.prefix[seen[0]:], len(req.prefix)
+            return "pier 47" if FACT in latest else "NONE"
+        return "x"
+
+    gen = ScriptedGenerator(respond)
+    answer = WiM(gen, segment_tokens=SEGMENT_TOKENS, kept_as=kept_as).answer(doc, QUESTION)
+    (kept,) = [m for m in answer.margins if m.relevant]
+    assert kept.text == "pier 47" and kept.evidence is not None
+    notes = answer_request(gen).suffix.split(ANSWER_MARK, 1)[1]
+    assert ("- " + FACT in notes) == (kept_as == "sentence")
+    assert ("- pier 47\n" in notes + "\n") == (kept_as == "written")
+
+
+def test_kept_notes_expand_to_evidence_but_leave_lists_and_unsupported_margins() -> None:
+    from marginalia.patterns.wim import kept_notes
+
+    context = "Intro line. The ferry leaves from pier 47 at dusk.  It sails north. Apples, pears, plums."
+    start = context.index("The ferry")
+    ferry = (start, context.index(" It sails"))
+    fruit = (context.index("Apples"), len(context))
+    margins = [
+        Margin(0, "pier 47", True, "grounded", evidence=ferry),
+        Margin(1, "at dusk", True, "grounded", evidence=ferry),  # the same sentence: given once
+        Margin(2, "Apples, pears, plums", True, "grounded", evidence=fruit),  # a list: tallied as written
+        Margin(3, "a paraphrase", True, "fused", evidence=None),
+    ]
+    assert kept_notes(margins, context, "sentence") == [
+        "The ferry leaves from pier 47 at dusk.", "Apples, pears, plums", "a paraphrase"]
+    assert kept_notes(margins, context, "written") == [m.text for m in margins]
+    assert kept_notes(margins + margins[:1], context, "written")[-1] == "pier 47"  # as before: repeats stay
 
 
 # -- prompts, inputs, errors ----------------------------------------------------------

@@ -132,6 +132,11 @@ class WimOptions(PatternOptions):
                     "one after another); or lists: freely, and a margin written as a list whose items the part "
                     "mostly does not hold is written again with copy (where the model cannot copy, and for margins "
                     "written side by side by batch_margins, it stays)")
+    kept_as: Literal["written", "sentence"] = Field(
+        default="written",
+        description="wim: what a kept margin puts before the answer: the margin as written, or the sentences "
+                    "of the text it was drawn from (its evidence, where the judge found one; list margins stay "
+                    "as written), so a short margin such as a bare name comes with what the text says of it")
     batch_margins: bool = Field(
         default=False,
         description="wim: write a kept reading's margins side by side, in-process (pays where a decode step "

@@ -144,6 +144,13 @@ class WiM(Pattern):
             first_choices=getattr(self.judge, "choices", ()),
         )
 
+    @property
+    def kept_as(self) -> str:
+        """`WimOptions.kept_as`, read as each answer is written (an ablation may change the options between
+        two questions on one reading)."""
+        assert isinstance(self.options, WimOptions)
+        return self.options.kept_as
+
     def framing(self) -> Framing:
         """The prompt around the document: its intro says what to write after each part."""
         intro = self.judge.intro_template
@@ -579,7 +586,8 @@ class WimReader:
                 self.store.put(self.key, self.full, gen)
         kept = [m for m in margins if m.relevant]
         room = gen.context_window - worker.length - answer_base - wim.answer_params.max_new_tokens
-        notes = fit_notes([m.text for m in kept], room, gen.tokenizer.count, tally=wim.tally_lists,
+        notes = fit_notes(kept_notes(kept, self.context, wim.kept_as), room, gen.tokenizer.count,
+                          tally=wim.tally_lists,
                           tally_only=wim.tally_only)
         t_answer = clock()
         generated = gen.usage.generated_tokens
@@ -658,6 +666,21 @@ def tally_notes(texts: list[str], least: int = 2) -> str:
     if least <= 1:
         return f"- Named in the {len(lists)} list notes (how many), most named first: {named}"
     return f"- Named in more than one of the {len(lists)} list notes (how many): {named}"
+
+
+def kept_notes(kept: list[Margin], context: str, kept_as: str = "written") -> list[str]:
+    """The notes the kept margins give the answer: each as written, or, with ``kept_as = "sentence"``, the
+    text of its evidence (the sentences of ``context`` it was drawn from) where the judge found one and the
+    margin is no list (list margins are tallied as written); there, a note the ones before it gave is left
+    out (two margins drawn from one sentence)."""
+    notes: list[str] = []
+    for m in kept:
+        text = m.text
+        if kept_as == "sentence" and m.evidence is not None and not list_items(m.text):
+            text = " ".join(context[m.evidence[0]:m.evidence[1]].split()) or m.text
+        if kept_as == "written" or text not in notes:
+            notes.append(text)
+    return notes
 
 
 def fit_notes(texts: list[str], room: int, count: Callable[[str], int], tally: bool = False,
