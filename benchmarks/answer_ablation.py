@@ -100,8 +100,8 @@ def main() -> None:
         reader = pattern.reader(item.context, source=item.id) if kind == "wim" else None
         try:
             for style in styles:
-                if kind == "lc" and option not in LcOptions.model_fields and texts:
-                    texts[style] = next(iter(texts.values()))  # the option is not long context's
+                if kind == "lc" and option not in LcOptions.model_fields:  # not long context's: asked once
+                    texts[style] = texts[styles[0]] if texts else pattern.answer(item.context, item.question).text
                     continue
                 pattern.options = type(base).model_validate({**base.model_dump(), option: style})
                 answer = reader.answer(item.question) if reader else pattern.answer(item.context, item.question)
