@@ -136,7 +136,8 @@ class WimOptions(PatternOptions):
         default="written",
         description="wim: what a kept margin puts before the answer: the margin as written, or the sentences "
                     "of the text it was drawn from (its evidence, where the judge found one; list margins stay "
-                    "as written), so a short margin such as a bare name comes with what the text says of it")
+                    "as written), so a short margin such as a bare name comes with what the text says of it "
+                    "(with the eval model it answered worse on multi-hop questions: BENCHMARKS.md)")
     batch_margins: bool = Field(
         default=False,
         description="wim: write a kept reading's margins side by side, in-process (pays where a decode step "
