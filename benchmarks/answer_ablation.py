@@ -143,7 +143,8 @@ def report(items_by_task: dict[str, list[Any]], done: dict[tuple[str, str], dict
     a, b = styles
     rows = ["| task | pattern | n | right, " + a + " | right, " + b + " | " + b + " − " + a + " (95% CI) | "
             f"right with {b} only | with {a} only |", "|---|---|---:|---:|---:|---:|---:|---:|"]
-    gaps = ["| task | style | n | wim − lc (95% CI) |", "|---|---|---:|---:|"]
+    gaps = [f"| task | {'style' if option == 'answer_style' else 'value'} | n | wim − lc (95% CI) |",
+            "|---|---|---:|---:|"]
     examples: list[str] = []
     pooled: list[float] = []
     for task, items in items_by_task.items():

@@ -176,6 +176,18 @@ def main() -> None:
     args = ap.parse_args()
     if not args.data.is_file():
         sys.exit(f"no data at {args.data}; give --data")
+    memory_file = None
+    if args.memory_threads is not None:
+        from marginalia.models.registry import gguf_file
+
+        memory_file = gguf_file(args.memory_model)
+        if args.memory_threads < 1:
+            ap.error("--memory-threads must be at least 1")
+        if memory_file is None:
+            ap.error(f"--memory-threads runs a GGUF memory model on llama.cpp: give --memory-model smollm2 or "
+                     f"gguf:FILE, not {args.memory_model!r}")
+        if not memory_file.is_file():
+            ap.error(f"no GGUF file at {memory_file}; check --memory-model")
 
     from marginalia import app
     from marginalia.options import ComposeOptions
@@ -200,13 +212,6 @@ def main() -> None:
     def load(spec: str) -> Any:
         return app.load_model(spec, home=home, backend="llamacpp")
 
-    def load_threads(spec: str, threads: int) -> Any:
-        from marginalia.models.llamacpp_backend import LlamaCppGenerator
-        from marginalia.models.loaders import embedded_gguf
-
-        path = embedded_gguf() if spec == "smollm2" else Path(spec.removeprefix("gguf:")).expanduser()
-        return LlamaCppGenerator(path, name=spec, n_threads=threads)
-
     client = load("smollm2")
     t0 = time.perf_counter()
     report = app.index_paths([docs], "sources", count_tokens=client.tokenizer.count, home=home,
@@ -217,8 +222,12 @@ def main() -> None:
     print(f"indexed {len(report.indexed)} documents, {n_chunks} chunks in {index_s:.0f} s", flush=True)
     options = ComposeOptions(threshold=args.threshold, memory_mode=args.memory_mode, suggestion_tokens=15,
                              debounce=0.0)
-    memory_gen = load(args.memory_model) if args.memory_threads is None else \
-        load_threads(args.memory_model, args.memory_threads)
+    if memory_file is None:
+        memory_gen = load(args.memory_model)
+    else:
+        from marginalia.models.llamacpp_backend import LlamaCppGenerator
+
+        memory_gen = LlamaCppGenerator(memory_file, name=args.memory_model, n_threads=args.memory_threads)
     composer = app.compose(store, options, generator=client, memory_generator=memory_gen, loader=load,
                            exclude=[str(draft)])
     t_replay = time.perf_counter()

@@ -266,8 +266,14 @@ def main() -> None:
     ap.add_argument("--section", default="gpu_read")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
     args = ap.parse_args()
+    if args.tokenizer and not Path(args.tokenizer, "tokenizer.json").is_file():
+        ap.error(f"no tokenizer.json in {args.tokenizer}; give a folder with the tokenizer files")
     if args.measurements:
-        m = json.loads(Path(args.measurements).read_text("utf-8"))
+        try:
+            m = json.loads(Path(args.measurements).read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            sys.exit(f"gpu_read.py: cannot read the measurements in {args.measurements} ({exc}); give the JSON "
+                     "a run saved with --save")
         m["written_by"] = command_line()
     else:
         m = measure(args)

@@ -65,5 +65,6 @@ def test_another_wim_option_is_checked_and_named_in_the_report(capsys: pytest.Ca
             ("t/0", "lc"): {"answers": {"written": "No.", "sentence": "No."}, "seconds": 1.0, "commit": "a"}}
     body = ablation.report({"t": items}, done, ("written", "sentence"), "demo", "scripted", 0.0, "kept_as")
     assert body.startswith("## Two values of `kept_as`, paired") and "long context once" in body
+    assert "| task | value | n | wim − lc (95% CI) |" in body
     wim = next(line for line in body.splitlines() if line.startswith("| t | wim"))
     assert [c.strip() for c in wim.split("|")][3:6] == ["1", "0", "1"]
