@@ -787,3 +787,65 @@ def test_a_raised_limit_grows_the_run_when_its_first_items_stay(tmp_path: Path) 
         run_benchmark(load_config(write_config(tmp_path)), out=other, generator=ScriptedGenerator(answering),
                       build_items=spreading, score_item=score, embedder=HashingEmbedder(), err=io.StringIO())
     assert lines(other) == kept and json.loads((other / "run.json").read_text())["config"]["tasks"][0]["limit"] == 1
+
+
+# -- runs without their texts ------------------------------------------------------------------------------
+
+
+def test_a_text_free_export_keeps_no_text_reports_the_same_and_resumes_elsewhere(tmp_path: Path) -> None:
+    from marginalia.bench.report import write_report
+
+    config = write_config(tmp_path)
+    out = tmp_path / "run"
+    run(config, out)
+    records = lines(out)
+    assert any(m["kept"] for r in records for m in r.get("margins") or [])  # margins to carry over
+    copy = tmp_path / "copy"
+    assert cli_main(["bench", "export", str(out), str(copy)], io.StringIO(), io.StringIO()) == 0
+    stored = (copy / "results.jsonl").read_text("utf-8")
+    texts = {s for q, answers, fact in EXAMPLES.values() for s in (q, fact, *answers)}
+    texts |= {r["prediction"] for r in records} | set(FILLER[:3])
+    assert not [t for t in texts if t and t in stored]  # no question, gold, answer, margin or document text
+    exported = [json.loads(line) for line in stored.splitlines()]
+    assert keys(exported) == keys(records)
+    assert [r["scores"] for r in exported] == [r["scores"] for r in records]
+    margins = [m for r in exported for m in r.get("margins") or []]
+    assert any(m["holds_answer"] for m in margins) and all("text" not in m for m in margins)
+
+    def tables(folder: Path) -> str:  # the report without its lines naming the folder
+        text = write_report(folder, out=tmp_path / f"report-{folder.name}", plots=False).report.read_text()
+        return "\n".join(line for line in text.splitlines() if str(folder) not in line)
+
+    assert tables(copy) == tables(out)
+
+    # on another machine: the copy becomes a run, which resumes without answering anything again
+    elsewhere = tmp_path / "elsewhere"
+    assert cli_main(["bench", "import", str(copy), "--out", str(elsewhere)], io.StringIO(), io.StringIO()) == 0
+    gen = ScriptedGenerator(answering)
+    summary = run(config, elsewhere, gen)
+    assert summary.resumed == 24 and summary.written == 0 and gen.requests == []
+    assert tables(elsewhere) == tables(out)
+
+
+def test_a_run_carried_by_its_text_free_copy_grows_it(tmp_path: Path) -> None:
+    from marginalia.bench.export import export_run, import_run
+
+    config = write_config(tmp_path)
+    first = tmp_path / "first"
+    run(config, first, patterns=["lc"])
+    copy = tmp_path / "copy"
+    assert export_run(first, copy) == 8
+    second = tmp_path / "second"
+    assert import_run(copy, second) == 8
+    assert import_run(copy, second) == 0  # nothing twice
+    summary = run(config, second)
+    assert summary.resumed == 8 and summary.written == 16  # only rag and wim were answered here
+    assert export_run(second, copy) == 24
+    assert sorted(keys(lines(copy))) == sorted(keys(lines(second)))
+    other = write_config(tmp_path, CONFIG.replace('model = "scripted"', 'model = "scripted:other"'), "other.toml")
+    third = tmp_path / "third"
+    run(other, third, patterns=["lc"], limit=1)
+    with pytest.raises(UserError, match="different configs"):
+        export_run(third, copy)
+    with pytest.raises(UserError, match="holds no results.jsonl"):
+        import_run(tmp_path / "nothing", tmp_path / "fourth")

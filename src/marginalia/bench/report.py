@@ -327,15 +327,51 @@ def agreement_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> li
     return rows
 
 
+# What the report needs of a result's texts: worked out from them, or read from a text-free result
+# (`marginalia.bench.export`), which keeps these answers in place of the texts.
+
+
+def _text_free(record: dict[str, Any], key: str) -> Any:
+    return (record.get("text_free") or {}).get(key)
+
+
+def _yes_no(record: dict[str, Any]) -> bool:
+    if "text_free" in record:
+        return bool(_text_free(record, "yes_no"))
+    return is_yes_no_gold(record.get("answers") or [])
+
+
+def _says_neither(record: dict[str, Any]) -> bool:
+    if "text_free" in record:
+        return bool(_text_free(record, "neither"))
+    return says_neither_yes_nor_no(record.get("prediction") or "", record.get("answers") or [])
+
+
+def _telling(record: dict[str, Any]) -> bool:
+    if "text_free" in record:
+        return bool(_text_free(record, "telling"))
+    return bearing_is_telling(record.get("question") or "", record.get("answers") or [])
+
+
+def _holds_answer(margin: dict[str, Any], record: dict[str, Any]) -> bool:
+    if "holds_answer" in margin:
+        return bool(margin["holds_answer"])
+    return holds_answer(margin["text"], record.get("answers") or [])
+
+
+def _repeat(margin: dict[str, Any]) -> bool:
+    return bool(margin.get("repeat")) or margin.get("reason") == REPEAT_REASON
+
+
 def yes_no_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[list[str]]:
     """Per pattern: answers to yes/no questions, and those saying neither yes nor no (which ``contains``
     cannot score: they count as wrong)."""
     rows = []
     for p in patterns:
         group = [r for r in records if r["pattern"] == p and r.get("status") == "ok" and r.get("scoring") == "qa"
-                 and is_yes_no_gold(r.get("answers") or [])]
+                 and _yes_no(r)]
         if group:
-            unscored = sum(says_neither_yes_nor_no(r.get("prediction") or "", r["answers"]) for r in group)
+            unscored = sum(_says_neither(r) for r in group)
             rows.append([p, str(len(group)), str(unscored), f"{unscored / len(group):.2f}"])
     return rows
 
@@ -418,15 +454,15 @@ def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCoun
         margins = r.get("margins")
         if r["pattern"] != pattern or r.get("status") != "ok" or r.get("scoring", "qa") != "qa" \
                 or not isinstance(margins, list) or not margins \
-                or not bearing_is_telling(r.get("question") or "", r.get("answers") or []):
+                or not _telling(r):
             continue
         c.answers += 1
-        margins = [m for m in margins if m["kept"] or m.get("reason") != REPEAT_REASON]
+        margins = [m for m in margins if m["kept"] or not _repeat(m)]
         spans = r.get("gold_spans") or []
         if spans:  # a margin written before any gold passage was read has the answer from the model's memory
             first_gold = min(start for start, _ in spans)
             margins = [m for m in margins if m["kept"] or m.get("read_to") is None or m["read_to"] > first_gold]
-        has = [holds_answer(m["text"], r["answers"]) for m in margins]
+        has = [_holds_answer(m, r) for m in margins]
         c.kept += sum(m["kept"] for m in margins)
         c.hits += sum(m["kept"] and h for m, h in zip(margins, has, strict=True))
         c.bearing += sum(has)

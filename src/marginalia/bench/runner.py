@@ -760,7 +760,8 @@ def disagreement_line(record: Mapping[str, Any]) -> dict[str, Any] | None:
     if why is None:
         return None
     return {"kind": why, "task": record["task"], "item_id": record["item_id"], "pattern": record["pattern"],
-            "question": record["question"], "answers": record["answers"], "prediction": record["prediction"],
+            "question": record.get("question"), "answers": record.get("answers"),
+            "prediction": record.get("prediction"),  # none of them in a text-free result (bench export)
             "scores": record["scores"], "judge": record["judge"]}
 
 
@@ -792,11 +793,13 @@ def rejudge(folder: Path, judge: Judge, *, err: TextIO | None = None, progress: 
         records = read_results(path, repair=True)
         if not records:
             raise UserError(f"{folder} has no results to judge; run the benchmark first")
-        todo = [i for i, r in enumerate(records) if r.get("status") == "ok"
+        textless = sum(r.get("status") == "ok" and "text_free" in r for r in records)
+        todo = [i for i, r in enumerate(records) if r.get("status") == "ok" and "text_free" not in r
                 and (r.get("judge") or {}).get("by") != judge.name]
-        kept = sum(r.get("status") == "ok" for r in records) - len(todo)
+        kept = sum(r.get("status") == "ok" for r in records) - len(todo) - textless
         bar = _Progress(len(todo), 0, stream, progress)
-        bar.log(f"judging {len(todo)} answers in {folder} with {judge.name} ({kept} judged by it before)")
+        bar.log(f"judging {len(todo)} answers in {folder} with {judge.name} ({kept} judged by it before)"
+                + (f"; {textless} imported without their texts keep their verdicts" if textless else ""))
         try:
             for n, i in enumerate(todo, 1):
                 r = records[i]

@@ -114,6 +114,29 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     judge.add_argument("--no-report", action="store_true", help="do not write report.md and the plots afterwards")
     judge.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
+    export = sub.add_parser(
+        "export", parents=shared, formatter_class=formatter_class,
+        help="copy a run's results without their texts (to share it, or carry it to another machine)",
+        description="Write DIR/results.jsonl and DIR/run.json: every result of the run with its ids, scores, "
+                    "verdict, costs and margins' flags, but no text of the documents, questions, gold answers, "
+                    "answers or margins (what the report needs of them is worked out first and kept). Results "
+                    "DIR already holds that the run lacks are kept. 'bench import DIR' makes it a run again; "
+                    "'bench report DIR' reports it as it is.",
+    )
+    export.add_argument("run", metavar="RUN", help="a run folder, or the name of a run under <home>/bench/runs")
+    export.add_argument("dest", metavar="DIR", help="where to write the text-free copy")
+
+    imp = sub.add_parser(
+        "import", parents=shared, formatter_class=formatter_class,
+        help="make a text-free copy (from 'bench export') a run again, to resume or report it",
+        description="Add the results in DIR to the run of that name under <home>/bench/runs (made if missing); "
+                    "'bench run' with the same config then skips them and answers the rest. A model judge "
+                    "cannot judge them again (they have no texts): their verdicts stay as exported.",
+    )
+    imp.add_argument("source", metavar="DIR", help="a folder 'bench export' wrote")
+    imp.add_argument("--name", default=None, help="the run's name (default: the config name in DIR/run.json)")
+    imp.add_argument("--out", metavar="DIR", default=None, help="a run folder to add to instead of a named run")
+
     from .common import model_options
 
     generate = sub.add_parser(
@@ -152,6 +175,10 @@ def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return _cmd_report(args, out, err)
     if args.bench_command == "judge":
         return _cmd_judge(args, out, err)
+    if args.bench_command == "export":
+        return _cmd_export(args, out, err)
+    if args.bench_command == "import":
+        return _cmd_import(args, out, err)
     if args.bench_command == "qa-generate":
         return _cmd_qa_generate(args, out, err)
     if args.bench_command == "qa-review":
@@ -286,6 +313,40 @@ def _cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for path in files.plots:
             print(f"wrote {path}", file=err)
     out.write(f"{files.report}\n")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pathlib import Path
+
+    from ..bench.export import export_run
+    from ..bench.report import find_run
+
+    export_run(find_run(args.run, args.home), Path(args.dest).expanduser(), say=lambda m: print(m, file=err))
+    out.write(f"{Path(args.dest).expanduser().resolve()}\n")
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import json
+    from pathlib import Path
+
+    from ..bench.export import import_run
+    from ..bench.runner import RUN_INFO, runs_dir
+
+    source = Path(args.source).expanduser()
+    if args.out:
+        folder = Path(args.out).expanduser()
+    else:
+        name = args.name
+        if name is None:
+            try:
+                name = json.loads((source / RUN_INFO).read_text("utf-8"))["config"]["name"]
+            except (OSError, ValueError, KeyError, TypeError):
+                raise UserError(f"{source / RUN_INFO} does not name the run; give --name NAME or --out DIR") from None
+        folder = runs_dir(args.home) / str(name)
+    import_run(source, folder, say=lambda m: print(m, file=err))
+    out.write(f"{folder}\n")
     return 0
 
 
