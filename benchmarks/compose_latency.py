@@ -155,6 +155,65 @@ def baseline(store: Any, memory_gen: Any, client: Any, texts: list[str], hits: i
     return out
 
 
+def compare_give_way(args: Any, app: Any, store: Any, options: Any, client: Any, memory_gen: Any, load: Any,
+                     draft: Path, typed: str, article: dict[str, Any], n_chunks: int, load_before: tuple[float, ...],
+                     t_start: float) -> None:
+    """Replay the typing ``2 * args.alternate`` times, with and without the memory model giving way (ABBA
+    order, so a drift of the machine's speed falls on both alike), one standby for all; write both."""
+    standby = load("smollm2")
+    runs: dict[bool, list[list[Measured]]] = {True: [], False: []}
+    updates: dict[bool, list[float]] = {True: [], False: []}
+    order = [bool(i % 4 in (0, 3)) for i in range(2 * args.alternate)]
+    for n, give_way in enumerate(order, 1):
+        composer = app.compose(store, options.model_copy(update={"give_way": give_way}), generator=client, standby=standby.fork(keep_cache=False), memory_generator=memory_gen,
+                               exclude=[str(draft)])
+        measured, _ = replay(composer, typed, args.char_delay, args.word_pause)
+        composer.wait_idle(300)
+        composer.close()
+        composer.join(60)
+        runs[give_way].append(measured)
+        updates[give_way] += [e.seconds for e in composer.events if e.kind == "memory_updated"]
+        full = [m.total for m in measured if not m.cancelled and m.tokens >= 15]
+        print(f"replay {n}/{len(order)} ({'gives way' if give_way else 'does not give way'}): "
+              f"full suggestion p50 {pct(full, 50) * 1000:.0f} ms over {len(full)}", flush=True)
+    load_after = os.getloadavg()
+
+    def cells(give_way: bool) -> list[str]:
+        every = [m for r in runs[give_way] for m in r]
+        full = [m.total for m in every if not m.cancelled and m.tokens >= 15]
+        during = [m.total for m in every if not m.cancelled and m.tokens >= 15 and m.refreshing]
+        calm = [m.total for m in every if not m.cancelled and m.tokens >= 15 and not m.refreshing]
+        firsts = [m.first for m in every if m.first is not None]
+        per_run = [pct([m.total for m in r if not m.cancelled and m.tokens >= 15], 50) * 1000 for r in runs[give_way]]
+        return [f"{pct(firsts, 50) * 1000:.0f}", f"{pct(full, 50) * 1000:.0f} ({len(full)})",
+                ", ".join(f"{v:.0f}" for v in per_run), f"{pct(full, 99) * 1000:.0f}",
+                f"{pct(during, 50) * 1000:.0f} ({len(during)})", f"{pct(calm, 50) * 1000:.0f} ({len(calm)})",
+                f"{pct(updates[give_way], 50):.1f}"]
+
+    give, share = cells(True), cells(False)
+    body = "\n".join([
+        "## Composition latency: the memory model giving way to suggestions or not (`benchmarks/compose_latency.py`)",
+        "",
+        f"Command: `{command_line()}` · commit {git_commit()} · client: SmolLM2-135M on llama.cpp in process · "
+        f"memory model: {Path(args.memory_model).name if args.memory_model != 'smollm2' else 'SmolLM2, loaded again'}"
+        f" (in the same process) · memory: {args.memory_mode}, threshold {args.threshold} token edits · machine: "
+        f"{machine()} · {load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",
+        "",
+        f"The first {args.words} words of the lead of WikiText's {article['title']!r} typed {2 * args.alternate} times "
+        f"in one process ({len(typed)} keystrokes each, {args.char_delay * 1000:.0f} ms apart, "
+        f"{args.word_pause * 1000:.0f} ms more after each word), the memory model giving way (it pauses before each "
+        "of its steps while a suggestion is being written) and not, in ABBA order; collection of "
+        f"{n_chunks} chunks. Times pooled over the replays of each kind (n in brackets).",
+        "",
+        "| memory model | first token p50 (ms) | full suggestion p50 (ms) | p50 of each replay | full p99 | "
+        "full p50 during a refresh | full p50, no refresh | memory update p50 (s) |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+        "| gives way | " + " | ".join(give) + " |",
+        "| shares the CPU | " + " | ".join(share) + " |",
+    ])
+    write_section("compose_latency_give_way", body)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
@@ -171,6 +230,13 @@ def main() -> None:
                     help="CPU threads of the memory model (default: every core, as for any model loaded by spec)")
     ap.add_argument("--section", default="compose_latency", help="the BENCHMARKS.md section to write")
     ap.add_argument("--threshold", type=int, default=20)
+    ap.add_argument("--alternate", type=int, default=0, metavar="N",
+                    help="instead: replay the typing 2N times in one process, the memory model giving way and not "
+                         "in turn (ABBA order), and write the two side by side (section compose_latency_give_way)")
+    ap.add_argument("--dump", type=Path, default=None,
+                    help="also write every suggestion's record (JSON lines: tokens prefilled and written, times) here")
+    ap.add_argument("--no-give-way", dest="give_way", action="store_false",
+                    help="the memory model does not pause while a suggestion is written (both share the CPU)")
     ap.add_argument("--embedder", default="minilm")
     ap.add_argument("--baseline-every", type=int, default=2, help="a baseline completion at every n-th word end")
     args = ap.parse_args()
@@ -221,6 +287,7 @@ def main() -> None:
     n_chunks = sum(d.n_chunks for d in store.documents())
     print(f"indexed {len(report.indexed)} documents, {n_chunks} chunks in {index_s:.0f} s", flush=True)
     options = ComposeOptions(threshold=args.threshold, memory_mode=args.memory_mode, suggestion_tokens=15,
+                             give_way=args.give_way,
                              debounce=0.0)
     if memory_file is None:
         memory_gen = load(args.memory_model)
@@ -228,6 +295,10 @@ def main() -> None:
         from marginalia.models.llamacpp_backend import LlamaCppGenerator
 
         memory_gen = LlamaCppGenerator(memory_file, name=args.memory_model, n_threads=args.memory_threads)
+    if args.alternate:
+        compare_give_way(args, app, store, options, client, memory_gen, load, draft, typed, article, n_chunks,
+                         load_before, t_start)
+        return
     composer = app.compose(store, options, generator=client, memory_generator=memory_gen, loader=load,
                            exclude=[str(draft)])
     t_replay = time.perf_counter()
@@ -236,6 +307,13 @@ def main() -> None:
     composer.close()
     replay_s = time.perf_counter() - t_replay
     events = list(composer.events)
+    if args.dump is not None:
+        import dataclasses
+
+        with args.dump.open("w", encoding="utf-8") as f:
+            for e in events:
+                if e.kind == "suggested":
+                    f.write(json.dumps({k: v for k, v in dataclasses.asdict(e).items() if k != "text"}) + "\n")
     drafted = [i for e in events if e.kind == "memory_updated" for i in e.added if i.source == str(draft)]
     kinds = [e.kind for e in events]
     replaced = sum(1 for e in events if e.kind == "memory_requested" and e.replaces is not None)
@@ -268,6 +346,7 @@ def main() -> None:
         + ("memory model: the same weights, loaded again" if args.memory_model == "smollm2" else
            f"memory model: {Path(args.memory_model).name}") + " (in the same process, sharing its CPU"
         + (f", {args.memory_threads} thread{'s' if args.memory_threads > 1 else ''}" if args.memory_threads else "")
+        + "; " + ("it pauses while a suggestion is written" if args.give_way else "it does not pause for suggestions")
         + ") · "
         f"memory: {args.memory_mode}, threshold {args.threshold} token edits, "
         f"{options.hits} chunks per request · embedder {args.embedder} · machine: {machine()} · "
@@ -299,7 +378,8 @@ def main() -> None:
         f"- The baseline takes {ratio_first:.1f}x compose's median time to the first token and "
         f"{ratio_full:.1f}x its median full suggestion.",
         f"- Memory updates took {pct([u.seconds for u in updates], 50):.1f} s (median) from request to items; "
-        "suggestions never waited for them.",
+        "suggestions never waited for them"
+        + (" (the memory model gave way to every suggestion in progress)." if args.give_way else "."),
     ])
     write_section(args.section, body_md)
     print(body_md)

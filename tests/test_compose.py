@@ -684,3 +684,49 @@ def test_a_closed_composer_is_joined_once_its_memory_request_returns() -> None:
     assert not composer.join(0.05)  # the request in flight still uses the memory model
     gate.set()
     assert composer.join(5)  # it returned, and nothing else runs: the models are free
+
+
+class Held(ScriptedGenerator):
+    """Writes its first token, then waits for ``release`` before the rest (a suggestion in progress)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.writing = threading.Event()
+        self.release = threading.Event()
+
+    def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
+        for i, token in enumerate(super()._sample_tokens(params)):
+            if i == 1:
+                self.writing.set()
+                assert self.release.wait(5)
+            yield token
+
+
+@pytest.mark.parametrize("give_way", [True, False])
+def test_the_memory_model_waits_while_a_suggestion_is_written(give_way: bool,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import marginalia.compose.client as client_module
+
+    monkeypatch.setattr(client_module, "YIELD_AT_MOST", 30.0)  # no time limit on giving way in this test
+    memory_model = ScriptedGenerator(default="The ferry sails twice a day from the old harbour.")
+    gen = Held(default=" sails at dawn every day")
+    composer = Composer(CompletionClient(gen, suggestion_tokens=5),
+                        TakeawayMemory(FakeCollection(), memory_model, hits=1, exclude={"draft.md"}),
+                        threshold=4, memory_size=3, give_way=give_way)
+    completion = composer.client.complete("The ferry to Lindholm")
+    reader = threading.Thread(target=completion.text)
+    reader.start()
+    assert gen.writing.wait(5)  # the suggestion is being written: its model holds the foreground
+    composer.coordinator.observe("The ferry to Lindholm", composer.client.encode("The ferry to Lindholm"))
+    if give_way:
+        wait_for(lambda: composer.coordinator.in_flight is not None)
+        time.sleep(0.3)
+        assert memory_model.requests == []  # not one step (its prompt's prefill) while the suggestion is written
+    else:  # it went on beside the suggestion
+        wait_for(lambda: len(memory_model.requests) == 1 and not composer.coordinator.busy())
+    gen.release.set()
+    reader.join(5)
+    assert composer.wait_idle(5)
+    assert len(memory_model.requests) == 1
+    assert [i.text for i in composer.memory] == ["The ferry sails twice a day from the old harbour."]
+    composer.close()

@@ -68,3 +68,30 @@ def test_a_query_is_embedded_on_one_torch_thread_and_the_count_restored() -> Non
         assert seen == [1, 2] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_documents_are_embedded_on_a_thread_that_ends_with_the_call() -> None:
+    """torch's intra-op team stays with the thread that made it; documents leave none on the caller's."""
+    import threading
+
+    pytest.importorskip("torch")
+    from marginalia.index.embedders import SentenceTransformerEmbedder
+
+    threads: list[threading.Thread] = []
+
+    class Model:
+        def encode(self, texts: list[str], **options: Any) -> np.ndarray:
+            threads.append(threading.current_thread())
+            if texts == ["boom"]:
+                raise RuntimeError("the model failed")
+            return np.ones((len(texts), 4), dtype=np.float32)
+
+    emb = object.__new__(SentenceTransformerEmbedder)
+    emb.name, emb.model = "fake", Model()
+    vectors = emb.embed_documents(["a pier", "a ferry"])
+    assert vectors.shape[0] == 2
+    assert threads[-1] is not threading.current_thread() and not threads[-1].is_alive()
+    emb.embed_query("which pier?")
+    assert threads[-1] is threading.current_thread()  # a query stays (one torch thread: no team)
+    with pytest.raises(RuntimeError, match="the model failed"):
+        emb.embed_documents(["boom"])

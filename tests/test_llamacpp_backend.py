@@ -183,3 +183,24 @@ def test_choice_probabilities_leave_the_cache_as_it_was(smollm2_llamacpp: Any) -
     probs = gen.choice_probabilities(gen.tokenizer.encode(" Does it open at dawn? Reply YES or NO."), ("YES", "NO"))
     assert gen.cached_ids == tuple(ids)
     assert sum(probs.values()) == pytest.approx(1.0) and 0.0 < probs["YES"] < 1.0
+
+
+def test_a_yielding_thread_pauses_before_every_step_and_prefills_in_slices(smollm2_llamacpp: Any) -> None:
+    from marginalia.models.base import YIELD_STEP, GenerationParams, yielding_to
+
+    gen = smollm2_llamacpp.fork(keep_cache=False)
+    ids = gen.tokenizer.encode("The ferry to Lindholm leaves the old harbour at seven. " * 4)
+    assert len(ids) > 2 * YIELD_STEP
+    paused: list[int] = []
+    gen.prefill(ids[:5])
+    assert paused == []  # no pause outside the block
+    with yielding_to(lambda: paused.append(gen.length)):
+        gen.prefill(ids[5:])
+        slices = len(paused)
+        text = "".join(gen.generate_from_cache([], GenerationParams(max_new_tokens=4), commit=False))
+    assert slices == -(-(len(ids) - 5) // YIELD_STEP)
+    assert len(paused) - slices >= len(gen.tokenizer.encode(text)) - 1  # a pause before each decoded token
+    before = len(paused)
+    gen.prefill(ids[:1])
+    assert len(paused) == before  # and none after the block
+    gen.reset()

@@ -399,3 +399,19 @@ def test_the_cache_goes_by_the_name_the_model_takes(make_tiny: Callable[..., Any
         "".join(gen.generate_from_cache(ids_of(gen, B_TEXT), GREEDY))
         gen.score(ids_of(gen, B_TEXT))
         gen.branches([5, gen.length], ids_of(gen, B_TEXT), GenerationParams(max_new_tokens=3))
+
+
+def test_a_yielding_thread_pauses_before_every_forward_in_small_slices(make_tiny: Callable[..., Any],
+                                                                       tiny_parts: Any) -> None:
+    from marginalia.models.base import YIELD_STEP, yielding_to
+
+    model, _ = tiny_parts
+    gen = make_tiny(prefill_chunk=512)
+    ids = ids_of(gen, A_TEXT + B_TEXT)
+    assert len(ids) > 2 * YIELD_STEP
+    paused: list[int] = []
+    with yielding_to(lambda: paused.append(gen.length)):
+        gen.prefill(ids)
+    assert paused == list(range(0, len(ids), YIELD_STEP))  # one pause before each slice, at its start
+    logits, _ = full_forward(model, ids)
+    assert torch.allclose(gen._pending_logits(), logits, atol=1e-4)  # slices read the same

@@ -468,7 +468,8 @@ def compose(collection: Collection | str, options: ComposeOptions | None = None,
         store, memory_generator, hits=options.hits, search=options.search, min_similarity=options.min_similarity,
         exclude={*excluded, *exclude}, item_tokens=options.item_tokens)
     return Composer(client, memory, threshold=options.threshold, memory_size=options.memory_size,
-                    memory_timeout=options.memory_timeout, debounce=options.debounce, listeners=listeners)
+                    memory_timeout=options.memory_timeout, debounce=options.debounce, listeners=listeners,
+                    give_way=options.give_way)
 
 
 def compose_sources(store: Collection, exclude: Sequence[str] = ()) -> set[str]:

@@ -225,6 +225,10 @@ class ComposeOptions(Options):
     suggestion_tokens: int = Field(default=15, gt=0, description="the most tokens per suggestion")
     debounce: float = Field(default=0.15, ge=0.0, le=5.0,
                             description="seconds of no typing before a suggestion is written")
+    give_way: bool = Field(
+        default=True,
+        description="the memory model pauses while a suggestion is being written, so that a refresh does not "
+                    "slow suggestions down (memory comes later while the writer types); off: both share the CPU")
 
 
 class TuneDataOptions(Options):

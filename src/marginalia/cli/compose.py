@@ -33,7 +33,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                     "so typing never waits for it. Esc then Enter ends; the text goes to stdout.",
     )
     collection_option(compose)
-    add_record_options(compose, [ComposeOptions], metavars=METAVARS)
+    add_record_options(compose, [ComposeOptions], metavars=METAVARS, flags={"give_way": "--no-give-way"})
     compose.add_argument("--text", metavar="FILE", help="start from this file's text (never retrieved as memory)")
     compose.add_argument("--exclude", metavar="SOURCE", action="append", default=[],
                          help="a document of the collection never to draw memory from: the one being written "

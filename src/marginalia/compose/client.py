@@ -335,6 +335,11 @@ class CompletionClient:
                     round(time.perf_counter() - t0, 4), version, stopped or completion.cancelled)
         self._emit(completion.result)
 
+    def give_way(self) -> None:
+        """Wait while a completion is being written (at most `YIELD_AT_MOST` seconds, so that background work
+        still moves on while the writer types without a break): background work calls it between its steps."""
+        self._fg_idle.wait(YIELD_AT_MOST)
+
     # -- memory ------------------------------------------------------------------------------------
 
     def set_memory(self, items: Sequence[MemoryItem], version: int) -> None:
@@ -410,14 +415,11 @@ class CompletionClient:
             with self._state:
                 return self._closed or self._target is not target
 
-        def yield_to_completion() -> None:
-            self._fg_idle.wait(YIELD_AT_MOST)
-
         for _ in range(CATCH_UP_ROUNDS):  # catch up with the text typed while preparing
             with self._state:
                 latest = self._latest
             prompt = [*self._prefix, *target.ids, *self._context(latest, target)]
-            done, whole = cache.sync(prompt, self.prefill_step, stop=superseded, before_step=yield_to_completion)
+            done, whole = cache.sync(prompt, self.prefill_step, stop=superseded, before_step=self.give_way)
             total += done
             if not whole:
                 return  # newer memory came: the loop starts over with it

@@ -35,10 +35,14 @@ class Composer:
         memory_timeout: seconds a memory request may take.
         debounce: seconds `suggest` waits for more typing before it starts completing.
         listeners: called with every event, from the thread that caused it.
+        give_way: the memory model pauses before each of its steps while a suggestion is being written
+            (`CompletionClient.give_way`), so that a refresh does not slow suggestions down; memory then
+            takes longer to come while the writer types.
     """
 
     def __init__(self, client: CompletionClient, fetch: Fetch, *, threshold: int, memory_size: int,
-                 memory_timeout: float = 60.0, debounce: float = 0.0, listeners: Iterable[Listener] = ()) -> None:
+                 memory_timeout: float = 60.0, debounce: float = 0.0, listeners: Iterable[Listener] = (),
+                 give_way: bool = True) -> None:
         self.client = client
         self.debounce = debounce
         self.listeners = list(listeners)
@@ -47,7 +51,8 @@ class Composer:
         client.on_event = self._emit
         self.coordinator = AugmentationCoordinator(fetch, threshold=threshold, memory_size=memory_size,
                                                    timeout=memory_timeout, on_event=self._emit,
-                                                   on_memory=client.set_memory)
+                                                   on_memory=client.set_memory,
+                                                   pause=client.give_way if give_way else None)
         self._lock = threading.Condition()
         self._edit_lock = threading.Lock()
         self._text: str | None = None

@@ -68,11 +68,14 @@ class AugmentationCoordinator:
             request may start once it has returned (a model cannot be interrupted mid-call).
         on_event: called with every event (from the thread that caused it).
         on_memory: called with the whole memory each time it changes (on the worker thread).
+        pause: called before every model step of ``fetch`` (on the worker thread); the composer's waits
+            while a suggestion is being written, so that memory work never slows one down.
     """
 
     def __init__(self, fetch: Fetch, *, threshold: int, memory_size: int, timeout: float = 60.0,
                  on_event: Callable[[ComposeEvent], None] | None = None,
-                 on_memory: Callable[[tuple[MemoryItem, ...], int], None] | None = None) -> None:
+                 on_memory: Callable[[tuple[MemoryItem, ...], int], None] | None = None,
+                 pause: Callable[[], None] | None = None) -> None:
         if threshold <= 0 or memory_size <= 0 or timeout <= 0:
             raise ValueError("threshold, memory_size and timeout must be positive")
         token_distance([], [])  # a missing rapidfuzz fails here, not on the first keystroke
@@ -82,6 +85,7 @@ class AugmentationCoordinator:
         self.timeout = timeout
         self.on_event = on_event
         self.on_memory = on_memory
+        self.pause = pause
         self._lock = threading.Condition()
         self._memory: list[MemoryItem] = []
         self._version = 0
@@ -148,7 +152,7 @@ class AugmentationCoordinator:
 
     def _ensure_worker(self) -> None:
         if self._worker is None:
-            self._worker = start_background(self._work, "compose-memory")
+            self._worker = start_background(self._work, "compose-memory", self.pause)
 
     def _take(self) -> MemoryRequest | None:
         """Wait for a pending request and mark it in flight (None once closed)."""

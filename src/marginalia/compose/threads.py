@@ -2,7 +2,10 @@
 that run at a lower scheduling priority than the completions the writer waits for.
 
 On Linux a thread has a nice value of its own, and the threads a model starts to compute (llama.cpp's
-workers) inherit it, so the model work done in the background yields the CPU to a completion.
+workers) inherit it, so the model work done in the background yields the CPU to a completion. A lower
+priority still lets the background take its share of two cores, and a completion's compute threads wait
+for each other at every layer, so one slowed thread slows all: the background can also pause before each
+model step until no completion is running (``pause``).
 """
 
 from __future__ import annotations
@@ -12,18 +15,23 @@ import os
 import threading
 from collections.abc import Callable
 
+from ..models.base import yielding_to
+
 log = logging.getLogger(__name__)
 
 #: how much nicer than the process the background threads are
 BACKGROUND_NICE = 10
 
 
-def start_background(target: Callable[[], None], name: str) -> threading.Thread:
-    """Start ``target`` on a daemon thread at background priority (where the platform allows)."""
+def start_background(target: Callable[[], None], name: str,
+                     pause: Callable[[], None] | None = None) -> threading.Thread:
+    """Start ``target`` on a daemon thread at background priority (where the platform allows); with
+    ``pause``, every model step it takes first calls ``pause`` (see `marginalia.models.base.yielding_to`)."""
 
     def run() -> None:
         lower_priority()
-        target()
+        with yielding_to(pause):
+            target()
 
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()

@@ -11,9 +11,9 @@ import hashlib
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -84,7 +84,7 @@ class SentenceTransformerEmbedder(Embedder):
         if kind == "query":
             with one_torch_thread():
                 return self._encode(texts)
-        return self._encode(texts)
+        return on_own_thread(self._encode, texts)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self.model.encode(list(texts), batch_size=self.batch_size,
@@ -92,6 +92,32 @@ class SentenceTransformerEmbedder(Embedder):
 
 
 _THREADS = threading.Lock()
+_T = TypeVar("_T")
+
+
+def on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` on a thread of its own that ends with the call (its exception is raised here).
+
+    torch's intra-op threads (an OpenMP team) stay with the thread that first ran torch on several threads,
+    and while they live, llama.cpp's own OpenMP threads in the same process run markedly slower (composition's
+    suggestions on two cores: BENCHMARKS.md, compose_latency_torch_team). A team made on a thread that ends
+    goes with it, so embedding documents (several torch threads) on a thread of its own leaves no team behind.
+    """
+    out: list[_T] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(fn(*args))
+        except BaseException as exc:  # handed to the caller
+            error.append(exc)
+
+    thread = threading.Thread(target=run, name="embed", daemon=True)
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return out[0]
 
 
 @contextmanager

@@ -12,9 +12,11 @@ extends the one before.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypedDict
 
@@ -535,6 +537,32 @@ class CachingGenerator(Generator):
         """Stateless generation on a fork, so the main cache is never touched."""
         worker = self.fork(keep_cache=False)
         yield from worker.generate_from_cache(prompt_ids, params, commit=False)
+
+
+_steps = threading.local()
+
+#: tokens a backend prefills per step while its thread yields (see `yielding_to`)
+YIELD_STEP = 16
+
+
+@contextmanager
+def yielding_to(pause: Callable[[], None] | None) -> Iterator[None]:
+    """Run the block with ``pause()`` called before every model step an in-process backend takes on this
+    thread: one token decoded, or a prefill slice of `YIELD_STEP` tokens (the backend slices its prefills
+    while a pause is set). Background work gives way to foreground work this way: composition's memory model
+    waits in ``pause`` while a suggestion is being written. Slicing a prefill may change the last bits of the
+    logits (a batch cut elsewhere rounds differently), so only background work should use it."""
+    before = getattr(_steps, "pause", None)
+    _steps.pause = pause
+    try:
+        yield
+    finally:
+        _steps.pause = before
+
+
+def step_pause() -> Callable[[], None] | None:
+    """The pause set on this thread by `yielding_to` (None: run straight through)."""
+    return getattr(_steps, "pause", None)
 
 
 def close_stream(stream: Iterator[object]) -> None:

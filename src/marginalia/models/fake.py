@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import BackendError
-from .base import CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer
+from .base import CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer, step_pause
 
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>")
 _TOKEN = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
@@ -133,6 +133,8 @@ class ScriptedGenerator(CachingGenerator):
 
     def prefill(self, ids: Sequence[int]) -> None:
         self.check_fits(self.length + len(ids), what="the prefilled context")
+        if (pause := step_pause()) is not None:
+            pause()
         self.ids.extend(ids)
         self.usage.prefilled_tokens += len(ids)
         self.usage.evaluated(self.ids, len(self.ids) - len(ids), len(self.ids))
@@ -215,5 +217,7 @@ class ScriptedGenerator(CachingGenerator):
         )
         self.requests.append(request)
         for token in self._tok.encode(self._reply(request)):
+            if (pause := step_pause()) is not None:
+                pause()
             yield token
             self.ids.append(token)

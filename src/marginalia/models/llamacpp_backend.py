@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, MissingDependency, UserError
-from .base import CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer
+from .base import YIELD_STEP, CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer, step_pause
 from .copying import CopyState
 from .ledger import common_prefix
 
@@ -272,8 +272,15 @@ class LlamaCppGenerator(CachingGenerator):
         """Evaluate ``ids`` on top of the context; return (and keep) the last one's logits."""
         llama_cpp = import_llama_cpp()
         llm = self._shared.llm
+        ids = list(ids)
+        pause = step_pause()
         try:
-            llm.eval(list(ids))
+            if pause is None:
+                llm.eval(ids)
+            else:  # in slices, giving way before each (see `yielding_to`)
+                for at in range(0, len(ids), YIELD_STEP):
+                    pause()
+                    llm.eval(ids[at:at + YIELD_STEP])
         except Exception as exc:  # llama.cpp reports decode failures as RuntimeError
             raise BackendError(f"llama.cpp failed to evaluate {len(ids)} tokens: {exc}") from exc
         pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
@@ -476,6 +483,8 @@ class LlamaCppGenerator(CachingGenerator):
             if logits:
                 rows[j] = i
         batch.n_tokens = len(items)
+        if (pause := step_pause()) is not None:
+            pause()
         code = llama_cpp.llama_decode(self._shared.llm._ctx.ctx, batch)
         if code != 0:
             raise BackendError(f"llama.cpp could not decode a batch of {len(items)} branch tokens (code {code}); "

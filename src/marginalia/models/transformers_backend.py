@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import BackendError, MissingDependency
-from .base import CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer
+from .base import YIELD_STEP, CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer, step_pause
 from .copying import CopyState
 
 HF_INSTALL = "pip install torch==2.13.0 && pip install 'marginalia[hf]'"
@@ -149,6 +149,8 @@ class TransformersGenerator(CachingGenerator):
     def _forward(self, ids: Sequence[int]) -> Any:
         """Run ``ids`` through the model on top of the cache; return the last logits."""
         torch = self.torch
+        if (pause := step_pause()) is not None:
+            pause()
         x = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
         with torch.no_grad():
             out = self.model(input_ids=x, use_cache=True, logits_to_keep=1, **{self._cache_kw: self._cache})
@@ -163,8 +165,9 @@ class TransformersGenerator(CachingGenerator):
             return
         self.check_fits(self.length + len(ids), what="the prefilled context")
         t0 = time.perf_counter()
-        for i in range(0, len(ids), self.prefill_chunk):
-            self._forward(ids[i:i + self.prefill_chunk])
+        step = self.prefill_chunk if step_pause() is None else min(self.prefill_chunk, YIELD_STEP)
+        for i in range(0, len(ids), step):
+            self._forward(ids[i:i + step])
         self.usage.prefilled_tokens += len(ids)
         self.usage.evaluated(self._ids, len(self._ids) - len(ids), len(self._ids))
         self.usage.prefill_seconds += time.perf_counter() - t0
