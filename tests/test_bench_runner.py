@@ -849,3 +849,6 @@ def test_a_run_carried_by_its_text_free_copy_grows_it(tmp_path: Path) -> None:
         export_run(third, copy)
     with pytest.raises(UserError, match="holds no results.jsonl"):
         import_run(tmp_path / "nothing", tmp_path / "fourth")
+    err = io.StringIO()
+    assert cli_main(["bench", "import", str(tmp_path / "nothing")], io.StringIO(), err) == 2
+    assert "holds no results.jsonl; give the folder 'marginalia bench export' wrote" in err.getvalue()

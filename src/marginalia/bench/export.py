@@ -125,9 +125,10 @@ def export_run(folder: Path, dest: Path, say: Callable[[str], None] = lambda _: 
     info = _info_of(folder)
     there = _info_of(dest)
     _check_same_run(info, there, folder, dest)
-    with _locked(folder, "wait for the run to finish or stop it (it resumes later), then export"):
-        ours = _latest(read_results(folder / RESULTS))
-        our_lines = _disagreements(folder)
+    # no lock: a run appends whole lines, and a line it is still writing is left out (read_results), so a run
+    # in progress can be exported as far as it got
+    ours = _latest(read_results(folder / RESULTS))
+    our_lines = _disagreements(folder)
     theirs = _latest(read_results(dest / RESULTS)) if (dest / RESULTS).is_file() else {}
     merged = {**theirs, **ours}
     records = [strip_record(r) for r in merged.values()]

@@ -335,6 +335,8 @@ def _cmd_import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..bench.runner import RUN_INFO, runs_dir
 
     source = Path(args.source).expanduser()
+    if not (source / "results.jsonl").is_file():
+        raise UserError(f"{source} holds no results.jsonl; give the folder 'marginalia bench export' wrote")
     if args.out:
         folder = Path(args.out).expanduser()
     else:
