@@ -852,3 +852,26 @@ def test_a_run_carried_by_its_text_free_copy_grows_it(tmp_path: Path) -> None:
     err = io.StringIO()
     assert cli_main(["bench", "import", str(tmp_path / "nothing")], io.StringIO(), err) == 2
     assert "holds no results.jsonl; give the folder 'marginalia bench export' wrote" in err.getvalue()
+
+
+def test_a_carried_run_is_judged_where_its_texts_are(tmp_path: Path) -> None:
+    """Imported answers keep the verdicts they were exported with; a judge that has not judged them refuses."""
+    from marginalia.bench.export import export_run, import_run
+    from marginalia.bench.judge import ModelJudge
+    from marginalia.bench.runner import rejudge
+
+    config = write_config(tmp_path)
+    first = tmp_path / "first"
+    run(config, first, patterns=["lc"], limit=1)
+    judge = ModelJudge(ScriptedGenerator(lambda req: '{"correct": true}', name="lenient"))
+    assert rejudge(first, judge, err=io.StringIO()).judged == 4
+    export_run(first, tmp_path / "copy")
+    second = tmp_path / "second"
+    import_run(tmp_path / "copy", second)
+    run(config, second, patterns=["lc"])  # four more answers, with their texts
+    summary = rejudge(second, judge, err=io.StringIO())
+    assert summary.judged == 4 and summary.kept == 4  # the imported ones keep their verdicts
+    assert all(r["judge"]["by"] == "lenient" for r in lines(second))
+    other = ModelJudge(ScriptedGenerator(lambda req: '{"correct": false}', name="strict"))
+    with pytest.raises(UserError, match="4 answers of .* were imported without their texts and not judged by strict"):
+        rejudge(second, other, err=io.StringIO())

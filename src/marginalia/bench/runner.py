@@ -793,13 +793,17 @@ def rejudge(folder: Path, judge: Judge, *, err: TextIO | None = None, progress: 
         records = read_results(path, repair=True)
         if not records:
             raise UserError(f"{folder} has no results to judge; run the benchmark first")
-        textless = sum(r.get("status") == "ok" and "text_free" in r for r in records)
-        todo = [i for i, r in enumerate(records) if r.get("status") == "ok" and "text_free" not in r
+        textless = [r for r in records if r.get("status") == "ok" and "text_free" in r
+                    and (r.get("judge") or {}).get("by") != judge.name]
+        if textless:  # judging only the rest would score the run's two parts differently
+            raise UserError(f"{len(textless)} answers of {folder} were imported without their texts and not "
+                            f"judged by {judge.name}, which cannot judge them now; judge a run with this judge "
+                            "before exporting it, on the machine that has its texts")
+        todo = [i for i, r in enumerate(records) if r.get("status") == "ok"
                 and (r.get("judge") or {}).get("by") != judge.name]
-        kept = sum(r.get("status") == "ok" for r in records) - len(todo) - textless
+        kept = sum(r.get("status") == "ok" for r in records) - len(todo)
         bar = _Progress(len(todo), 0, stream, progress)
-        bar.log(f"judging {len(todo)} answers in {folder} with {judge.name} ({kept} judged by it before)"
-                + (f"; {textless} imported without their texts keep their verdicts" if textless else ""))
+        bar.log(f"judging {len(todo)} answers in {folder} with {judge.name} ({kept} judged by it before)")
         try:
             for n, i in enumerate(todo, 1):
                 r = records[i]

@@ -130,8 +130,9 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
         "import", parents=shared, formatter_class=formatter_class,
         help="make a text-free copy (from 'bench export') a run again, to resume or report it",
         description="Add the results in DIR to the run of that name under <home>/bench/runs (made if missing); "
-                    "'bench run' with the same config then skips them and answers the rest. A model judge "
-                    "cannot judge them again (they have no texts): their verdicts stay as exported.",
+                    "'bench run' with the same config then skips them and answers the rest. They keep the "
+                    "verdicts they were exported with: a model judge cannot judge them again (they have no "
+                    "texts), so judge a run before exporting it.",
     )
     imp.add_argument("source", metavar="DIR", help="a folder 'bench export' wrote")
     imp.add_argument("--name", default=None, help="the run's name (default: the config name in DIR/run.json)")
