@@ -20,7 +20,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import command_line, git_commit, load_note, machine, write_section  # noqa: E402

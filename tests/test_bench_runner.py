@@ -827,8 +827,9 @@ def test_a_text_free_export_keeps_no_text_reports_the_same_and_resumes_elsewhere
     assert tables(elsewhere) == tables(out)
 
 
-def test_a_run_carried_by_its_text_free_copy_grows_it(tmp_path: Path) -> None:
+def test_a_run_carried_by_its_text_free_copy_grows_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from marginalia.bench.export import export_run, import_run
+    from marginalia.bench.report import write_report
 
     config = write_config(tmp_path)
     first = tmp_path / "first"
@@ -838,8 +839,11 @@ def test_a_run_carried_by_its_text_free_copy_grows_it(tmp_path: Path) -> None:
     second = tmp_path / "second"
     assert import_run(copy, second) == 8
     assert import_run(copy, second) == 0  # nothing twice
+    monkeypatch.setattr(runner_module, "machine_info", lambda: {"cpu": "Other CPU", "cores": 64})
     summary = run(config, second)
     assert summary.resumed == 8 and summary.written == 16  # only rag and wim were answered here
+    report = write_report(second, plots=False).report.read_text()
+    assert "answered on 2 machines (" in report and "64 cores, Other CPU" in report
     assert export_run(second, copy) == 24
     assert sorted(keys(lines(copy))) == sorted(keys(lines(second)))
     other = write_config(tmp_path, CONFIG.replace('model = "scripted"', 'model = "scripted:other"'), "other.toml")

@@ -523,6 +523,18 @@ def _header(data: RunData) -> list[str]:
         f"- **machine**: {machine.get('cores', '?')} cores ({machine.get('cpu', '?')}), "
         f"{machine.get('ram_gb', '?')} GB RAM" + (f", GPU: {'; '.join(machine['gpus'])}" if machine.get("gpus")
                                                  else ""),
+    ]
+    machines: list[dict[str, Any]] = []
+    for invocation in info.get("invocations") or []:
+        m = invocation.get("machine")
+        if isinstance(m, dict) and m not in machines:
+            machines.append(m)
+    if len(machines) > 1:  # a run carried from machine to machine (bench export / import)
+        lines.append(f"- **machines**: answered on {len(machines)} machines ("
+                     + "; ".join(f"{m.get('cores', '?')} cores, {m.get('cpu', '?')}"
+                                 + (f" ({m['vectors']})" if m.get("vectors") else "") for m in machines)
+                     + "): its seconds per answer mix them")
+    lines += [
         f"- **results**: {len(data.records)} ({statuses['ok']} answered, {statuses['overflow']} overflow, "
         f"{statuses['error']} error)",
     ]

@@ -286,7 +286,7 @@ def machine_info() -> dict[str, Any]:
             gpus = [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
         except (OSError, subprocess.SubprocessError):
             pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "ram_gb": ram_gb, "gpus": gpus,
+    return {"cpu": cpu, "vectors": cpu_vectors(), "cores": os.cpu_count(), "ram_gb": ram_gb, "gpus": gpus,
             "platform": platform.platform(), "python": platform.python_version()}
 
 
@@ -568,7 +568,7 @@ def _record_invocation(folder: Path, info: dict[str, Any] | None, config: RunCon
     """Write run.json: on the first run everything; later runs add an entry to its ``invocations``."""
     now = _now()
     commit = git_commit()
-    invocation = {"started": now, "commit": commit, "models": models, "limit": limit,
+    invocation = {"started": now, "commit": commit, "models": models, "machine": machine_info(), "limit": limit,
                   "patterns": list(patterns or []),
                   "tasks": list(tasks or []), "argv": sys.argv[1:]}
     if info is None:
