@@ -730,3 +730,25 @@ def test_the_memory_model_waits_while_a_suggestion_is_written(give_way: bool,
     assert len(memory_model.requests) == 1
     assert [i.text for i in composer.memory] == ["The ferry sails twice a day from the old harbour."]
     composer.close()
+
+
+def test_memory_is_prepared_in_small_slices_that_each_give_way() -> None:
+    gen = ScriptedGenerator(default=" sails at dawn")
+    standby = gen.fork(keep_cache=False)
+    slices: list[int] = []
+    prefill = standby.prefill
+
+    def recorded(ids: Sequence[int]) -> None:
+        slices.append(len(ids))
+        prefill(ids)
+
+    standby.prefill = recorded  # type: ignore[method-assign]
+    client = CompletionClient(gen, standby=standby, suggestion_tokens=3, background_step=4)
+    gave_way: list[int] = []
+    give_way = client.give_way
+    client.give_way = lambda: (gave_way.append(1), give_way())[1]  # type: ignore[method-assign]
+    client.complete("The ferry to Lindholm").text()
+    client.set_memory([item("The ferry sails twice a day from the old harbour in summer.")], 1)
+    assert client.wait_prepared(5)
+    assert len(slices) > 3 and max(slices) <= 4 and len(gave_way) == len(slices)
+    client.close()

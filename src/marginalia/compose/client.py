@@ -12,7 +12,7 @@ the text typed so far, continued by the model in the assistant's turn.
   (the standby) by a background thread, which then catches up with the text typed meanwhile. The next
   completion after it is ready swaps the two caches; until then completions run on the old memory and
   never wait for the new one. The preparation yields to a completion in progress between slices of
-  ``prefill_step`` tokens.
+  ``background_step`` tokens (small, so that a completion that starts mid-slice shares the CPU briefly).
 - **Cancellation.** A completion is a stream (`Completion`); ``cancel()`` (from any thread) ends it at
   the next token or prefill slice, and its cache is rolled back to the prompt, ready for the next.
 
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import ContextOverflow, UserError
-from ..models.base import CachingGenerator, GenerationParams, Generator, Usage, close_stream
+from ..models.base import YIELD_STEP, CachingGenerator, GenerationParams, Generator, Usage, close_stream
 from ..models.ledger import common_prefix
 from .events import ComposeEvent, MemoryItem, MemoryPrepared, MemorySwapped, Suggested
 from .prompt import ClientPrompt, strip_trailing
@@ -38,9 +38,10 @@ from .threads import start_background
 
 log = logging.getLogger(__name__)
 
-#: tokens prefilled per step: a completion waits for at most one background step, and a cancelled
-#: prefill stops within one
+#: tokens a completion prefills per step: a cancelled prefill stops within one
 PREFILL_STEP = 64
+#: tokens the background preparation prefills per step, giving way to a completion before each
+BACKGROUND_STEP = YIELD_STEP
 #: seconds the background preparation waits for a completion to finish before it goes on anyway
 YIELD_AT_MOST = 0.5
 #: times the background preparation syncs again with text typed while it prefilled
@@ -168,7 +169,8 @@ class CompletionClient:
         suggestion_tokens: the most tokens a suggestion has.
         stop: strings that end a suggestion.
         on_event: called with `MemoryPrepared`, `MemorySwapped` and `Suggested` events.
-        prefill_step: tokens prefilled per step (see the module doc).
+        prefill_step: tokens a completion prefills per step (see the module doc).
+        background_step: tokens the background preparation prefills per step.
 
     Raises:
         UserError: the generator keeps no KV cache, the standby is another model, or forks share a cache and
@@ -177,7 +179,7 @@ class CompletionClient:
 
     def __init__(self, generator: Generator, *, standby: Generator | None = None, suggestion_tokens: int = 15,
                  stop: Sequence[str] = ("\n",), on_event: Callable[[ComposeEvent], None] | None = None,
-                 prefill_step: int = PREFILL_STEP) -> None:
+                 prefill_step: int = PREFILL_STEP, background_step: int = BACKGROUND_STEP) -> None:
         if not isinstance(generator, CachingGenerator):
             raise UserError(f"composition needs a client model whose KV cache it can reuse between keystrokes; "
                             f"{generator.name} does not offer one")
@@ -200,6 +202,7 @@ class CompletionClient:
         self.stop = tuple(stop)
         self.on_event = on_event
         self.prefill_step = prefill_step
+        self.background_step = background_step
         self.prompt = ClientPrompt(generator, suggestion_tokens)
         self._prefix = self.prompt.prefix
         self._fg = threading.Lock()  # one completion at a time, on the active cache
@@ -419,7 +422,7 @@ class CompletionClient:
             with self._state:
                 latest = self._latest
             prompt = [*self._prefix, *target.ids, *self._context(latest, target)]
-            done, whole = cache.sync(prompt, self.prefill_step, stop=superseded, before_step=self.give_way)
+            done, whole = cache.sync(prompt, self.background_step, stop=superseded, before_step=self.give_way)
             total += done
             if not whole:
                 return  # newer memory came: the loop starts over with it
