@@ -9,7 +9,7 @@ cannot). What the report needs of the texts is worked out before they are droppe
 ``text_free`` (is the question's gold telling, is it a yes/no question, does the answer say neither) and,
 per margin, ``holds_answer`` and ``repeat``. The report reads those where the texts are missing; a model
 judge cannot judge a text-free answer again (its verdict is kept as exported, and `rejudge` refuses a judge
-that has not judged it).
+that has not judged it), nor can a later metric fix score it again (its scores stay as exported).
 
 Fields are kept by name (a new text field added to results one day stays out until it is named here).
 """
