@@ -12,7 +12,7 @@ the text typed so far, continued by the model in the assistant's turn.
   (the standby) by a background thread, which then catches up with the text typed meanwhile. The next
   completion after it is ready swaps the two caches; until then completions run on the old memory and
   never wait for the new one. The preparation yields to a completion in progress between slices of
-  ``background_step`` tokens (small, so that a completion that starts mid-slice shares the CPU briefly).
+  ``background_step`` tokens.
 - **Cancellation.** A completion is a stream (`Completion`); ``cancel()`` (from any thread) ends it at
   the next token or prefill slice, and its cache is rolled back to the prompt, ready for the next.
 
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import ContextOverflow, UserError
-from ..models.base import YIELD_STEP, CachingGenerator, GenerationParams, Generator, Usage, close_stream
+from ..models.base import CachingGenerator, GenerationParams, Generator, Usage, close_stream
 from ..models.ledger import common_prefix
 from .events import ComposeEvent, MemoryItem, MemoryPrepared, MemorySwapped, Suggested
 from .prompt import ClientPrompt, strip_trailing
@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 
 #: tokens a completion prefills per step: a cancelled prefill stops within one
 PREFILL_STEP = 64
-#: tokens the background preparation prefills per step, giving way to a completion before each
-BACKGROUND_STEP = YIELD_STEP
+#: tokens the background preparation prefills per step, giving way to a completion before each (16 measured
+#: no better: BENCHMARKS.md, compose_latency_give_way)
+BACKGROUND_STEP = PREFILL_STEP
 #: seconds the background preparation waits for a completion to finish before it goes on anyway
 YIELD_AT_MOST = 0.5
 #: times the background preparation syncs again with text typed while it prefilled
