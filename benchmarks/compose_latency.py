@@ -76,6 +76,13 @@ class Measured:
     refreshing: bool
 
 
+def full_times(measured: list[Measured], refreshing: bool | None = None) -> list[float]:
+    """Seconds of the suggestions that ran to their full 15 tokens (only those during a memory refresh, or only
+    those outside one, when ``refreshing`` says)."""
+    return [m.total for m in measured if not m.cancelled and m.tokens >= 15
+            and (refreshing is None or m.refreshing == refreshing)]
+
+
 def replay(composer: Any, text: str, char_delay: float, word_pause: float) -> tuple[list[Measured], list[str]]:
     """Type ``text`` one character at a time; a worker suggests for each newest text (cancelled by the next
     keystroke). Returns every suggestion's measurements and the texts at word ends."""
@@ -173,18 +180,18 @@ def compare_give_way(args: Any, app: Any, store: Any, options: Any, client: Any,
         composer.join(60)
         runs[give_way].append(measured)
         updates[give_way] += [e.seconds for e in composer.events if e.kind == "memory_updated"]
-        full = [m.total for m in measured if not m.cancelled and m.tokens >= 15]
+        full = full_times(measured)
         print(f"replay {n}/{len(order)} ({'gives way' if give_way else 'does not give way'}): "
               f"full suggestion p50 {pct(full, 50) * 1000:.0f} ms over {len(full)}", flush=True)
     load_after = os.getloadavg()
 
     def cells(give_way: bool) -> list[str]:
         every = [m for r in runs[give_way] for m in r]
-        full = [m.total for m in every if not m.cancelled and m.tokens >= 15]
-        during = [m.total for m in every if not m.cancelled and m.tokens >= 15 and m.refreshing]
-        calm = [m.total for m in every if not m.cancelled and m.tokens >= 15 and not m.refreshing]
+        full = full_times(every)
+        during = full_times(every, refreshing=True)
+        calm = full_times(every, refreshing=False)
         firsts = [m.first for m in every if m.first is not None]
-        per_run = [pct([m.total for m in r if not m.cancelled and m.tokens >= 15], 50) * 1000 for r in runs[give_way]]
+        per_run = [pct(full_times(r), 50) * 1000 for r in runs[give_way]]
         return [f"{pct(firsts, 50) * 1000:.0f}", f"{pct(full, 50) * 1000:.0f} ({len(full)})",
                 ", ".join(f"{v:.0f}" for v in per_run), f"{pct(full, 99) * 1000:.0f}",
                 f"{pct(during, 50) * 1000:.0f} ({len(during)})", f"{pct(calm, 50) * 1000:.0f} ({len(calm)})",
@@ -326,10 +333,10 @@ def main() -> None:
     load_after = os.getloadavg()
 
     firsts = [m.first for m in measured if m.first is not None]
-    full = [m.total for m in measured if not m.cancelled and m.tokens >= 15]
-    refresh_full = [m.total for m in measured if not m.cancelled and m.tokens >= 15 and m.refreshing]
+    full = full_times(measured)
+    refresh_full = full_times(measured, refreshing=True)
     refresh_first = [m.first for m in measured if m.first is not None and m.refreshing]
-    calm_full = [m.total for m in measured if not m.cancelled and m.tokens >= 15 and not m.refreshing]
+    calm_full = full_times(measured, refreshing=False)
     base_first = [b[0] for b in base]
     base_full = [b[1] for b in base if b[2] >= 15]
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import command_line, git_commit, load_note, machine, write_section  # noqa: E402
-from compose_latency import DATA, clean, pct, replay, split_lead  # noqa: E402
+from compose_latency import DATA, clean, full_times, pct, replay, split_lead  # noqa: E402
 
 
 def main() -> None:
@@ -62,7 +62,7 @@ def main() -> None:
         measured, _ = replay(composer, typed, args.char_delay, args.word_pause)
         composer.close()
         composer.join(30)
-        full = [m.total for m in measured if not m.cancelled and m.tokens >= 15]
+        full = full_times(measured)
         print(f"{label}: full suggestion p50 {pct(full, 50) * 1000:.0f} ms over {len(full)}", flush=True)
         return label, pct(full, 50), len(full)
 

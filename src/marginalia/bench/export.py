@@ -142,11 +142,24 @@ def export_run(folder: Path, dest: Path, say: Callable[[str], None] = lambda _: 
     return len(records)
 
 
+def _check_export(source: Path) -> None:
+    if not (source / RESULTS).is_file():
+        raise UserError(f"{source} holds no {RESULTS}; give the folder 'marginalia bench export' wrote")
+
+
+def exported_name(source: Path) -> str:
+    """The name of the run a text-free copy was exported from (its config's)."""
+    _check_export(source)
+    name = (_info_of(source).get("config") or {}).get("name")
+    if not isinstance(name, str) or not name:
+        raise UserError(f"{source / RUN_INFO} does not name the run; give --name NAME or --out DIR")
+    return name
+
+
 def import_run(source: Path, folder: Path, say: Callable[[str], None] = lambda _: None) -> int:
     """Add the results of a text-free copy (``source``) to the run folder ``folder`` (made if missing), so
     that ``bench run`` skips them; the run's own results win over the copy's. Returns how many were added."""
-    if not (source / RESULTS).is_file():
-        raise UserError(f"{source} holds no {RESULTS}; give the folder 'marginalia bench export' wrote")
+    _check_export(source)
     theirs = _latest(read_results(source / RESULTS))
     folder.mkdir(parents=True, exist_ok=True)
     info, there = _info_of(folder), _info_of(source)

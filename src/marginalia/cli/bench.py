@@ -329,25 +329,13 @@ def _cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    import json
     from pathlib import Path
 
-    from ..bench.export import import_run
-    from ..bench.runner import RUN_INFO, runs_dir
+    from ..bench.export import exported_name, import_run
+    from ..bench.runner import runs_dir
 
     source = Path(args.source).expanduser()
-    if not (source / "results.jsonl").is_file():
-        raise UserError(f"{source} holds no results.jsonl; give the folder 'marginalia bench export' wrote")
-    if args.out:
-        folder = Path(args.out).expanduser()
-    else:
-        name = args.name
-        if name is None:
-            try:
-                name = json.loads((source / RUN_INFO).read_text("utf-8"))["config"]["name"]
-            except (OSError, ValueError, KeyError, TypeError):
-                raise UserError(f"{source / RUN_INFO} does not name the run; give --name NAME or --out DIR") from None
-        folder = runs_dir(args.home) / str(name)
+    folder = Path(args.out).expanduser() if args.out else runs_dir(args.home) / (args.name or exported_name(source))
     import_run(source, folder, say=lambda m: print(m, file=err))
     out.write(f"{folder}\n")
     return 0

@@ -12,6 +12,7 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
@@ -103,21 +104,8 @@ def on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
     suggestions on two cores: BENCHMARKS.md, compose_latency_torch_team). A team made on a thread that ends
     goes with it, so embedding documents (several torch threads) on a thread of its own leaves no team behind.
     """
-    out: list[_T] = []
-    error: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            out.append(fn(*args))
-        except BaseException as exc:  # handed to the caller
-            error.append(exc)
-
-    thread = threading.Thread(target=run, name="embed", daemon=True)
-    thread.start()
-    thread.join()
-    if error:
-        raise error[0]
-    return out[0]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed") as pool:  # its thread ends on leaving
+        return pool.submit(fn, *args).result()
 
 
 @contextmanager
