@@ -851,6 +851,9 @@ def test_a_run_carried_by_its_text_free_copy_grows_it(tmp_path: Path, monkeypatc
     run(other, third, patterns=["lc"], limit=1)
     with pytest.raises(UserError, match="different configs"):
         export_run(third, copy)
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(UserError, match="is a file; give a folder"):
+        export_run(second, tmp_path / "a-file")
     with pytest.raises(UserError, match="holds no results.jsonl"):
         import_run(tmp_path / "nothing", tmp_path / "fourth")
     err = io.StringIO()

@@ -122,6 +122,8 @@ def export_run(folder: Path, dest: Path, say: Callable[[str], None] = lambda _: 
     it). Returns the number of results written."""
     if not (folder / RESULTS).is_file():
         raise UserError(f"{folder} holds no {RESULTS}; nothing to export")
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"{dest} is a file; give a folder to write the copy in")
     dest.mkdir(parents=True, exist_ok=True)
     info = _info_of(folder)
     there = _info_of(dest)
