@@ -176,6 +176,21 @@ def test_key_cache_precision_is_a_choice() -> None:
     assert eight.generate(messages, GREEDY).strip()
 
 
+def test_prefill_runs_on_the_threads_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama-cpp-python prefills on every core the machine reports unless told otherwise: a thread limit (or a
+    CPU set narrower than the machine) must hold for prefill as for decoding."""
+    import multiprocessing
+
+    from marginalia.models.llamacpp_backend import LlamaCppGenerator
+    from marginalia.models.loaders import embedded_gguf
+
+    monkeypatch.setattr(multiprocessing, "cpu_count", lambda: 64)  # a container seeing the host's cores
+    one = LlamaCppGenerator(embedded_gguf(), n_threads=1, n_branches=0)
+    params = one._shared.llm.context_params
+    assert (params.n_threads, params.n_threads_batch) == (1, 1)
+    assert one._shared.options["n_threads_batch"] == 1  # and the scratch context is made with it
+
+
 def test_choice_probabilities_leave_the_cache_as_it_was(smollm2_llamacpp: Any) -> None:
     gen = smollm2_llamacpp.fork(keep_cache=False)
     ids = gen.tokenizer.encode("The harbour opens at dawn.")

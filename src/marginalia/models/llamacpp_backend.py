@@ -164,13 +164,15 @@ class LlamaCppGenerator(CachingGenerator):
               lora: Path | None = None) -> _Shared:
         llama_cpp = import_llama_cpp()
         # llama-cpp-python decodes on half the cores by default; all of them decode faster
-        # (BENCHMARKS.md, the llama.cpp settings table)
+        # (BENCHMARKS.md, the llama.cpp settings table). Prefill gets the same threads: left to itself it takes
+        # every core the machine has, those a CPU set or taskset keeps from this process too, and a caller's
+        # limit (the composer's memory model on one thread) would hold for decoding only
         n_threads = n_threads or usable_cores()
         if not path.is_file():
             raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
         # n_ctx=0: the window the model was trained with
         options: dict[str, Any] = {"n_ctx": n_ctx or 0, "n_batch": 512, "n_threads": n_threads,
-                                   "type_k": type_k, "verbose": False}
+                                   "n_threads_batch": n_threads, "type_k": type_k, "verbose": False}
         if lora is not None:
             if not lora.is_file():
                 raise UserError(f"no LoRA adapter at {lora}")
