@@ -31,3 +31,6 @@ def test_gpu_read_measures_exactness_and_a_kept_reading(tiny_parts: Any, tmp_pat
     body = gpu_read.render(m)
     assert "Exactness in float32" in body and "No GPU: CPU run." in body
     assert "| WiM, second question from the kept reading, `batch_margins` |" in body
+    assert "(the whole document read, then its margins side by side) |" in body
+    old = {k: v for k, v in m.items() if k != "first_batched"}  # numbers saved before first readings batched
+    assert "one after another either way) |" in gpu_read.render(old)

@@ -205,6 +205,59 @@ def test_transformers_batched_margins_equal_one_after_another(make_tiny: Callabl
     assert [m.text for m in a.margins] == [m.text for m in b.margins] and a.text == b.text
 
 
+def test_a_first_reading_with_batched_margins_reads_all_then_writes_them_side_by_side(
+        make_tiny: Callable[..., Any]) -> None:
+    """batch_margins on a first question: every segment is read first, then the margins are decoded as
+    branches, each reading only up to its own segment: on the tiny model, the margins and answer written one
+    after another during the reading, and the document prefilled once."""
+    from marginalia.records import MarginWritten
+
+    doc = " ".join(["The harbour opens at dawn and closes at dusk.", "Fact 17: the value is 1717.",
+                    "Ships, carts and bicycles crowd the bridge every morning."])
+    opts = {"segment_tokens": 24, "margin_tokens": 6, "max_new_tokens": 6, "judge": "grounded"}
+    batched = WiM(make_tiny(), batch_margins=True, **opts).reader(doc)
+    calls = []
+    original = batched.worker.branches
+    batched.worker.branches = (  # type: ignore[method-assign]
+        lambda *a, **k: calls.append(len(a[0])) or original(*a, **k))
+    events = list(batched.ask(Q1))
+    a = events[-1].answer
+    b = WiM(make_tiny(), **opts).answer(doc, Q1)
+    kinds = [type(e) for e in events if isinstance(e, SegmentRead | MarginWritten)]
+    reads = kinds.count(SegmentRead)
+    assert reads == a.segments_total >= 3 and kinds == [SegmentRead] * reads + [MarginWritten] * reads
+    assert sum(calls) == len(a.margins) == reads
+    assert a.stats.prefilled_context_tokens == a.stats.context_tokens
+    assert [m.text for m in a.margins] == [m.text for m in b.margins] and a.text == b.text
+
+
+def test_a_first_reading_stopped_early_still_writes_the_margins_of_what_it_read(
+        make_tiny: Callable[..., Any]) -> None:
+    doc = " ".join(["The harbour opens at dawn and closes at dusk.", "Fact 17: the value is 1717.",
+                    "Ships, carts and bicycles crowd the bridge every morning."])
+    reader = WiM(make_tiny(), batch_margins=True, segment_tokens=24, margin_tokens=6, max_new_tokens=6).reader(doc)
+    assert reader.ends[-1] + 160 < reader.wim.cache_gen.context_window  # it fits: the reading is batched
+    run = reader.ask(Q1)
+    for event in run:
+        if isinstance(event, SegmentRead) and event.segment.index == 1:
+            run.stop()
+    answer = run.answer()
+    assert answer.stopped_early and answer.stop_reason == "asked"
+    assert answer.segments_read == 2 < answer.segments_total
+    assert [m.segment_index for m in answer.margins] == [0, 1]
+
+
+def test_stop_at_score_keeps_a_first_reading_writing_margins_as_it_reads(make_tiny: Callable[..., Any]) -> None:
+    """Stopping at a margin's score needs each margin as its segment is read: such a reading is not batched."""
+    from marginalia.records import MarginWritten
+
+    doc = " ".join(["The harbour opens at dawn and closes at dusk.", "Fact 17: the value is 1717."] * 2)
+    reader = WiM(make_tiny(), batch_margins=True, stop_at_score=1.0, segment_tokens=24, margin_tokens=6,
+                 max_new_tokens=6).reader(doc)
+    kinds = [type(e) for e in reader.ask(Q1) if isinstance(e, SegmentRead | MarginWritten)]
+    assert kinds[:3] == [SegmentRead, MarginWritten, SegmentRead]
+
+
 def test_smollm2_llamacpp_oracle(smollm2_llamacpp: Any, make_haystack: Callable[..., str], tmp_path: Path) -> None:
     """In memory, and from a stored state in a new reader: the same greedy margins and answer."""
     doc = make_haystack(14, FACT, 0.5)

@@ -140,9 +140,12 @@ class WimOptions(PatternOptions):
                     "(with the eval model it answered worse on multi-hop questions: BENCHMARKS.md)")
     batch_margins: bool = Field(
         default=False,
-        description="wim: write a kept reading's margins side by side, in-process (pays where a decode step "
-                    "costs less per token with more tokens in it: transformers more than llama.cpp on a CPU, see "
-                    "BENCHMARKS.md; a greedy margin may then differ where two tokens were nearly tied)")
+        description="wim: write margins side by side, in-process: a kept reading's at once, and on a first "
+                    "reading of a document that fits the window, all of them once it is read (they then arrive "
+                    "after the reading, not during it; stop_at_score keeps them one after another). Pays where "
+                    "a decode step costs less per token with more tokens in it: a GPU, transformers more than "
+                    "llama.cpp on a CPU (BENCHMARKS.md); a greedy margin may then differ where two tokens were "
+                    "nearly tied")
     stop_at_score: float | None = Field(
         default=None, ge=0.0, le=1.0,
         description="wim: stop reading once a margin is judged relevant with at least this score (the "

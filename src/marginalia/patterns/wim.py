@@ -220,12 +220,14 @@ class WiM(Pattern):
                            probe(raw) if probe is not None else None)
 
     def _batched(self, run: Run, worker: CachingGenerator, segments: list[Segment], total: int, ends: list[int],
-                 suffix: list[int], clock: Clock) -> Iterator[SegmentRead | _Written]:
+                 suffix: list[int], clock: Clock, just_read: bool = False) -> Iterator[SegmentRead | _Written]:
         """Margins for segments whose reading the worker's cache holds (to ``ends[-1]``), written as
-        branches decoded side by side, as many at a time as the backend takes."""
+        branches decoded side by side, as many at a time as the backend takes. Segments of a kept reading are
+        announced as read from the cache; ``just_read``: this run has just read them (and said so), and
+        writes all their margins even when asked to stop (it was asked while reading)."""
         size = self.cache_gen.max_branches
         for at in range(0, len(segments), size):
-            if run.stop_requested:
+            if run.stop_requested and not just_read:
                 break
             group = segments[at:at + size]
             t0 = time.perf_counter()
@@ -233,7 +235,8 @@ class WiM(Pattern):
                                       finished=self.judge.finished)
             seconds = (time.perf_counter() - t0) / len(group)
             for segment, (text, tokens) in zip(group, written, strict=True):
-                yield SegmentRead(segment, total, clock(), True)
+                if not just_read:
+                    yield SegmentRead(segment, total, clock(), True)
                 yield _Written(segment, text.strip(), seconds, tokens)
 
     def _pipelined(self, run: Run, worker: CachingGenerator, segments: list[Segment], total: int, place: Place,
@@ -413,6 +416,19 @@ class WimReader:
         self.read = self.dropped = self.dropped_tokens = 0
         self.ledger = self._new_ledger()
 
+    def _read_then_batch(self, run: Run, suffix: list[int], clock: Clock) -> Iterator[SegmentRead | _Written]:
+        """A first reading with ``batch_margins``: every segment read first (a stop asked for ends the reading),
+        then the margins of those read written as branches side by side. They arrive after the reading, not
+        as it goes; each still reads only up to its segment's end."""
+        segments = self.segments
+        for segment in segments:
+            if run.stop_requested:
+                break
+            cached = self._place(segment)
+            yield SegmentRead(segment, len(segments), clock(), cached)
+        yield from self.wim._batched(run, self.worker, segments[:self.read], len(segments), self.ends, suffix,
+                                     clock, just_read=True)
+
     def _events(self, run: Run, question: str) -> Iterator[Event]:
         wim, gen, framing, segments = self.wim, self.wim.cache_gen, self.framing, self.segments
         clock = Clock()
@@ -530,14 +546,19 @@ class WimReader:
                     gen, "margin_check", question=question, margin=raw))
         write = wim._pipelined if gen.concurrency > 1 else functools.partial(wim._sequential, probe=probe)
         steps: Iterator[SegmentRead | _Written]
-        if held_before and wim.batch_margins and gen.max_branches > 1 and self.full is not None \
-                and probe is None and wim.margin_decoding != "copy":  # (lists: batched margins stay as written)
+        # (lists: batched margins stay as written)
+        batched = wim.batch_margins and gen.max_branches > 1 and probe is None and wim.margin_decoding != "copy"
+        if batched and held_before and self.full is not None:
             # the kept reading's margins as batched branches, then read on as usual
             if worker.length < len(self.full.ids):
                 worker.restore(self.full)
             steps = itertools.chain(
                 wim._batched(run, worker, segments[:held_before], len(segments), self.ends, margin_suffix, clock),
                 write(run, worker, segments[held_before:], len(segments), self._place, margin_suffix, clock))
+        elif batched and not held_before and wim.stop_at_score is None \
+                and self.ends[-1] + self._reserve <= gen.context_window:
+            # a first reading of a document that fits: read it all, then write its margins side by side
+            steps = self._read_then_batch(run, margin_suffix, clock)
         else:
             steps = write(run, worker, segments, len(segments), self._place, margin_suffix, clock)
         for item in steps:
