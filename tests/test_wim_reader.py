@@ -205,6 +205,14 @@ def test_transformers_batched_margins_equal_one_after_another(make_tiny: Callabl
     assert [m.text for m in a.margins] == [m.text for m in b.margins] and a.text == b.text
 
 
+def branch_calls(reader: Any) -> list[int]:
+    """How many branches each of the reader's `branches` calls decodes, as it goes."""
+    calls: list[int] = []
+    original = reader.worker.branches
+    reader.worker.branches = lambda *a, **k: calls.append(len(a[0])) or original(*a, **k)
+    return calls
+
+
 def test_a_first_reading_with_batched_margins_reads_all_then_writes_them_side_by_side(
         make_tiny: Callable[..., Any]) -> None:
     """batch_margins on a first question: every segment is read first, then the margins are decoded as
@@ -216,10 +224,7 @@ def test_a_first_reading_with_batched_margins_reads_all_then_writes_them_side_by
                     "Ships, carts and bicycles crowd the bridge every morning."])
     opts = {"segment_tokens": 24, "margin_tokens": 6, "max_new_tokens": 6, "judge": "grounded"}
     batched = WiM(make_tiny(), batch_margins=True, **opts).reader(doc)
-    calls = []
-    original = batched.worker.branches
-    batched.worker.branches = (  # type: ignore[method-assign]
-        lambda *a, **k: calls.append(len(a[0])) or original(*a, **k))
+    calls = branch_calls(batched)
     events = list(batched.ask(Q1))
     a = events[-1].answer
     b = WiM(make_tiny(), **opts).answer(doc, Q1)
@@ -236,7 +241,7 @@ def test_a_first_reading_stopped_early_still_writes_the_margins_of_what_it_read(
     doc = " ".join(["The harbour opens at dawn and closes at dusk.", "Fact 17: the value is 1717.",
                     "Ships, carts and bicycles crowd the bridge every morning."])
     reader = WiM(make_tiny(), batch_margins=True, segment_tokens=24, margin_tokens=6, max_new_tokens=6).reader(doc)
-    assert reader.ends[-1] + 160 < reader.wim.cache_gen.context_window  # it fits: the reading is batched
+    calls = branch_calls(reader)
     run = reader.ask(Q1)
     for event in run:
         if isinstance(event, SegmentRead) and event.segment.index == 1:
@@ -244,7 +249,7 @@ def test_a_first_reading_stopped_early_still_writes_the_margins_of_what_it_read(
     answer = run.answer()
     assert answer.stopped_early and answer.stop_reason == "asked"
     assert answer.segments_read == 2 < answer.segments_total
-    assert [m.segment_index for m in answer.margins] == [0, 1]
+    assert [m.segment_index for m in answer.margins] == [0, 1] and calls == [2]  # side by side, after the stop
 
 
 def test_stop_at_score_keeps_a_first_reading_writing_margins_as_it_reads(make_tiny: Callable[..., Any]) -> None:
@@ -252,10 +257,15 @@ def test_stop_at_score_keeps_a_first_reading_writing_margins_as_it_reads(make_ti
     from marginalia.records import MarginWritten
 
     doc = " ".join(["The harbour opens at dawn and closes at dusk.", "Fact 17: the value is 1717."] * 2)
-    reader = WiM(make_tiny(), batch_margins=True, stop_at_score=1.0, segment_tokens=24, margin_tokens=6,
-                 max_new_tokens=6).reader(doc)
+    opts = {"batch_margins": True, "segment_tokens": 24, "margin_tokens": 6, "max_new_tokens": 6}
+    plain = WiM(make_tiny(), **opts).reader(doc)
+    plain_calls = branch_calls(plain)
+    plain.answer(Q1)
+    assert plain_calls  # without stop_at_score this reading is batched: the document fits
+    reader = WiM(make_tiny(), stop_at_score=1.0, **opts).reader(doc)
+    calls = branch_calls(reader)
     kinds = [type(e) for e in reader.ask(Q1) if isinstance(e, SegmentRead | MarginWritten)]
-    assert kinds[:3] == [SegmentRead, MarginWritten, SegmentRead]
+    assert kinds[:3] == [SegmentRead, MarginWritten, SegmentRead] and not calls
 
 
 def test_smollm2_llamacpp_oracle(smollm2_llamacpp: Any, make_haystack: Callable[..., str], tmp_path: Path) -> None:
