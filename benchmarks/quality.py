@@ -124,10 +124,12 @@ def goal_lines(records: list[dict[str, Any]], patterns: list[str], wim: str = "w
         c = margin_counts([r for r in records if r["task"] == task], wim)
         # precision counts a multi-hop question's bridge fact (drawn from a gold passage) as relevant
         for name, value, part, whole, goal in (("precision", c.relevant_precision, c.relevant, c.kept, 0.9),
-                                               ("recall", c.recall, c.hits, c.bearing, 0.8)):
+                                               ("recall", c.recall, c.noted, c.bearing, 0.8)):
             measured = "not run yet" if value is None else f"{value:.2f} ({part} of {whole})"
             if name == "precision" and value is not None and c.relevant != c.hits:
                 measured += f"; {c.precision:.2f} holding the answer"
+            if name == "recall" and value is not None and c.copies != c.bearing:
+                measured += f" notes; {c.copy_recall:.2f} of each copy ({c.copies_kept} of {c.copies})"
             verdict = "–" if value is None else "met" if value >= goal else f"not met (short by {goal - value:.2f})"
             rows.append(f"| {task}: kept-margin {name} ≥ {goal} | {measured} | {verdict} |")
     return ["### Goals", "",
@@ -137,7 +139,8 @@ def goal_lines(records: list[dict[str, Any]], patterns: list[str], wim: str = "w
             + "; each row says by how much a goal is missed."
             + (" A kept margin is relevant when it holds a gold answer or, for a question that needs several gold "
                "passages (HotpotQA's two), when it is drawn from one of them: the bridge fact holds no answer, yet "
-               "the answer needs it." if tasks is None or tasks & {"squad", "hotpotqa"} else ""), "",
+               "the answer needs it. Recall counts notes: margins written with the same words are one note, "
+               "kept when one copy is." if tasks is None or tasks & {"squad", "hotpotqa"} else ""), "",
             "| goal | measured | |", "|---|---|---|", *rows, ""]
 
 

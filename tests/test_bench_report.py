@@ -232,17 +232,18 @@ def test_report_gives_kept_margin_precision_and_recall(tmp_path: Path) -> None:
     lc = result("lc", 1000, 0.0, 1, 1.0, n=0)
     text = write_report(fixture_run(tmp_path / "run", [one, two, old, yes_no, lc]),
                         plots=False).report.read_text()
-    assert "| pattern | n | kept | precision | recall | questions with a kept answer | kept from a gold passage |" \
-        in text
-    # 2 kept, 1 with the answer; 3 answer-bearing, 1 kept; questions: 2 with one written, 1 kept; no spans kept
-    assert "| wim | 2 | 2 | 0.50 | 0.33 | 1 of 2 | – |" in text
+    assert "| pattern | n | kept | precision | recall | recall, each copy | questions with a kept answer | kept from " \
+        "a gold passage |" in text
+    # 2 kept, 1 with the answer; 3 answer-bearing notes (each one copy), 1 kept; questions: 2 with one written, 1
+    # kept; no spans kept
+    assert "| wim | 2 | 2 | 0.50 | 0.33 | 0.33 | 1 of 2 | – |" in text
     assert "| lc |" not in text.split("### Margins kept")[1].split("##")[0]
     # with the gold passages' spans and each margin's evidence: the bakery note lies outside the gold passage
     one["gold_spans"] = [[100, 200]]
     one["margins"][0]["evidence"], one["margins"][1]["evidence"] = [150, 170], [300, 320]
     text = write_report(fixture_run(tmp_path / "spans", [one, two, old, yes_no, lc]),
                         plots=False).report.read_text()
-    assert "| wim | 2 | 2 | 0.50 | 0.33 | 1 of 2 | 0.50 |" in text
+    assert "| wim | 2 | 2 | 0.50 | 0.33 | 0.33 | 1 of 2 | 0.50 |" in text
 
 
 def test_rescore_uses_todays_metrics_and_says_how_many_changed(tmp_path: Path) -> None:
@@ -323,6 +324,30 @@ def test_paired_and_margin_counts() -> None:
     assert c.precision == 0.5 and c.recall == 0.5
     assert margin_counts(records, "lc").precision is None
     assert c.relevant_precision == 0.5  # no gold passages known: relevant means holding the answer
+
+
+def test_recall_counts_notes_a_margin_written_again_with_the_same_words_counts_once() -> None:
+    """A small model writes the answer again after each part once it has read it; nine copies dropped and one
+    kept is one note kept (each copy apart: a tenth). The text-free copy (`same_as`) counts the same."""
+    from marginalia.bench.export import strip_record
+    from marginalia.bench.report import margin_counts
+
+    margins = [{"text": "1999", "kept": False, "reason": "too little of the question"} for _ in range(9)]
+    margins += [{"text": "1999.", "kept": True, "evidence": [10, 40]},
+                {"text": "It was 1838.", "kept": False, "reason": "too little of the question"},
+                {"text": "The bakery.", "kept": True, "evidence": [50, 60]}]
+    record = {"item_id": "a", "pattern": "wim", "status": "ok", "answers": ["1999", "1838"], "margins": margins,
+              "question": "What year did the band play the promo?"}
+    c = margin_counts([record], "wim")
+    assert (c.bearing, c.noted, c.copies, c.copies_kept, c.kept, c.hits) == (2, 1, 11, 1, 2, 1)
+    assert c.recall == 0.5 and c.copy_recall == pytest.approx(1 / 11) and c.precision == 0.5
+    free = strip_record(record)
+    assert all("text" not in m for m in free["margins"])
+    assert [m.get("same_as") for m in free["margins"]] == [None, *[0] * 9, None, None]
+    f = margin_counts([free], "wim")
+    assert (f.bearing, f.noted, f.copies, f.copies_kept) == (c.bearing, c.noted, c.copies, c.copies_kept)
+    old = {**free, "margins": [{k: v for k, v in m.items() if k != "same_as"} for m in free["margins"]]}
+    assert margin_counts([old], "wim").bearing == 11  # exported before notes were known: each copy its own
 
 
 def test_margin_precision_counts_bridge_facts_only_with_several_gold_passages() -> None:

@@ -7,7 +7,8 @@ What it is for: sharing or publishing the results of a run on documents that may
 carrying a long run from one machine to the next (the text-free copy can live in a repository; the data
 cannot). What the report needs of the texts is worked out before they are dropped and kept under
 ``text_free`` (is the question's gold telling, is it a yes/no question, does the answer say neither) and,
-per margin, ``holds_answer`` and ``repeat``. The report reads those where the texts are missing; a model
+per margin, ``holds_answer``, ``repeat`` and ``same_as`` (the first margin written with the same words).
+The report reads those where the texts are missing; a model
 judge cannot judge a text-free answer again (its verdict is kept as exported, and `rejudge` refuses a judge
 that has not judged it), nor can a later metric fix score it again (its scores stay as exported).
 
@@ -24,7 +25,7 @@ from typing import Any
 from ..errors import UserError
 from ..files import append_line, atomic_write_json, atomic_write_lines
 from ..patterns.wim import REPEAT_REASON
-from .metrics import bearing_is_telling, holds_answer, is_yes_no_gold, says_neither_yes_nor_no
+from .metrics import bearing_is_telling, holds_answer, is_yes_no_gold, normalize_answer, says_neither_yes_nor_no
 from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, Key, _locked, read_results, result_key
 
 #: the key a text-free record carries (what the report reads in place of the texts)
@@ -65,10 +66,15 @@ def strip_record(record: Mapping[str, Any]) -> dict[str, Any]:
     elif "judge" in record:
         out["judge"] = record["judge"]
     if isinstance(record.get("margins"), list):
-        out["margins"] = [{**{k: m[k] for k in MARGIN_KEPT if k in m},
-                           "holds_answer": holds_answer(str(m.get("text") or ""), answers),
-                           "repeat": m.get("reason") == REPEAT_REASON}
-                          for m in record["margins"]]
+        first: dict[str, int] = {}  # a margin's words (normalised) -> the first margin written with them
+        out["margins"] = []
+        for i, m in enumerate(record["margins"]):
+            words = normalize_answer(str(m.get("text") or ""))
+            same_as = first.setdefault(words, i) if words else i
+            out["margins"].append({**{k: m[k] for k in MARGIN_KEPT if k in m},
+                                   "holds_answer": holds_answer(str(m.get("text") or ""), answers),
+                                   "repeat": m.get("reason") == REPEAT_REASON,
+                                   **({"same_as": same_as} if same_as != i else {})})
     elif "margins" in record:
         out["margins"] = record["margins"]  # schema 1: a count
     if isinstance(record.get("samples"), list):

@@ -19,7 +19,14 @@ from typing import Any
 from ..errors import MissingDependency, UserError
 from ..files import atomic_write_text
 from ..patterns.wim import REPEAT_REASON
-from .metrics import METRICS, bearing_is_telling, holds_answer, is_yes_no_gold, says_neither_yes_nor_no
+from .metrics import (
+    METRICS,
+    bearing_is_telling,
+    holds_answer,
+    is_yes_no_gold,
+    normalize_answer,
+    says_neither_yes_nor_no,
+)
 from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, result_key, runs_dir
 
 REPORT = "report.md"
@@ -359,6 +366,20 @@ def _holds_answer(margin: dict[str, Any], record: dict[str, Any]) -> bool:
     return holds_answer(margin["text"], record.get("answers") or [])
 
 
+def note_keys(margins: Sequence[dict[str, Any]]) -> list[Any]:
+    """Each margin's note: margins written with the same words (SQuAD-normalised) share one. A text-free
+    margin names the first margin of its words by index (``same_as``); one of a copy made before that was
+    kept is a note of its own."""
+    keys: list[Any] = []
+    for i, m in enumerate(margins):
+        if "text" in m:
+            keys.append(normalize_answer(str(m["text"])) or i)
+        else:
+            first = m.get("same_as")
+            keys.append(keys[first] if isinstance(first, int) and 0 <= first < i else i)
+    return keys
+
+
 def _repeat(margin: dict[str, Any]) -> bool:
     return bool(margin.get("repeat")) or margin.get("reason") == REPEAT_REASON
 
@@ -414,7 +435,10 @@ class MarginCounts:
     answers: int = 0  # answers with gold answers and margins, yes/no questions left out
     kept: int = 0  # margins kept
     hits: int = 0  # kept and answer-bearing
-    bearing: int = 0  # answer-bearing
+    bearing: int = 0  # answer-bearing notes (margins of the same words count once per answer)
+    noted: int = 0  # ... of which a copy was kept
+    copies: int = 0  # answer-bearing margins, each copy counted
+    copies_kept: int = 0  # ... kept
     asked: int = 0  # questions where an answer-bearing margin was written
     found: int = 0  # ... and one was kept
     located: int = 0  # kept margins with evidence, where the gold passages are known
@@ -427,7 +451,13 @@ class MarginCounts:
 
     @property
     def recall(self) -> float | None:
-        return self.hits / self.bearing if self.bearing else None
+        """Of the answer-bearing notes, the share kept (one copy will do)."""
+        return self.noted / self.bearing if self.bearing else None
+
+    @property
+    def copy_recall(self) -> float | None:
+        """Of the answer-bearing margins, each copy counted, the share kept."""
+        return self.copies_kept / self.copies if self.copies else None
 
     @property
     def relevant_precision(self) -> float | None:
@@ -439,8 +469,10 @@ def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCoun
     """Kept-margin precision and recall of ``pattern``, for results with gold answers and their margins.
 
     A margin is answer-bearing when it contains a gold answer (SQuAD-normalised). Precision: of the kept
-    margins, the share answer-bearing; recall: of the answer-bearing margins, the share kept, leaving out
-    those dropped only for repeating a kept note (nothing new was lost) and those dropped that were written
+    margins, the share answer-bearing; recall: of the answer-bearing notes, the share kept, a note being the
+    margins written with the same words (`note_keys`: a small model writes "1999" after every part once it has
+    read it; keeping one copy loses nothing, and each copy dropped is not a note lost), leaving out margins
+    dropped only for repeating a kept note (nothing new was lost) and those dropped that were written
     before any gold passage was read (where results say what each margin's segment had read: the answer then
     came from the model's own memory, which a grounded judge is right to drop); and the questions where an
     answer-bearing margin was written, and where one was kept. Questions answered yes or no, or naming their own
@@ -457,15 +489,23 @@ def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCoun
                 or not _telling(r):
             continue
         c.answers += 1
-        margins = [m for m in margins if m["kept"] or not _repeat(m)]
+        keyed = [(m, k) for m, k in zip(margins, note_keys(margins), strict=True) if m["kept"] or not _repeat(m)]
         spans = r.get("gold_spans") or []
         if spans:  # a margin written before any gold passage was read has the answer from the model's memory
             first_gold = min(start for start, _ in spans)
-            margins = [m for m in margins if m["kept"] or m.get("read_to") is None or m["read_to"] > first_gold]
+            keyed = [(m, k) for m, k in keyed if m["kept"] or m.get("read_to") is None or m["read_to"] > first_gold]
+        margins = [m for m, _ in keyed]
         has = [_holds_answer(m, r) for m in margins]
         c.kept += sum(m["kept"] for m in margins)
         c.hits += sum(m["kept"] and h for m, h in zip(margins, has, strict=True))
-        c.bearing += sum(has)
+        notes: dict[Any, bool] = {}
+        for (m, key), h in zip(keyed, has, strict=True):
+            if h:
+                notes[key] = notes.get(key, False) or bool(m["kept"])
+        c.bearing += len(notes)
+        c.noted += sum(notes.values())
+        c.copies += sum(has)
+        c.copies_kept += sum(m["kept"] and h for m, h in zip(margins, has, strict=True))
         c.asked += any(has)
         c.found += any(m["kept"] and h for m, h in zip(margins, has, strict=True))
         for m, h in zip(margins, has, strict=True):
@@ -487,7 +527,7 @@ def margin_rows(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[
     for p in patterns:
         c = margin_counts(records, p)
         if c.answers:
-            rows.append([p, str(c.answers), str(c.kept), _fmt(c.precision), _fmt(c.recall),
+            rows.append([p, str(c.answers), str(c.kept), _fmt(c.precision), _fmt(c.recall), _fmt(c.copy_recall),
                          f"{c.found} of {c.asked}", _fmt(c.on_gold / c.located if c.located else None),
                          _fmt(c.relevant_precision)])
     return rows
@@ -584,15 +624,16 @@ def task_sections(records: list[dict[str, Any]], patterns: Sequence[str], level:
                       "generated tokens", "seconds"], task_cost_rows(records, patterns))]
     lines += _subsection(
         level, "Margins kept",
-        "Of the kept margins, the share holding a gold answer (precision); of the margins holding one, the share "
-        "kept (recall); questions where one was written, and kept; of the kept margins, the share drawn from a "
+        "Of the kept margins, the share holding a gold answer (precision); of the notes holding one, the share "
+        "kept (recall: margins written with the same words are one note, kept when one copy is); the same for each "
+        "copy apart; questions where one was written, and kept; of the kept margins, the share drawn from a "
         "gold passage (where results keep where each was found); of the kept margins, the share relevant: holding "
         "a gold answer or, for a question that needs several gold passages, drawn from one of them (a bridge "
         "fact). A dropped margin written before a gold passage "
         "was read (its answer from the model's memory) is not counted. Questions answered yes or no, or naming their "
         "own answer (\"who is older, A or B?\"), are left out: a margin holding their gold answer tells nothing.",
-        ["pattern", "n", "kept", "precision", "recall", "questions with a kept answer", "kept from a gold passage",
-         "precision, bridge facts counted"],
+        ["pattern", "n", "kept", "precision", "recall", "recall, each copy", "questions with a kept answer",
+         "kept from a gold passage", "precision, bridge facts counted"],
         margin_rows(records, patterns))
     return lines
 
