@@ -94,6 +94,7 @@ def goal_lines(records: list[dict[str, Any]], patterns: list[str], wim: str = "w
 
     lc = "lc-own" if "lc-own" in patterns else "lc"  # long context on its own reading, where the run has it
     rows = []
+    missed: list[str] = []  # the kinds of goal missed (keys of TRIED), in order
 
     def versus(task: str, a: str, b: str, metric: str, at_least: float, above_zero: bool) -> None:
         if tasks is not None and task not in tasks:
@@ -104,10 +105,13 @@ def goal_lines(records: list[dict[str, Any]], patterns: list[str], wim: str = "w
         if d is None:
             rows.append(f"| {goal} | not run yet | – |")
             return
+        kind = "aggregation" if task == "cwe" else "versus rag" if b == "rag" else "versus lc"
         if d.mean < at_least:
             verdict = f"not met (short by {at_least - d.mean:.2f})"
+            missed.append(kind)
         elif above_zero and d.low <= 0:
             verdict = "not met (its interval reaches zero)"
+            missed.append(kind)
         elif d.low <= at_least:
             verdict = f"met on the mean (its interval reaches {d.low:+.2f})"
         else:
@@ -131,6 +135,8 @@ def goal_lines(records: list[dict[str, Any]], patterns: list[str], wim: str = "w
             if name == "recall" and value is not None and c.copies != c.bearing:
                 measured += f" notes; {c.copy_recall:.2f} of each copy ({c.copies_kept} of {c.copies})"
             verdict = "–" if value is None else "met" if value >= goal else f"not met (short by {goal - value:.2f})"
+            if verdict.startswith("not met"):
+                missed.append(name)
             rows.append(f"| {task}: kept-margin {name} ≥ {goal} | {measured} | {verdict} |")
     return ["### Goals", "",
             f"WiM (`{wim}`) against long context (`{lc}`)" + (" and RAG" if "rag" in patterns else "")
@@ -141,7 +147,31 @@ def goal_lines(records: list[dict[str, Any]], patterns: list[str], wim: str = "w
                "passages (HotpotQA's two), when it is drawn from one of them: the bridge fact holds no answer, yet "
                "the answer needs it. Recall counts notes: margins written with the same words are one note, "
                "kept when one copy is." if tasks is None or tasks & {"squad", "hotpotqa"} else ""), "",
-            "| goal | measured | |", "|---|---|---|", *rows, ""]
+            "| goal | measured | |", "|---|---|---|", *rows, "",
+            *(["Tried where a goal is missed (each kept only where paired runs said so; the sections named hold "
+               "the measurements):", "", *(f"- {TRIED[k]}" for k in dict.fromkeys(missed)), ""] if missed else [])]
+
+
+#: what was tried for each kind of goal missed, and the BENCHMARKS.md sections that measured it
+TRIED = {
+    "versus lc": "WiM against long context: where WiM says what a margin is (`instructions`: intro or each margin's "
+                 "prompt), what a margin copies (`margin_style`), the answer's form (`answer-style`), kept "
+                 "margins as written or as their evidence sentences (`kept_as`), a judge rule for questions of "
+                 "several clauses (judge ablation, MultiHop-RAG), yes/no questions asked again (`yes_no`).",
+    "versus rag": "WiM against RAG: the same changes as against long context; RAG's top-k and chunk size are "
+                  "the run's config.",
+    "aggregation": "Aggregation (CWE): list margins copied from the part just read (`margin_decoding`), their "
+                   "items tallied across notes (`tally_lists`, `tally_only`): the aggregation and "
+                   "aggregation-lists-8k sections.",
+    "precision": "Kept-margin precision: topicality thresholds from 0.2 to 0.4, the model's own P(YES) weighed "
+                 "in (`combined`; on HotpotQA it ranks answer-bearing margins no better than chance), a multi-hop "
+                 "link between passages (`linked_topic`): the relevance-check sections; and a rule that a margin "
+                 "naming the question's subject must draw on a sentence that names it (offline, `relevance_check.py "
+                 "evaluate --baseline`; not kept: it lost correct multi-hop margins). HotpotQA's distractors are chosen to share the question's words, which "
+                 "a check on the text read cannot tell from the gold passages.",
+    "recall": "Kept-margin recall: the same relevance-check sections; a bare answer copied from the text is "
+              "kept without the question's words beside it only when its sentence holds enough of them.",
+}
 
 
 if __name__ == "__main__":
