@@ -256,7 +256,8 @@ def main() -> None:
         "## WiM through four backends (`benchmarks/backends.py`)",
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · model SmolLM2-135M-Instruct "
-        f"(Q4_1 GGUF; transformers de-quantizes it to fp32) · machine: {machine()}",
+        f"(Q4_1 GGUF; transformers de-quantizes it to fp32, llama.cpp reads its Q8_0 copy made by "
+        f"`models.gguf_copy`) · machine: {machine()}",
         "",
         f"Document: the bundled demo report ({n_doc} tokens); question: \"{question}\"; WiM, "
         f"grounded judge, segments of <= {seg} tokens unless said. Server prompt counts come from "

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,14 +24,21 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 for _name in [n for n in os.environ if n.startswith("MARGINALIA_")]:
     del os.environ[_name]
+# derived model files (the embedded model's Q8_0 copy): made once per test session, not in the user's cache; set
+# before any fixture loads a model, session-scoped ones included
+MODEL_CACHE = tempfile.mkdtemp(prefix="marginalia-model-cache-")
+atexit.register(shutil.rmtree, MODEL_CACHE, ignore_errors=True)
+os.environ["MARGINALIA_CACHE"] = MODEL_CACHE
 
 
 @pytest.fixture(autouse=True)
 def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own MARGINALIA_HOME, no other MARGINALIA_* variable, and no network."""
+    """Every test gets its own MARGINALIA_HOME, the session's MARGINALIA_CACHE, no other MARGINALIA_* variable,
+    and no network."""
     for name in list(os.environ):
         if name.startswith("MARGINALIA_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("MARGINALIA_CACHE", MODEL_CACHE)
     home = tmp_path / "marginalia-home"
     monkeypatch.setenv("MARGINALIA_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -57,7 +57,8 @@ def test_hermetic_fixture_sets_env(hermetic: Path) -> None:
     assert os.environ[ENV_HOME] == str(hermetic)
     assert os.environ["HF_HUB_OFFLINE"] == "1"
     assert os.environ["TRANSFORMERS_OFFLINE"] == "1"
-    assert [k for k in os.environ if k.startswith("MARGINALIA_")] == [ENV_HOME]
+    assert sorted(k for k in os.environ if k.startswith("MARGINALIA_")) == ["MARGINALIA_CACHE", ENV_HOME]
+    assert "marginalia-model-cache" in os.environ["MARGINALIA_CACHE"]  # the session's, not the user's
 
 
 # -- errors ----------------------------------------------------------------------

@@ -77,7 +77,13 @@ def test_a_tuned_folder_loads_on_llama_cpp_with_its_adapter(adapted: Any) -> Non
     gen = load_generator(f"tuned:{folder}", backend="llamacpp")
     assert isinstance(gen, LlamaCppGenerator) and gen.name == f"tuned:{folder}"
     assert "lora=" in gen.cache_identity()  # stored readings of the base model are not reused
-    assert np.abs(_last_logits(gen) - merged).max() < 1.0
+    # on the weights `smollm2` reads there (its Q8_0 copy), with the adapter most of the way to the merged model
+    base = load_generator("smollm2", backend="llamacpp")
+    assert gen._shared.path == base._shared.path
+    without = _last_logits(base)
+    # (Q8_0 rounds the weights once more, so it stays a little further off than the file as shipped in the test
+    # above; an adapter not applied, or applied wrong, stays about as far as the base model or further)
+    assert np.abs(_last_logits(gen) - merged).max() < 0.5 * np.abs(without - merged).max()
 
 
 def test_tuned_spec_errors_say_what_to_do(adapted: Any, tmp_path: Path) -> None:

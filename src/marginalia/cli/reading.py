@@ -6,6 +6,7 @@ import argparse
 import json
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, TextIO
 
@@ -243,16 +244,18 @@ def cmd_models(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def serve_command(args: argparse.Namespace) -> tuple[list[str], str]:
-    """The server's command line and the model spec that reaches it."""
+def serve_command(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> tuple[list[str], str]:
+    """The server's command line and the model spec that reaches it (``log``: what making the embedded
+    model's Q8_0 copy says, the first time)."""
     import importlib.util
     from pathlib import Path
 
+    from ..models.gguf_copy import q8_copy
     from ..models.llamacpp_backend import DEFAULT_KEY_CACHE, KEY_CACHE_TYPES, LLAMACPP_INSTALL
     from ..models.loaders import embedded_gguf
 
-    if args.model == "smollm2":
-        path, alias = embedded_gguf(), "smollm2"
+    if args.model == "smollm2":  # the weights the in-process backend reads, so greedy replies agree
+        path, alias = q8_copy(embedded_gguf(), log), "smollm2"
     elif args.model.startswith("gguf:") and len(args.model) > 5:
         path = Path(args.model[5:]).expanduser()
         alias = path.stem
@@ -281,7 +284,7 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], str]:
 def cmd_serve_model(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import subprocess
 
-    command, spec = serve_command(args)
+    command, spec = serve_command(args, log=lambda line: print(line, file=err, flush=True))
     print(f"serving {args.model} on http://{args.host}:{args.port}/v1 — use it with:\n"
           f"  marginalia ask FILE \"question\" --model '{spec}'", file=err, flush=True)
     try:

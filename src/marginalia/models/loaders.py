@@ -36,7 +36,7 @@ def embedded_gguf() -> Path:
     return path
 
 
-def _fingerprint(path: Path) -> str:
+def fingerprint(path: Path) -> str:
     """Cheap content key: size + hash of the first and last MiB."""
     h = hashlib.sha256()
     size = path.stat().st_size
@@ -50,7 +50,7 @@ def _fingerprint(path: Path) -> str:
 
 
 def gguf_cache_dir(gguf: Path, home: Path) -> Path:
-    return home / "models" / f"{gguf.stem}-{_fingerprint(gguf)}-v{CACHE_SCHEMA}"
+    return home / "models" / f"{gguf.stem}-{fingerprint(gguf)}-v{CACHE_SCHEMA}"
 
 
 def convert_gguf(gguf: Path, home: Path, log: Any = None) -> Path:

@@ -124,8 +124,11 @@ def load_generator(
 # -- built-ins ---------------------------------------------------------------
 
 
-def _load_gguf(path: Path, name: str, ctx: LoadContext, lora: Path | None = None) -> Generator:
-    """``path`` on the backend ``ctx`` resolves to; ``lora``, a llama.cpp adapter, is for llama.cpp only."""
+def _load_gguf(path: Path, name: str, ctx: LoadContext, lora: Path | None = None,
+               as_q8: bool = False) -> Generator:
+    """``path`` on the backend ``ctx`` resolves to; ``lora``, a llama.cpp adapter, is for llama.cpp only;
+    ``as_q8``: on llama.cpp, its weights as Q8_0 (`gguf_copy`: the embedded model's, which llama.cpp reads
+    faster so)."""
     if gguf_backend(ctx.backend, ctx.device) == "llamacpp":
         if ctx.device == "cuda":
             raise UserError("the llama.cpp backend here is a CPU build; use --backend transformers "
@@ -134,6 +137,10 @@ def _load_gguf(path: Path, name: str, ctx: LoadContext, lora: Path | None = None
 
         if not path.is_file():
             raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
+        if as_q8:
+            from .gguf_copy import q8_copy
+
+            path = q8_copy(path, ctx.log)
         return LlamaCppGenerator(path, name=name, lora=lora)
     from .loaders import load_gguf
 
@@ -143,7 +150,7 @@ def _load_gguf(path: Path, name: str, ctx: LoadContext, lora: Path | None = None
 def _smollm2(_: str, ctx: LoadContext) -> Generator:
     from .loaders import embedded_gguf
 
-    return _load_gguf(embedded_gguf(), "smollm2", ctx)
+    return _load_gguf(embedded_gguf(), "smollm2", ctx, as_q8=True)
 
 
 def _hf(arg: str, ctx: LoadContext) -> Generator:
@@ -184,7 +191,7 @@ def _tuned(arg: str, ctx: LoadContext) -> Generator:
     if base is not None and adapter.is_file() and gguf_backend(ctx.backend, ctx.device) == "llamacpp":
         if not base.is_file():
             raise UserError(f"the base model of {folder} is gone ({base}); tune again, or use hf:{folder / 'model'}")
-        return _load_gguf(base, f"tuned:{arg}", ctx, lora=adapter)
+        return _load_gguf(base, f"tuned:{arg}", ctx, lora=adapter, as_q8=record.get("base_model") == "smollm2")
     if ctx.backend == "llamacpp":
         raise UserError(f"{folder} has no llama.cpp adapter ({ADAPTER_FILE}: its base is not a GGUF llama "
                         "model); drop --backend llamacpp to run its merged model on transformers")
@@ -199,8 +206,8 @@ def _scripted(arg: str, ctx: LoadContext) -> Any:
     return ScriptedGenerator(default=arg or "I do not know.")
 
 
-register_backend("smollm2", _smollm2, "SmolLM2-135M-Instruct, the embedded default (offline)",
-                 prefixed=False)
+register_backend("smollm2", _smollm2, "SmolLM2-135M-Instruct, the embedded default (offline; on llama.cpp, its "
+                 "weights as Q8_0, copied once to $MARGINALIA_CACHE or the user cache)", prefixed=False)
 register_backend("hf", _hf, "a local Hugging Face model folder (transformers, in-process)")
 register_backend("gguf", _gguf, "a local GGUF file (llama.cpp, or transformers via a converted cache)")
 register_backend("tuned", _tuned, "a folder made by 'marginalia tune train': on llama.cpp with its adapter when "
