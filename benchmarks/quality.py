@@ -167,8 +167,9 @@ TRIED = {
                  "in (`combined`; on HotpotQA it ranks answer-bearing margins no better than chance), a multi-hop "
                  "link between passages (`linked_topic`): the relevance-check sections; and a rule that a margin "
                  "naming the question's subject must draw on a sentence that names it (offline, `relevance_check.py "
-                 "evaluate --baseline`; not kept: it lost correct multi-hop margins). HotpotQA's distractors are chosen to share the question's words, which "
-                 "a check on the text read cannot tell from the gold passages.",
+                 "evaluate --baseline`; not kept: it lost correct multi-hop margins). HotpotQA's distractors are "
+                 "chosen to share the question's words, which a check on the text read cannot tell from the gold "
+                 "passages.",
     "recall": "Kept-margin recall: the same relevance-check sections; a bare answer copied from the text is "
               "kept without the question's words beside it only when its sentence holds enough of them.",
 }

@@ -130,3 +130,9 @@ def test_score_item_dispatches_on_scoring() -> None:
     assert score_item(_item("set", ("apple", "pear")), "apple, pear")["f1"] == 1.0
     with pytest.raises(UserError):
         score_item(_item("rouge", ("x",)), "x")
+
+
+def test_same_words_points_each_text_at_the_first_in_the_same_words() -> None:
+    from marginalia.bench.metrics import same_words
+
+    assert same_words(["1999", "The 1999.", "", "", "It was 1838", "it was 1838!", "1999"]) == [0, 0, 2, 3, 4, 4, 0]

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import UserError
 from ..files import append_line, atomic_write_json, atomic_write_lines
 from ..patterns.wim import REPEAT_REASON
-from .metrics import bearing_is_telling, holds_answer, is_yes_no_gold, normalize_answer, says_neither_yes_nor_no
+from .metrics import bearing_is_telling, holds_answer, is_yes_no_gold, same_words, says_neither_yes_nor_no
 from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, Key, _locked, read_results, result_key
 
 #: the key a text-free record carries (what the report reads in place of the texts)
@@ -66,15 +66,13 @@ def strip_record(record: Mapping[str, Any]) -> dict[str, Any]:
     elif "judge" in record:
         out["judge"] = record["judge"]
     if isinstance(record.get("margins"), list):
-        first: dict[str, int] = {}  # a margin's words (normalised) -> the first margin written with them
-        out["margins"] = []
-        for i, m in enumerate(record["margins"]):
-            words = normalize_answer(str(m.get("text") or ""))
-            same_as = first.setdefault(words, i) if words else i
-            out["margins"].append({**{k: m[k] for k in MARGIN_KEPT if k in m},
-                                   "holds_answer": holds_answer(str(m.get("text") or ""), answers),
-                                   "repeat": m.get("reason") == REPEAT_REASON,
-                                   **({"same_as": same_as} if same_as != i else {})})
+        texts = [str(m.get("text") or "") for m in record["margins"]]
+        out["margins"] = [{**{k: m[k] for k in MARGIN_KEPT if k in m},
+                           "holds_answer": holds_answer(text, answers),
+                           "repeat": m.get("reason") == REPEAT_REASON,
+                           **({"same_as": first} if first != i else {})}
+                          for i, (m, text, first) in enumerate(zip(record["margins"], texts, same_words(texts),
+                                                                   strict=True))]
     elif "margins" in record:
         out["margins"] = record["margins"]  # schema 1: a count
     if isinstance(record.get("samples"), list):

@@ -120,6 +120,17 @@ def holds_answer(text: str, answers: Sequence[str]) -> bool:
     return any(contains_answer(text, a) for a in answers)
 
 
+def same_words(texts: Sequence[str]) -> list[int]:
+    """For each text, the index of the first text with the same words (`normalize_answer`): its own index
+    when it is the first, or has no words (margins written again in the same words are one note)."""
+    first: dict[str, int] = {}
+    out = []
+    for i, text in enumerate(texts):
+        words = normalize_answer(text)
+        out.append(first.setdefault(words, i) if words else i)
+    return out
+
+
 def qa_scores(prediction: str, answers: Sequence[str]) -> dict[str, float]:
     """``em``, ``f1``, ``contains`` (each the max over ``answers``) and ``abstained``.
 
@@ -251,6 +262,7 @@ __all__ = [
     "is_yes_no_gold",
     "normalize_answer",
     "qa_scores",
+    "same_words",
     "says_neither_yes_nor_no",
     "score_item",
     "set_scores",

@@ -24,7 +24,7 @@ from .metrics import (
     bearing_is_telling,
     holds_answer,
     is_yes_no_gold,
-    normalize_answer,
+    same_words,
     says_neither_yes_nor_no,
 )
 from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, result_key, runs_dir
@@ -366,18 +366,13 @@ def _holds_answer(margin: dict[str, Any], record: dict[str, Any]) -> bool:
     return holds_answer(margin["text"], record.get("answers") or [])
 
 
-def note_keys(margins: Sequence[dict[str, Any]]) -> list[Any]:
-    """Each margin's note: margins written with the same words (SQuAD-normalised) share one. A text-free
-    margin names the first margin of its words by index (``same_as``); one of a copy made before that was
-    kept is a note of its own."""
-    keys: list[Any] = []
-    for i, m in enumerate(margins):
-        if "text" in m:
-            keys.append(normalize_answer(str(m["text"])) or i)
-        else:
-            first = m.get("same_as")
-            keys.append(keys[first] if isinstance(first, int) and 0 <= first < i else i)
-    return keys
+def note_keys(margins: Sequence[dict[str, Any]]) -> list[int]:
+    """Each margin's note, as the index of the first margin written with the same words (`same_words`); a
+    text-free margin carries it (``same_as``), and one exported before that was kept is a note of its own."""
+    if all("text" in m for m in margins):
+        return same_words([str(m["text"]) for m in margins])
+    return [m["same_as"] if isinstance(m.get("same_as"), int) and 0 <= m["same_as"] < i else i
+            for i, m in enumerate(margins)]
 
 
 def _repeat(margin: dict[str, Any]) -> bool:
@@ -498,7 +493,7 @@ def margin_counts(records: Iterable[dict[str, Any]], pattern: str) -> MarginCoun
         has = [_holds_answer(m, r) for m in margins]
         c.kept += sum(m["kept"] for m in margins)
         c.hits += sum(m["kept"] and h for m, h in zip(margins, has, strict=True))
-        notes: dict[Any, bool] = {}
+        notes: dict[int, bool] = {}
         for (m, key), h in zip(keyed, has, strict=True):
             if h:
                 notes[key] = notes.get(key, False) or bool(m["kept"])
