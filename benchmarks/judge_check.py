@@ -10,7 +10,9 @@ judged by:
   give the reference answer?", read from the first token (no decoding): at 0.5, and at the threshold that fits
   best on one half of the questions (the fitting half), scored on the other half (the checking half), which
   is the threshold to give ``marginalia bench judge RUN --method probability --threshold P``; and its AUC;
-- ``contains``: the lexical score (the normalised gold answer appears in the answer).
+- ``contains``: the lexical score (the normalised gold answer appears in the answer);
+- each judge with a yes/no question answered yes or no settled by rule (`marginalia.bench.judge.yes_no_verdict`,
+  what ``marginalia bench judge`` does unless told ``--yes-no model``), its threshold fitted again.
 
     python benchmarks/judge_check.py [--model SPEC] [--limit N] [--threads N] [--no-write]
 
@@ -100,7 +102,7 @@ def main() -> None:
     if not DATA.is_dir():
         sys.exit(f"{DATA} is missing: the development data must sit beside the checkout")
 
-    from marginalia.bench.judge import ModelJudge, ProbabilityJudge
+    from marginalia.bench.judge import ModelJudge, ProbabilityJudge, yes_no_verdict
     from marginalia.bench.metrics import holds_answer
     from marginalia.bench.report import wilson
     from marginalia.models import load_generator
@@ -125,6 +127,8 @@ def main() -> None:
             c["p_yes"] = prob.p_yes(c["question"], c["answers"], c["prediction"])
             timing["P(YES)"] += time.perf_counter() - t
         c["contains"] = holds_answer(c["prediction"], c["answers"])
+        settled = yes_no_verdict(c["answers"], c["prediction"])
+        c["rule"] = settled.correct if settled else None
         print(f"{n}/{len(rows)} {c['kind']}: verdict {c['verdict']}, P(YES) {c.get('p_yes', float('nan')):.2f}",
               file=sys.stderr, flush=True)
 
@@ -135,14 +139,21 @@ def main() -> None:
     fitting = set(groups[: len(groups) // 2])
     fit = [c for c in rows if c["group"] in fitting]
     held = [c for c in rows if c["group"] not in fitting]
-    best_t = 0.5
+    def ruled(c: dict[str, Any], model: Any) -> Any:
+        return c["rule"] if c["rule"] is not None else model
+    best_t = rule_t = 0.5
     if has_p:
         grid = [t / 100 for t in range(5, 96)]
         best_t = max(grid, key=lambda t: (sum((c["p_yes"] >= t) == c["right"] for c in fit), -abs(t - 0.5)))
+        rule_t = max(grid, key=lambda t: (sum(ruled(c, c["p_yes"] >= t) == c["right"] for c in fit),
+                                          -abs(t - 0.5)))
     checks: list[tuple[str, Any]] = [("verdict (JSON)", lambda c: c["verdict"])]
     if has_p:
         checks += [("P(YES) >= 0.5", lambda c: c["p_yes"] >= 0.5),
                    (f"P(YES) >= {best_t:.2f} (fitted on the fitting half)", lambda c: c["p_yes"] >= best_t)]
+    checks.append(("verdict (JSON), yes/no by rule", lambda c: ruled(c, c["verdict"])))
+    if has_p:
+        checks.append((f"P(YES) >= {rule_t:.2f} (fitted), yes/no by rule", lambda c: ruled(c, c["p_yes"] >= rule_t)))
     checks.append(("contains", lambda c: c["contains"]))
     counts = {k: sum(c["kind"] == k for c in rows) for k in KINDS}
     header = "| check | " + " | ".join(f"{k} ({'right' if k in RIGHT else 'wrong'})" for k in KINDS) + " | all |"
@@ -176,7 +187,8 @@ def main() -> None:
     if has_p:
         body.append(f"- P(YES) ranks right above wrong answers with AUC "
                     f"{auc([(c['p_yes'], c['right']) for c in held]):.2f} on the checking half. To judge a run with "
-                    f"it: `marginalia bench judge RUN --model {spec} --method probability --threshold {best_t:.2f}`.")
+                    f"it, yes/no questions answered yes or no settled by rule (the default): `marginalia bench judge "
+                    f"RUN --model {spec} --method probability --threshold {rule_t:.2f}`.")
     body.append(f"- Seconds per answer: verdict {timing['verdict'] / len(rows):.2f}, "
                 f"P(YES) {timing['P(YES)'] / len(rows):.2f}.")
     text = "\n".join(body)

@@ -125,7 +125,7 @@ def test_probability_judge_reads_p_yes_against_its_threshold() -> None:
         return "0.8" if "Orla Maye" in reply else "0.3"
 
     gen = ScriptedGenerator(model)
-    judge = make_model_judge(gen, JudgeConfig(model="scripted", method="probability", threshold=0.5))
+    judge = make_model_judge(gen, JudgeConfig(model="scripted", method="probability", threshold=0.5, yes_no="model"))
     assert isinstance(judge, ProbabilityJudge) and judge.name == "scripted P(YES)>=0.5"
     right = judge.judge("Which dredger was hired?", ["Orla Maye"], "They hired the Orla Maye.")
     wrong = judge.judge("Which dredger was hired?", ["Orla Maye"], "The Maverick's Revenge.")
@@ -154,3 +154,40 @@ def test_probability_judge_refuses_what_it_cannot_do() -> None:
         ProbabilityJudge(gen)
     failing = ScriptedGenerator(lambda req: (_ for _ in ()).throw(BackendError("model died")))
     assert ProbabilityJudge(failing).judge("Q?", ["a"], "a").status == "unjudged"
+
+
+@pytest.mark.parametrize(("answers", "prediction", "expected"), [
+    (["yes"], "Yes", "correct"),
+    (["No"], "no.", "correct"),
+    (["no"], "Yes", "wrong"),                                          # the opposite word
+    (["yes"], "No, the two were not born in the same country.", "wrong"),
+    (["yes"], "No, no one disputes it, yes.", "wrong"),                # the first word decides
+    (["yes"], "Both were American, so yes.", "correct"),               # the one of the two it names
+    (["yes"], "They were both American.", None),                       # neither: the model decides
+    (["yes"], "Perhaps yes, perhaps no.", None),                       # both, neither first
+    (["Paris"], "Yes", None),                                          # not a yes/no question
+    ([], "No", None),                                                  # unanswerable
+])
+def test_yes_no_verdict(answers: list[str], prediction: str, expected: str | None) -> None:
+    from marginalia.bench.judge import yes_no_verdict
+
+    verdict = yes_no_verdict(answers, prediction)
+    assert (verdict.status if verdict else None) == expected
+    if verdict:
+        assert verdict.attempts == 0 and "settled by rule" in verdict.reason
+
+
+def test_a_rule_first_judge_asks_the_model_only_what_the_rule_leaves() -> None:
+    from marginalia.bench.judge import ProbabilityJudge, RuleFirstJudge, make_model_judge
+
+    gen = ScriptedGenerator(lambda req: "0.9")  # a judge that accepts everything, as small ones accept "Yes"
+    judge = make_model_judge(gen, JudgeConfig(model="scripted", method="probability", threshold=0.5))
+    assert isinstance(judge, RuleFirstJudge) and isinstance(judge.inner, ProbabilityJudge)
+    assert judge.name == "scripted P(YES)>=0.5, yes/no by rule" and judge.generator is gen
+    assert judge.judge("Were both born in Ohio?", ["no"], "Yes").status == "wrong"
+    assert not gen.requests
+    verdict = judge.judge("Were both born in Ohio?", ["no"], "Only one of them was.")
+    assert verdict.status == "correct" and verdict.p_yes == pytest.approx(0.9) and len(gen.requests) == 1
+    assert judge.judge("Which city?", ["Paris"], "Yes").status == "correct"  # no yes/no gold: the model's
+    model_only = make_model_judge(gen, JudgeConfig(model="scripted", method="probability", yes_no="model"))
+    assert model_only.judge("Were both born in Ohio?", ["no"], "Yes").status == "correct"

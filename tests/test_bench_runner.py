@@ -655,7 +655,8 @@ def test_a_run_is_judged_again_and_a_new_judge_does_not_block_resuming(tmp_path:
     lenient = ScriptedGenerator(lambda req: '{"correct": true}' if "You grade answers" in req.prompt
                                 else answering(req))
     run(config, out, lenient, patterns=["lc", "rag"], limit=1)
-    assert all(r["judge"]["verdict"] == "correct" and r["judge"]["by"] == "scripted" for r in lines(out))
+    assert all(r["judge"]["verdict"] == "correct" and r["judge"]["by"] == "scripted, yes/no by rule"
+               for r in lines(out))
 
     def strict(req: Request) -> str:  # right only where the answer holds a gold answer
         return json.dumps({"correct": "pier 47" in req.prompt.split("Predicted answer:")[1]
@@ -692,8 +693,11 @@ def test_bench_judge_command(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     args = ["bench", "judge", str(out), "--model", "scripted", "--method", "probability", "-q"]
     assert cli_main([*args, "--threshold", "0.3"]) == 0
     judged = [r["judge"] for r in lines(out)]
-    assert all(j["verdict"] == "correct" and j["p_yes"] == 0.4 and j["by"] == "scripted P(YES)>=0.3"
+    assert all(j["verdict"] == "correct" and j["p_yes"] == 0.4 and j["by"] == "scripted P(YES)>=0.3, yes/no by rule"
                for j in judged)
+    # --yes-no model: the model alone, a judge of another name, so every answer is judged again
+    assert cli_main([*args, "--threshold", "0.3", "--yes-no", "model"]) == 0
+    assert all(r["judge"]["by"] == "scripted P(YES)>=0.3" for r in lines(out))
     capsys.readouterr()
     assert cli_main([*args, "--threshold", "1.5"]) != 0
     assert "bad judge settings: threshold" in capsys.readouterr().err

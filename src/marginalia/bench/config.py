@@ -42,6 +42,8 @@ class JudgeConfig(_Strict):
     threshold: float = Field(default=0.5, gt=0.0, lt=1.0)  # probability: P(YES) from which an answer is right
     retries: int = Field(default=2, ge=0, le=10)  # verdict: tries after an unreadable reply
     max_new_tokens: int = Field(default=96, gt=0)  # verdict: the longest reply
+    # a yes/no question answered yes or no: settled by comparing the word with the gold one, or asked of the model
+    yes_no: Literal["rule", "model"] = "rule"
 
 
 class VotingConfig(_Strict):

@@ -11,6 +11,10 @@ Two judges, chosen by ``[judge] method``:
   in-process model. Small models answer such questions with a YES probability that ranks answers well but
   sits far from 0.5, so the threshold is measured, not assumed: ``benchmarks/judge_check.py`` fits it on half
   of a set of answers of known rightness and checks it on the other half.
+
+Either judge is asked only what a rule cannot settle: a yes/no question answered yes or no is right when the
+word is the gold one (`yes_no_verdict`; ``[judge] yes_no = "rule"``, the default). Small judges decide those
+no better than a coin, and often accept the opposite word (``benchmarks/judge_check.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..errors import MarginaliaError, UserError
 from ..models.base import CachingGenerator, GenerationParams, Generator, Message
 from ..prompts import template
-from .metrics import normalize_answer
+from .metrics import YES_NO, is_yes_no_gold, normalize_answer
 from .metrics import token_f1 as metric_f1
 
 if TYPE_CHECKING:
@@ -199,13 +203,52 @@ class ProbabilityJudge:
         return Verdict(status, f"P(YES) {p:.2f} against the threshold {self.threshold:g}", 1, p_yes=p)
 
 
+def yes_no_verdict(answers: Sequence[str], prediction: str) -> Verdict | None:
+    """A yes/no question (`is_yes_no_gold`) answered yes or no, settled without a model; None for the rest.
+
+    The answer's word is its first word when that is yes or no ("No, the two were born in different
+    countries"), else the one of the two it names; naming both or neither leaves the answer to the model.
+    """
+    if not is_yes_no_gold(answers):
+        return None
+    words = normalize_answer(prediction).split()
+    named = {words[0]} if words and words[0] in YES_NO else set(words) & set(YES_NO)
+    if len(named) != 1:
+        return None
+    said = named.pop()
+    gold = {normalize_answer(str(a)) for a in answers}
+    return Verdict("correct" if said in gold else "wrong", f"a yes/no question answered {said!r}: settled by rule", 0)
+
+
+class RuleFirstJudge:
+    """A judge that settles what `yes_no_verdict` can and asks ``inner`` the rest; its name says so, so its
+    verdicts are told apart from the model's alone (a run judged by one is judged again by the other)."""
+
+    def __init__(self, inner: Judge) -> None:
+        self.inner = inner
+
+    @property
+    def generator(self) -> Generator:
+        return self.inner.generator
+
+    @property
+    def name(self) -> str:
+        return f"{self.inner.name}, yes/no by rule"
+
+    def judge(self, question: str, answers: Sequence[str], prediction: str) -> Verdict:
+        return yes_no_verdict(answers, prediction) or self.inner.judge(question, answers, prediction)
+
+
 def make_model_judge(generator: Generator, settings: JudgeConfig, *, seed: int = 0) -> Judge:
     """The judge a ``[judge]`` table (`JudgeConfig`) describes, on ``generator``."""
+    judge: Judge
     if settings.method == "verdict":
-        return ModelJudge(generator, retries=settings.retries, max_new_tokens=settings.max_new_tokens, seed=seed)
-    if settings.method == "probability":
-        return ProbabilityJudge(generator, settings.threshold)
-    raise UserError(f"unknown judge method {settings.method!r}; choose verdict or probability")
+        judge = ModelJudge(generator, retries=settings.retries, max_new_tokens=settings.max_new_tokens, seed=seed)
+    elif settings.method == "probability":
+        judge = ProbabilityJudge(generator, settings.threshold)
+    else:
+        raise UserError(f"unknown judge method {settings.method!r}; choose verdict or probability")
+    return RuleFirstJudge(judge) if settings.yes_no == "rule" else judge
 
 
 # -- medoid voting -------------------------------------------------------------------------------

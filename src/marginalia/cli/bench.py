@@ -111,6 +111,10 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     judge.add_argument("--threshold", type=float, default=None, metavar="P",
                        help="probability method: P(YES) from which an answer is right (default: the run "
                             "config's, else 0.5)")
+    judge.add_argument("--yes-no", choices=("rule", "model"), default=None, dest="yes_no",
+                       help="a yes/no question answered yes or no: rule: right when the word is the gold one, "
+                            "without asking the model; model: ask the model too (default: the run config's, "
+                            "else rule)")
     judge.add_argument("--no-report", action="store_true", help="do not write report.md and the plots afterwards")
     judge.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
@@ -274,8 +278,9 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         settings = JudgeConfig.model_validate({  # the stored judge's settings; defaults where it had none
             **{k: v for k, v in stored.items()
-               if k in ("retries", "max_new_tokens", "device", "method", "threshold")},
-            **{k: v for k, v in (("method", args.method), ("threshold", args.threshold)) if v is not None},
+               if k in ("retries", "max_new_tokens", "device", "method", "threshold", "yes_no")},
+            **{k: v for k, v in (("method", args.method), ("threshold", args.threshold),
+                                 ("yes_no", args.yes_no)) if v is not None},
             "model": spec, "backend": args.backend or stored.get("backend") or config.get("backend") or "auto"})
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
