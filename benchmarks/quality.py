@@ -118,9 +118,14 @@ def goal_lines(records: list[dict[str, Any]], patterns: list[str], wim: str = "w
             verdict = "met"
         rows.append(f"| {goal} | {d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}] on {d.items} items | {verdict} |")
 
+    judged: list[str] = []  # the same comparisons by the model judge's verdicts, where the run was judged
     for task in ("hotpotqa", "multihop"):
         versus(task, wim, lc, "contains", 0.05, True)
         versus(task, wim, "rag", "contains", 0.0, False)
+        for other in (lc, "rag"):
+            d = paired([r for r in records if r["task"] == task], wim, other, "judge")
+            if d is not None and (tasks is None or task in tasks):
+                judged.append(f"{task} {wim} − {other} {d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}] ({d.items} items)")
     versus("cwe", wim, lc, "f1", 0.20, False)
     for task in ("squad", "hotpotqa"):
         if tasks is not None and task not in tasks:
@@ -148,6 +153,7 @@ def goal_lines(records: list[dict[str, Any]], patterns: list[str], wim: str = "w
                "the answer needs it. Recall counts notes: margins written with the same words are one note, "
                "kept when one copy is." if tasks is None or tasks & {"squad", "hotpotqa"} else ""), "",
             "| goal | measured | |", "|---|---|---|", *rows, "",
+            *([f"By the model judge's verdicts instead of `contains`: {'; '.join(judged)}.", ""] if judged else []),
             *(["Tried where a goal is missed (each kept only where paired runs said so; the sections named hold "
                "the measurements):", "", *(f"- {TRIED[k]}" for k in dict.fromkeys(missed)), ""] if missed else [])]
 
