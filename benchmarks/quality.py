@@ -153,7 +153,9 @@ def goal_lines(records: list[dict[str, Any]], patterns: list[str], wim: str = "w
                "the answer needs it. Recall counts notes: margins written with the same words are one note, "
                "kept when one copy is." if tasks is None or tasks & {"squad", "hotpotqa"} else ""), "",
             "| goal | measured | |", "|---|---|---|", *rows, "",
-            *([f"By the model judge's verdicts instead of `contains`: {'; '.join(judged)}.", ""] if judged else []),
+            *([f"By the model judge's verdicts instead of `contains`: {'; '.join(judged)}. The goals keep "
+               "`contains`: a small judge accepts long answers that name the wrong thing (each task's \"Judge "
+               "and contains\" table counts where the two part).", ""] if judged else []),
             *(["Tried where a goal is missed (each kept only where paired runs said so; the sections named hold "
                "the measurements):", "", *(f"- {TRIED[k]}" for k in dict.fromkeys(missed)), ""] if missed else [])]
 
