@@ -122,9 +122,12 @@ def goal_lines(records: list[dict[str, Any]], patterns: list[str], wim: str = "w
     for task in ("hotpotqa", "multihop"):
         versus(task, wim, lc, "contains", 0.05, True)
         versus(task, wim, "rag", "contains", 0.0, False)
+        if tasks is not None and task not in tasks:
+            continue
+        group = [r for r in records if r["task"] == task]
         for other in (lc, "rag"):
-            d = paired([r for r in records if r["task"] == task], wim, other, "judge")
-            if d is not None and (tasks is None or task in tasks):
+            d = paired(group, wim, other, "judge")
+            if d is not None:
                 judged.append(f"{task} {wim} − {other} {d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}] ({d.items} items)")
     versus("cwe", wim, lc, "f1", 0.20, False)
     for task in ("squad", "hotpotqa"):
