@@ -14,10 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import write_section  # noqa: E402
+from _common import ROOT, write_section  # noqa: E402
+
+PLOTS = ROOT / "benchmarks"
 
 
 def main() -> None:
@@ -30,6 +33,8 @@ def main() -> None:
                     help="open the section with the quality goals (WiM against long context and RAG, margins kept)")
     ap.add_argument("--wim", default="wim", metavar="PATTERN",
                     help="the pattern the goals take for WiM (default: wim; e.g. a variant the run measures)")
+    ap.add_argument("--no-plot", action="store_true",
+                    help="leave out the figure (benchmarks/<section>.png: scores and paired differences)")
     args = ap.parse_args()
 
     from marginalia.bench.report import find_run, load_run, pattern_order, task_sections, task_tables
@@ -74,6 +79,16 @@ def main() -> None:
                  "older version, differ)." if data.rescored else ""), ""]
     if args.goals:
         lines += goal_lines(records, patterns, wim=args.wim, tasks=set(planned))
+    if not args.no_plot and not args.no_write:
+        figure = PLOTS / f"{args.section}.png"
+        if plot(records, patterns, args.wim if args.wim in patterns else patterns[0], figure,
+                f"{config.get('name', args.run)}: {(models.get('generator') or {}).get('spec', '?').split('/')[-1]}"):
+            lines += [f"![scores and paired differences, {config.get('name', args.run)}]"
+                      f"(benchmarks/{figure.name})", "",
+                      "Left, each pattern's score with its 95% interval; right, "
+                      f"{args.wim if args.wim in patterns else patterns[0]} minus each other pattern on the same "
+                      "items, with the paired 95% interval (a difference is clear when its bar misses the zero "
+                      "line). QA tasks are scored by `contains`, CWE by set F1, as in the goals.", ""]
     for task in dict.fromkeys(r["task"] for r in records):
         group = [r for r in records if r["task"] == task]
         _, summary, _ = task_tables(group, patterns)
@@ -161,6 +176,84 @@ def goal_lines(records: list[dict[str, Any]], patterns: list[str], wim: str = "w
                "and contains\" table counts where the two part).", ""] if judged else []),
             *(["Tried where a goal is missed (each kept only where paired runs said so; the sections named hold "
                "the measurements):", "", *(f"- {TRIED[k]}" for k in dict.fromkeys(missed)), ""] if missed else [])]
+
+
+def goal_metric(records: list[dict[str, Any]]) -> str:
+    """The score the goals read for a task's records: set F1 for word lists (CWE), else `contains`."""
+    return "f1" if any(r.get("scoring") == "set" for r in records) else "contains"
+
+
+def plot_data(records: list[dict[str, Any]], patterns: list[str], wim: str) -> list[dict[str, Any]]:
+    """Per task (in run order): its goal metric, each pattern's `Estimate`, and ``wim`` minus each other pattern
+    on the same items (`Paired`; patterns ``wim`` shares no item with are left out)."""
+    from marginalia.bench.report import estimate, metric_value, paired
+
+    out = []
+    for task in dict.fromkeys(r["task"] for r in records):
+        group = [r for r in records if r["task"] == task]
+        metric = goal_metric(group)
+        scores = {}
+        for p in patterns:
+            values = [v for v in (metric_value(r, metric) for r in group if r["pattern"] == p) if v is not None]
+            if values:
+                scores[p] = estimate(values)
+        diffs = {}
+        for other in patterns:
+            d = paired(group, wim, other, metric) if other != wim else None
+            if d is not None and d.items > 1:
+                diffs[other] = d
+        out.append({"task": task, "metric": metric, "scores": scores, "diffs": diffs})
+    return out
+
+
+def plot(records: list[dict[str, Any]], patterns: list[str], wim: str, path: Path, title: str) -> bool:
+    """Draw `plot_data` to ``path`` (PNG): scores as bars with error bars, paired differences as intervals
+    around zero. False, and nothing written, when the run has no answers to draw."""
+    data = plot_data(records, patterns, wim)
+    if not any(t["scores"] for t in data):
+        return False
+    from matplotlib.figure import Figure
+
+    colours = {p: f"C{i}" for i, p in enumerate(patterns)}
+    fig = Figure(figsize=(11.0, 0.6 + 0.75 * len(data) * max(len(patterns), 2) / 2 + 0.6), layout="constrained")
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1.0]})
+    width = 0.8 / max(len(patterns), 1)
+    rows = range(len(data))
+    for k, p in enumerate(patterns):
+        ys = [i + (k - (len(patterns) - 1) / 2) * width for i in rows]
+        ests = [t["scores"].get(p) for t in data]
+        shown = [(y, e) for y, e in zip(ys, ests, strict=True) if e is not None]
+        if shown:
+            left.barh([y for y, _ in shown], [e.mean for _, e in shown], height=width, color=colours[p], label=p,
+                      xerr=[[max(e.mean - e.low, 0.0) for _, e in shown], [max(e.high - e.mean, 0.0) for _, e in shown]],
+                      capsize=2)
+    left.set_yticks(list(rows), [f"{t['task']} ({t['metric']})" for t in data])
+    left.invert_yaxis()
+    left.set_xlim(0.0, 1.0)
+    left.set_xlabel("score (95% interval)")
+    left.grid(alpha=0.3, axis="x")
+    left.legend(loc="lower right", fontsize="small")
+    others = [p for p in patterns if p != wim]
+    step = 0.8 / max(len(others), 1)
+    for k, p in enumerate(others):
+        ys = [i + (k - (len(others) - 1) / 2) * step for i in rows]
+        shown = [(y, t["diffs"][p]) for y, t in zip(ys, data, strict=True) if p in t["diffs"]]
+        if shown:
+            right.errorbar([d.mean for _, d in shown], [y for y, _ in shown], fmt="o", color=colours[p],
+                           xerr=[[max(d.mean - d.low, 0.0) for _, d in shown],
+                                 [max(d.high - d.mean, 0.0) for _, d in shown]], capsize=3, label=f"{wim} − {p}")
+    right.axvline(0.0, color="black", linewidth=0.8)
+    right.set_yticks(list(rows), [t["task"] for t in data])
+    right.set_ylim(len(data) - 0.5, -0.5)
+    right.set_xlim(-1.0, 1.0)
+    right.set_xlabel(f"{wim} minus another pattern, same items (paired 95% interval)")
+    right.grid(alpha=0.3, axis="x")
+    if right.lines:
+        right.legend(loc="lower right", fontsize="small")
+    fig.suptitle(title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return True
 
 
 #: what was tried for each kind of goal missed, and the BENCHMARKS.md sections that measured it

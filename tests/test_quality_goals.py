@@ -33,3 +33,28 @@ def test_goals_say_whether_met_and_what_the_judge_says() -> None:
     assert "By the model judge" not in text
     assert "| +0.00 [+0.00, +0.00] on 20 items | not met (short by 0.05) |" in text
     assert quality.TRIED["versus lc"] in text
+
+
+def test_the_figure_draws_each_task_with_its_goal_metric_and_paired_differences(tmp_path: Any) -> None:
+    quality = load("quality")
+    records = [record(i, "wim", 1.0, None) for i in range(10)]
+    records += [record(i, "lc-own", float(i < 4), None) for i in range(10)]
+    records += [record(i, "rag", 1.0, None) for i in range(5)]  # rag answered only half the items
+    records += [{**record(i, p, 0.0, None), "task": "cwe", "item_id": f"cwe/{i}", "scoring": "set",
+                 "scores": {"contains": 1.0, "f1": f1}} for i in range(6) for p, f1 in (("wim", 0.5), ("lc-own", 0.25))]
+    data = quality.plot_data(records, ["rag", "wim", "lc-own"], "wim")
+    assert [(t["task"], t["metric"]) for t in data] == [("hotpotqa", "contains"), ("cwe", "f1")]
+    hotpot, cwe = data
+    assert hotpot["scores"]["wim"].mean == 1.0 and hotpot["scores"]["lc-own"].mean == 0.4
+    assert hotpot["diffs"]["lc-own"].mean == 0.6 and hotpot["diffs"]["lc-own"].items == 10
+    assert hotpot["diffs"]["rag"].items == 5 and hotpot["diffs"]["rag"].mean == 0.0  # paired on shared items only
+    assert "rag" not in cwe["scores"] and cwe["diffs"]["lc-own"].mean == 0.25  # F1, not contains
+
+    path = tmp_path / "figures" / "quality.png"
+    assert quality.plot(records, ["rag", "wim", "lc-own"], "wim", path, "test run")
+    import matplotlib.image
+
+    assert matplotlib.image.imread(path).shape[2] in (3, 4)
+    unanswered = [{**r, "status": "error"} for r in records]
+    assert not quality.plot(unanswered, ["rag", "wim", "lc-own"], "wim", tmp_path / "none.png", "empty")
+    assert not (tmp_path / "none.png").exists()
