@@ -232,7 +232,7 @@ def plot(records: list[dict[str, Any]], patterns: list[str], wim: str, path: Pat
     left.set_xlim(0.0, 1.0)
     left.set_xlabel("score (95% interval)")
     left.grid(alpha=0.3, axis="x")
-    left.legend(loc="lower right", fontsize="small")
+    left.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(patterns), fontsize="small", frameon=False)
     others = [p for p in patterns if p != wim]
     step = 0.8 / max(len(others), 1)
     for k, p in enumerate(others):
@@ -249,7 +249,8 @@ def plot(records: list[dict[str, Any]], patterns: list[str], wim: str, path: Pat
     right.set_xlabel(f"{wim} minus another pattern, same items (paired 95% interval)")
     right.grid(alpha=0.3, axis="x")
     if right.lines:
-        right.legend(loc="lower right", fontsize="small")
+        right.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=max(len(others), 1), fontsize="small",
+                     frameon=False)
     fig.suptitle(title)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
