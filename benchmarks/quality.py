@@ -79,14 +79,15 @@ def main() -> None:
                  "older version, differ)." if data.rescored else ""), ""]
     if args.goals:
         lines += goal_lines(records, patterns, wim=args.wim, tasks=set(planned))
-    if not args.no_plot and not args.no_write:
+    drawn = args.wim if args.wim in patterns else next(iter(patterns), None)  # the pattern the others are taken from
+    if drawn is not None and not args.no_plot and not args.no_write:
         figure = PLOTS / f"{args.section}.png"
-        if plot(records, patterns, args.wim if args.wim in patterns else patterns[0], figure,
+        if plot(records, patterns, drawn, figure,
                 f"{config.get('name', args.run)}: {(models.get('generator') or {}).get('spec', '?').split('/')[-1]}"):
             lines += [f"![scores and paired differences, {config.get('name', args.run)}]"
                       f"(benchmarks/{figure.name})", "",
                       "Left, each pattern's score with its 95% interval; right, "
-                      f"{args.wim if args.wim in patterns else patterns[0]} minus each other pattern on the same "
+                      f"{drawn} minus each other pattern on the same "
                       "items, with the paired 95% interval (a difference is clear when its bar misses the zero "
                       "line). QA tasks are scored by `contains`, CWE by set F1, as in the goals.", ""]
     for task in dict.fromkeys(r["task"] for r in records):
