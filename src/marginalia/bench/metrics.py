@@ -4,9 +4,10 @@ Normalisation follows the official SQuAD v1.1 evaluation: lower-case, drop punct
 a/an/the, collapse whitespace. Every score is the maximum over the gold answers.
 
 Unanswerable questions (empty ``answers``, the SQuAD v2 convention) are right only when the model abstains:
-an empty answer, or one that says it cannot answer ("I don't know", "unanswerable", "the context does not
-say", "insufficient information", ...; see `ABSTENTION`). A wordy abstention counts as an abstention, because
-small models rarely answer with nothing at all; an answerable question answered with an abstention scores 0.
+an answer with no letter or digit, or one that says it cannot answer ("I don't know", "unanswerable", "the
+context does not say", "insufficient information", ...; see `ABSTENTION`). An answer that normalisation
+empties ("A", a credit rating) is an answer. A wordy abstention counts as an abstention, because small
+models rarely answer with nothing at all; an answerable question answered with an abstention scores 0.
 """
 
 from __future__ import annotations
@@ -42,9 +43,13 @@ def normalize_answer(text: str) -> str:
 
 
 def is_abstention(prediction: str) -> bool:
-    """Whether an answer declines to answer: empty after normalisation, or an abstention phrase."""
-    norm = normalize_answer(prediction.replace("\u2019", "'").replace("'", ""))
-    return not norm or bool(ABSTENTION.search(norm))
+    """Whether an answer declines to answer: no letter or digit at all, or an abstention phrase.
+
+    A one-word answer that normalisation would empty (a credit rating "A", a letter "an") is an answer.
+    """
+    if not any(ch.isalnum() for ch in prediction):
+        return True
+    return bool(ABSTENTION.search(normalize_answer(prediction.replace("\u2019", "'").replace("'", ""))))
 
 
 def exact_match(prediction: str, gold: str) -> float:
