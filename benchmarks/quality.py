@@ -37,7 +37,7 @@ def main() -> None:
                     help="leave out the figure (benchmarks/<section>.png: scores and paired differences)")
     args = ap.parse_args()
 
-    from marginalia.bench.report import find_run, load_run, pattern_order, task_sections, task_tables
+    from marginalia.bench.report import cores_text, find_run, load_run, pattern_order, task_sections, task_tables
 
     folder = find_run(args.run, args.home)
     data = load_run(folder, rescore_answers=True)  # stored scores may predate a metric fix
@@ -49,6 +49,8 @@ def main() -> None:
     commit = str((info.get("commit") or {}).get("commit", "?"))[:10]
     invocations = info.get("invocations") or []
     commits = sorted({str((i.get("commit") or {}).get("commit", "?"))[:10] for i in invocations})
+    machines = list(dict.fromkeys(f"{cores_text(m)}, {m.get('cpu', '?')}" for m in
+                                  (i.get("machine") for i in invocations) if isinstance(m, dict)))
     shared = [p.get("name") or p.get("kind") for p in config.get("patterns", []) if p.get("reading")]
     judge = models.get("judge")
     lines = [
@@ -62,7 +64,8 @@ def main() -> None:
         + "` · "
         f"started at commit {commit}" + (f" (resumed at {', '.join(c for c in commits if c != commit)})"
                                          if len(commits) > 1 else "")
-        + f" · model `{(models.get('generator') or {}).get('spec', '?')}` · started {info.get('started', '?')}", "",
+        + f" · model `{(models.get('generator') or {}).get('spec', '?')}` · started {info.get('started', '?')}"
+        + (f" · answered on {'; '.join(machines)}" if machines else ""), "",
     ]
     done = {t: len({r["example_id"] for r in records if r["task"] == t}) for t in dict.fromkeys(r["task"] for r in records)}
     progress = ", ".join(f"{t} {done.get(t, 0)} of {n} questions" for t, n in planned.items())

@@ -10,6 +10,7 @@ import pytest
 
 from marginalia.bench.report import (
     bootstrap,
+    cores_text,
     estimate,
     find_run,
     load_run,
@@ -367,3 +368,10 @@ def test_margin_precision_counts_bridge_facts_only_with_several_gold_passages() 
     assert two.precision == pytest.approx(1 / 3) and two.relevant_precision == pytest.approx(2 / 3)
     one = margin_counts([rec("b", [[0, 100]])], "wim")
     assert (one.hits, one.relevant, one.on_gold) == (1, 1, 2)
+
+
+def test_cores_text_says_when_a_run_was_held_to_fewer_cores() -> None:
+    assert cores_text({"cores": 2}) == "2 cores"
+    assert cores_text({"cores": 2, "usable_cores": 2}) == "2 cores"
+    assert cores_text({"cores": 2, "usable_cores": 1}) == "1 of 2 cores"  # taskset -c 0
+    assert cores_text({}) == "? cores"

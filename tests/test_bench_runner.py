@@ -262,6 +262,7 @@ def test_run_writes_one_line_per_pair_with_scores_and_run_info(tmp_path: Path) -
     assert info["models"]["generator"]["engine"] == "ScriptedGenerator"
     assert info["models"]["embedder"] == "hashing" and info["models"]["judge"] is None
     assert info["machine"]["cores"] >= 1 and "cpu" in info["machine"]
+    assert 1 <= info["machine"]["usable_cores"] <= info["machine"]["cores"]
     assert "commit" in info and "started" in info and len(info["invocations"]) == 1
     assert "24/24" in err.getvalue()  # progress lines with an ETA
     assert (out / "disagreements.jsonl").read_text() == ""

@@ -174,6 +174,12 @@ def primary_metric(records: Iterable[dict[str, Any]]) -> str:
     return keys[0] if keys else "contains"
 
 
+def cores_text(machine: dict[str, Any]) -> str:
+    """"2 cores", or "1 of 2 cores" for a run held to fewer than the machine has (``taskset``)."""
+    cores, usable = machine.get("cores", "?"), machine.get("usable_cores")
+    return f"{usable} of {cores} cores" if usable is not None and usable != cores else f"{cores} cores"
+
+
 def metric_value(record: dict[str, Any], metric: str) -> float | None:
     if record.get("status") != "ok":
         return None
@@ -555,18 +561,20 @@ def _header(data: RunData) -> list[str]:
     lines += [
         f"- **commit**: {commit_text}",
         f"- **started**: {info.get('started', '?')}",
-        f"- **machine**: {machine.get('cores', '?')} cores ({machine.get('cpu', '?')}), "
+        f"- **machine**: {cores_text(machine)} ({machine.get('cpu', '?')}), "
         f"{machine.get('ram_gb', '?')} GB RAM" + (f", GPU: {'; '.join(machine['gpus'])}" if machine.get("gpus")
                                                  else ""),
     ]
     machines: list[dict[str, Any]] = []
     for invocation in info.get("invocations") or []:
         m = invocation.get("machine")
-        if isinstance(m, dict) and m not in machines:
-            machines.append(m)
+        if isinstance(m, dict):  # a run held to all its cores reads as one recorded before usable_cores was
+            m = {k: v for k, v in m.items() if not (k == "usable_cores" and v == m.get("cores"))}
+            if m not in machines:
+                machines.append(m)
     if len(machines) > 1:  # a run carried from machine to machine (bench export / import)
         lines.append(f"- **machines**: answered on {len(machines)} machines ("
-                     + "; ".join(f"{m.get('cores', '?')} cores, {m.get('cpu', '?')}"
+                     + "; ".join(f"{cores_text(m)}, {m.get('cpu', '?')}"
                                  + (f" ({m['vectors']})" if m.get("vectors") else "") for m in machines)
                      + "): its seconds per answer mix them")
     lines += [

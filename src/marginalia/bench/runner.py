@@ -272,7 +272,10 @@ def cpu_vectors() -> str | None:
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU, cores, memory and GPUs of this machine (without importing torch)."""
+    """CPU, cores (all, and those this process may use: ``taskset`` narrows them, and llama.cpp takes a thread
+    per usable core), memory and GPUs of this machine (without importing torch)."""
+    from ..models.llamacpp_backend import usable_cores
+
     cpu = cpu_name()
     try:
         ram_gb: float | None = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
@@ -286,7 +289,8 @@ def machine_info() -> dict[str, Any]:
             gpus = [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
         except (OSError, subprocess.SubprocessError):
             pass
-    return {"cpu": cpu, "vectors": cpu_vectors(), "cores": os.cpu_count(), "ram_gb": ram_gb, "gpus": gpus,
+    return {"cpu": cpu, "vectors": cpu_vectors(), "cores": os.cpu_count(), "usable_cores": usable_cores(),
+            "ram_gb": ram_gb, "gpus": gpus,
             "platform": platform.platform(), "python": platform.python_version()}
 
 
