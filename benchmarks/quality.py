@@ -37,7 +37,15 @@ def main() -> None:
                     help="leave out the figure (benchmarks/<section>.png: scores and paired differences)")
     args = ap.parse_args()
 
-    from marginalia.bench.report import cores_text, find_run, load_run, pattern_order, task_sections, task_tables
+    from marginalia.bench.report import (
+        cores_text,
+        find_run,
+        load_run,
+        pattern_order,
+        run_machines,
+        task_sections,
+        task_tables,
+    )
 
     folder = find_run(args.run, args.home)
     data = load_run(folder, rescore_answers=True)  # stored scores may predate a metric fix
@@ -49,8 +57,7 @@ def main() -> None:
     commit = str((info.get("commit") or {}).get("commit", "?"))[:10]
     invocations = info.get("invocations") or []
     commits = sorted({str((i.get("commit") or {}).get("commit", "?"))[:10] for i in invocations})
-    machines = list(dict.fromkeys(f"{cores_text(m)}, {m.get('cpu', '?')}" for m in
-                                  (i.get("machine") for i in invocations) if isinstance(m, dict)))
+    machines = list(dict.fromkeys(f"{cores_text(m)}, {m.get('cpu', '?')}" for m in run_machines(info)))
     shared = [p.get("name") or p.get("kind") for p in config.get("patterns", []) if p.get("reading")]
     judge = models.get("judge")
     lines = [

@@ -15,6 +15,7 @@ from marginalia.bench.report import (
     find_run,
     load_run,
     primary_metric,
+    run_machines,
     wilson,
     write_report,
 )
@@ -375,3 +376,11 @@ def test_cores_text_says_when_a_run_was_held_to_fewer_cores() -> None:
     assert cores_text({"cores": 2, "usable_cores": 2}) == "2 cores"
     assert cores_text({"cores": 2, "usable_cores": 1}) == "1 of 2 cores"  # taskset -c 0
     assert cores_text({}) == "? cores"
+
+
+def test_run_machines_counts_a_run_held_to_all_its_cores_as_the_same_machine() -> None:
+    old, new, pinned = {"cpu": "C", "cores": 2}, {"cpu": "C", "cores": 2, "usable_cores": 2}, \
+        {"cpu": "C", "cores": 2, "usable_cores": 1}
+    info = {"invocations": [{"machine": old}, {"machine": new}, {"machine": pinned}, {"machine": None}, {}]}
+    assert run_machines(info) == [old, pinned]
+    assert run_machines({}) == []

@@ -180,6 +180,18 @@ def cores_text(machine: dict[str, Any]) -> str:
     return f"{usable} of {cores} cores" if usable is not None and usable != cores else f"{cores} cores"
 
 
+def run_machines(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The distinct machines a run's invocations were answered on (`machine_info` records), in order."""
+    machines: list[dict[str, Any]] = []
+    for invocation in info.get("invocations") or []:
+        m = invocation.get("machine")
+        if isinstance(m, dict):  # a run held to all its cores reads as one recorded before usable_cores was
+            m = {k: v for k, v in m.items() if not (k == "usable_cores" and v == m.get("cores"))}
+            if m not in machines:
+                machines.append(m)
+    return machines
+
+
 def metric_value(record: dict[str, Any], metric: str) -> float | None:
     if record.get("status") != "ok":
         return None
@@ -565,13 +577,7 @@ def _header(data: RunData) -> list[str]:
         f"{machine.get('ram_gb', '?')} GB RAM" + (f", GPU: {'; '.join(machine['gpus'])}" if machine.get("gpus")
                                                  else ""),
     ]
-    machines: list[dict[str, Any]] = []
-    for invocation in info.get("invocations") or []:
-        m = invocation.get("machine")
-        if isinstance(m, dict):  # a run held to all its cores reads as one recorded before usable_cores was
-            m = {k: v for k, v in m.items() if not (k == "usable_cores" and v == m.get("cores"))}
-            if m not in machines:
-                machines.append(m)
+    machines = run_machines(info)
     if len(machines) > 1:  # a run carried from machine to machine (bench export / import)
         lines.append(f"- **machines**: answered on {len(machines)} machines ("
                      + "; ".join(f"{cores_text(m)}, {m.get('cpu', '?')}"
