@@ -85,8 +85,9 @@ def main() -> None:
               + ("Verdicts from the judge " + str(judge.get("name")) + " (the tables' first score; the goals "
                  "keep `contains`, and each task's \"Judge and contains\" table says where the two part)." if judge else
                  "No model judge: scores are lexical (`contains` for QA, set F1 for CWE).")
-              + (f" Scored with the metrics of this checkout ({data.rescored} answers' stored scores, from an "
-                 "older version, differ)." if data.rescored else ""), ""]
+              + (f" Scored with the metrics of this checkout ({data.rescored} "
+                 + ("answer's stored score, from an older version, differs)." if data.rescored == 1 else
+                    "answers' stored scores, from an older version, differ).") if data.rescored else ""), ""]
     if args.goals:
         lines += goal_lines(records, patterns, wim=args.wim, tasks=set(planned))
     drawn = args.wim if args.wim in patterns else next(iter(patterns), None)  # the pattern the others are taken from

@@ -376,6 +376,9 @@ def test_cores_text_says_when_a_run_was_held_to_fewer_cores() -> None:
     assert cores_text({"cores": 2, "usable_cores": 2}) == "2 cores"
     assert cores_text({"cores": 2, "usable_cores": 1}) == "1 of 2 cores"  # taskset -c 0
     assert cores_text({}) == "? cores"
+    assert cores_text({"cores": None, "usable_cores": 1}) == "1 of ? cores"  # os.cpu_count() could not tell
+    assert cores_text({"cores": 2, "usable_cores": 1, "jobs": 2}) == "2 cores, as 2 jobs of 1 core"  # --jobs 2
+    assert cores_text({"cores": 8, "usable_cores": 4, "jobs": 2}) == "8 cores, as 2 jobs of 4 cores"
 
 
 def test_run_machines_counts_a_run_held_to_all_its_cores_as_the_same_machine() -> None:

@@ -844,7 +844,7 @@ def test_a_run_carried_by_its_text_free_copy_grows_it(tmp_path: Path, monkeypatc
     second = tmp_path / "second"
     assert import_run(copy, second) == 8
     assert import_run(copy, second) == 0  # nothing twice
-    monkeypatch.setattr(runner_module, "machine_info", lambda: {"cpu": "Other CPU", "cores": 64})
+    monkeypatch.setattr(runner_module, "machine_info", lambda jobs=1: {"cpu": "Other CPU", "cores": 64})
     summary = run(config, second)
     assert summary.resumed == 8 and summary.written == 16  # only rag and wim were answered here
     report = write_report(second, plots=False).report.read_text()

@@ -53,6 +53,27 @@ def append_line(f: IO[str], record: Any) -> None:
     os.fsync(f.fileno())
 
 
+def mend_tail(path: str | os.PathLike[str]) -> int:
+    """Cut a partial last line (its writer was killed mid-line) off a JSONL file, so that the next line
+    appended starts a line of its own. Returns the bytes cut (0 when the file ends with a newline)."""
+    target = Path(path)
+    if not target.is_file():
+        return 0
+    with target.open("r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        f.seek(0)
+        keep = f.read().rfind(b"\n") + 1
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+        return size - keep
+
+
 def append_lines(path: str | os.PathLike[str], records: Iterable[Any]) -> None:
     """Append JSON records as lines to ``path`` (created if missing) and fsync once."""
     with Path(path).open("a", encoding="utf-8") as f:

@@ -175,8 +175,12 @@ def primary_metric(records: Iterable[dict[str, Any]]) -> str:
 
 
 def cores_text(machine: dict[str, Any]) -> str:
-    """"2 cores", or "1 of 2 cores" for a run held to fewer than the machine has (``taskset``)."""
-    cores, usable = machine.get("cores", "?"), machine.get("usable_cores")
+    """"2 cores", "1 of 2 cores" for a run held to fewer than the machine has (``taskset``), or "2 cores, as 2
+    jobs of 1 core" for ``bench run --jobs 2`` (each answer's seconds are then one job's)."""
+    cores, usable = machine.get("cores") or "?", machine.get("usable_cores")  # os.cpu_count() may be None
+    jobs = machine.get("jobs")
+    if jobs:
+        return f"{cores} cores, as {jobs} jobs of {usable or '?'} core{'s' * (usable != 1)}"
     return f"{usable} of {cores} cores" if usable is not None and usable != cores else f"{cores} cores"
 
 

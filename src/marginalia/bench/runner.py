@@ -8,6 +8,7 @@ again resumes: finished pairs are skipped, a truncated last line from a kill is 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +27,7 @@ from filelock import FileLock, Timeout
 from pydantic import ValidationError
 
 from ..errors import ContextOverflow, MarginaliaError, UserError
-from ..files import append_line, atomic_write_json, atomic_write_lines, progress_bar
+from ..files import append_line, atomic_write_json, atomic_write_lines, mend_tail, progress_bar
 from ..home import resolve_home
 from ..index.embedders import CachedEmbedder, Embedder
 from ..models.base import GenerationParams, Generator, Tokenizer
@@ -271,9 +272,10 @@ def cpu_vectors() -> str | None:
     return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else None
 
 
-def machine_info() -> dict[str, Any]:
+def machine_info(jobs: int = 1) -> dict[str, Any]:
     """CPU, cores (all, and those this process may use: ``taskset`` narrows them, and llama.cpp takes a thread
-    per usable core), memory and GPUs of this machine (without importing torch)."""
+    per usable core), memory and GPUs of this machine (without importing torch); ``jobs``: the worker
+    processes of ``--jobs``, each on its own ``usable_cores``."""
     from ..models.llamacpp_backend import usable_cores
 
     cpu = cpu_name()
@@ -290,8 +292,8 @@ def machine_info() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             pass
     return {"cpu": cpu, "vectors": cpu_vectors(), "cores": os.cpu_count(), "usable_cores": usable_cores(),
-            "ram_gb": ram_gb, "gpus": gpus,
-            "platform": platform.platform(), "python": platform.python_version()}
+            "ram_gb": ram_gb, "gpus": gpus, "platform": platform.platform(), "python": platform.python_version(),
+            **({"jobs": jobs} if jobs > 1 else {})}
 
 
 def _now() -> str:
@@ -328,6 +330,48 @@ class RunSummary:
     statuses: dict[str, int] = field(default_factory=dict)  # ok / overflow / error among those written
     disagreements: int = 0
     seconds: float = 0.0
+
+
+@dataclass
+class JobLink:
+    """What one worker of ``bench run --jobs N`` shares with the others (`bench.jobs` makes it): the parent
+    holds the run folder's lock; the workers take items in turn from one counter, so each item is answered by
+    one worker, and append their lines under one lock."""
+
+    index: int  # this worker, 0..count-1
+    count: int
+    take: Callable[[], int]  # the next item's position in the run's list of items (shared by the workers)
+    send: Callable[[tuple[Any, ...]], None]  # progress and logs for the parent
+    lock_file: Path  # locked while a worker appends (an OS file lock: a killed worker's lock goes with it)
+
+    def positions(self, n: int) -> Iterator[int]:
+        """The positions of the items this worker answers, until the run's ``n`` items are taken."""
+        while (i := self.take()) < n:
+            yield i
+
+    @contextmanager
+    def appending(self, *paths: Path) -> Iterator[None]:
+        """Hold the append lock, first cutting off a line that a killed worker left unfinished."""
+        with FileLock(self.lock_file, thread_local=False, is_singleton=False):
+            for path in paths:
+                mend_tail(path)
+            yield
+
+
+class _JobProgress:
+    """`_Progress`'s calls, sent to the parent of ``--jobs``, which shows one bar for every worker."""
+
+    def __init__(self, link: JobLink) -> None:
+        self.link = link
+
+    def log(self, message: str) -> None:
+        self.link.send(("log", self.link.index, message))
+
+    def step(self, label: str) -> None:
+        self.link.send(("step", self.link.index, label))
+
+    def close(self) -> None:
+        pass
 
 
 def build_pattern(cfg: PatternConfig, generator: Generator, embedder: Callable[[], Embedder]) -> Pattern:
@@ -568,16 +612,17 @@ def check_items_kept(records: Sequence[Mapping[str, Any]], built: Sequence[tuple
 
 def _record_invocation(folder: Path, info: dict[str, Any] | None, config: RunConfig, limit: int | None,
                        patterns: Sequence[str] | None, models: dict[str, Any], say: Callable[[str], None],
-                       tasks: Sequence[str] | None = None) -> None:
+                       tasks: Sequence[str] | None = None, jobs: int = 1) -> None:
     """Write run.json: on the first run everything; later runs add an entry to its ``invocations``."""
     now = _now()
     commit = git_commit()
-    invocation = {"started": now, "commit": commit, "models": models, "machine": machine_info(), "limit": limit,
+    machine = machine_info(jobs)
+    invocation = {"started": now, "commit": commit, "models": models, "machine": machine, "limit": limit,
                   "patterns": list(patterns or []),
-                  "tasks": list(tasks or []), "argv": sys.argv[1:]}
+                  "tasks": list(tasks or []), "argv": sys.argv[1:], **({"jobs": jobs} if jobs > 1 else {})}
     if info is None:
         info = {"schema": RESULT_SCHEMA, "config": config.resolved(), "commit": commit, "models": models,
-                "machine": machine_info(), "started": now, "invocations": [invocation]}
+                "machine": machine, "started": now, "invocations": [invocation]}
     else:
         first = info.get("commit")
         old = first.get("commit") if isinstance(first, dict) else None
@@ -616,6 +661,7 @@ def run_benchmark(
     err: TextIO | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    job: JobLink | None = None,
 ) -> RunSummary:
     """Run (or resume) a benchmark: every selected pattern on every task's items.
 
@@ -633,6 +679,7 @@ def run_benchmark(
         err: where progress and logs go (default stderr).
         progress: show progress on ``err``.
         log: where load messages go (default: ``err`` when ``progress``).
+        job: set in a worker of `bench.jobs.run_jobs` (``--jobs``): the run folder is its parent's to lock.
 
     Raises:
         UserError: the folder holds a different config, another run holds it, or an unknown pattern or task
@@ -648,18 +695,7 @@ def run_benchmark(
             print(message, file=stream, flush=True)
 
     t_start = time.perf_counter()
-    names = config.pattern_names()
-    if patterns:
-        unknown = [p for p in patterns if p not in names]
-        if unknown:
-            raise UserError(f"no pattern called {', '.join(map(repr, unknown))} in the config; "
-                            f"its patterns are: {', '.join(names)}")
-    selected = [p for p in config.patterns if not patterns or p.name in patterns]
-    if tasks:
-        unknown = [t for t in tasks if t not in config.task_names()]
-        if unknown:
-            raise UserError(f"no task called {', '.join(map(repr, unknown))} in the config; "
-                            f"its tasks are: {', '.join(config.task_names())}")
+    selected = check_selection(config, patterns, tasks)
     build = build_items or _default_build()
     from . import tasks as tasks_module
 
@@ -669,14 +705,11 @@ def run_benchmark(
     folder = run_folder(config, home, out)
     info = check_compatible(folder, config)
     folder.mkdir(parents=True, exist_ok=True)
-    with _locked(folder):
+    with _locked(folder) if job is None else nullcontext():
         results_path = folder / RESULTS
-        records = read_results(results_path, repair=True, log=say)
-        if retry_errors and any(r.get("status") == "error" for r in records):
-            kept = [r for r in records if r.get("status") != "error"]
-            say(f"retrying {len(records) - len(kept)} errored results")
-            atomic_write_lines(results_path, kept)
-            records = kept
+        records = read_results(results_path, repair=job is None, log=say)
+        if retry_errors:
+            records = drop_errors(results_path, records, say)
         done = {result_key(r) for r in records}
 
         if generator is None:
@@ -717,41 +750,87 @@ def run_benchmark(
                                           only=missing))
             check_items_kept(records, list(whole.items()), raised)
 
-        _record_invocation(folder, info, config, limit, patterns,
-                           model_ids(config, generator, cached[0] if cached else None, judge), say, tasks)
+        if job is None or job.index == 0:  # one worker of --jobs speaks for them all
+            _record_invocation(folder, info, config, limit, patterns,
+                               model_ids(config, generator, cached[0] if cached else None, judge), say, tasks,
+                               jobs=1 if job is None else job.count)
 
-        pairs = [(task, item, label, p, pattern) for task, items in built_tasks for item in items
-                 for label, p, pattern in built]
-        resumed = sum((task, item.id, label) in done for task, item, label, _, _ in pairs)
-        bar = _Progress(len(pairs), resumed, stream, progress)
-        bar.log(f"run folder {folder}: {len(pairs)} answers "
-                f"({sum(len(i) for _, i in built_tasks)} items x {len(built)} patterns), {resumed} done before")
+        items = [(task, item) for task, task_items in built_tasks for item in task_items]
+        planned = len(items) * len(built)
+        resumed = sum((task, item.id, label) in done for task, item in items for label, _, _ in built)
+        bar: _Progress | _JobProgress
+        if job is None:
+            bar = _Progress(planned, resumed, stream, progress)
+        else:
+            bar = _JobProgress(job)
+            job.send(("plan", job.index, planned, resumed, items_fingerprint(items)))
+        bar.log(f"run folder {folder}: {planned} answers "
+                f"({len(items)} items x {len(built)} patterns), {resumed} done before")
         statuses: dict[str, int] = {}
         n_disagree = 0
         written = 0
         try:
             with results_path.open("a", encoding="utf-8") as results, \
                     (folder / DISAGREEMENTS).open("a", encoding="utf-8") as disagreements:
-                for task, item, label, p, pattern in pairs:
-                    key = (task, item.id, label)
-                    if key in done:
-                        continue
-                    record = _run_one(task, item, p, pattern, config, score, judge)
-                    append_line(results, record)
-                    done.add(key)
-                    written += 1
-                    statuses[record["status"]] = statuses.get(record["status"], 0) + 1
-                    line = disagreement_line(record)
-                    if line is not None:
-                        n_disagree += 1
-                        append_line(disagreements, line)
-                    if record["status"] != "ok":
-                        bar.log(f"{task} {item.id} {label}: {record['status']}: {record.get('error', '')}")
-                    bar.step(f"{task}/{label} {record['status']}")
+                for position in range(len(items)) if job is None else job.positions(len(items)):
+                    task, item = items[position]
+                    for label, p, pattern in built:
+                        key = (task, item.id, label)
+                        if key in done:
+                            continue
+                        record = _run_one(task, item, p, pattern, config, score, judge)
+                        line = disagreement_line(record)
+                        with nullcontext() if job is None else job.appending(results_path, folder / DISAGREEMENTS):
+                            append_line(results, record)
+                            if line is not None:
+                                append_line(disagreements, line)
+                        done.add(key)
+                        written += 1
+                        statuses[record["status"]] = statuses.get(record["status"], 0) + 1
+                        n_disagree += line is not None
+                        if record["status"] != "ok":
+                            bar.log(f"{task} {item.id} {label}: {record['status']}: {record.get('error', '')}")
+                        bar.step(f"{task}/{label} {record['status']}")
         finally:
             bar.close()
-    return RunSummary(folder=folder, planned=len(pairs), resumed=resumed, written=written, statuses=statuses,
+    return RunSummary(folder=folder, planned=planned, resumed=resumed, written=written, statuses=statuses,
                       disagreements=n_disagree, seconds=round(time.perf_counter() - t_start, 3))
+
+
+def check_selection(config: RunConfig, patterns: Sequence[str] | None, tasks: Sequence[str] | None
+                    ) -> list[PatternConfig]:
+    """The patterns selected by name (all when none are named), after checking every named task exists.
+
+    Raises:
+        UserError: a pattern or task name the config does not have.
+    """
+    names = config.pattern_names()
+    if patterns:
+        unknown = [p for p in patterns if p not in names]
+        if unknown:
+            raise UserError(f"no pattern called {', '.join(map(repr, unknown))} in the config; "
+                            f"its patterns are: {', '.join(names)}")
+    if tasks:
+        unknown = [t for t in tasks if t not in config.task_names()]
+        if unknown:
+            raise UserError(f"no task called {', '.join(map(repr, unknown))} in the config; "
+                            f"its tasks are: {', '.join(config.task_names())}")
+    return [p for p in config.patterns if not patterns or p.name in patterns]
+
+
+def drop_errors(results_path: Path, records: list[dict[str, Any]], say: Callable[[str], None]
+                ) -> list[dict[str, Any]]:
+    """``--retry-errors``: rewrite the results without the answers that ended in an error."""
+    kept = [r for r in records if r.get("status") != "error"]
+    if len(kept) < len(records):
+        say(f"retrying {len(records) - len(kept)} errored results")
+        atomic_write_lines(results_path, kept)
+    return kept
+
+
+def items_fingerprint(items: Sequence[tuple[str, Item]]) -> str:
+    """A short hash of a run's item list: the workers of ``--jobs`` must agree on it, position by position."""
+    return hashlib.sha256("\n".join(f"{task}\t{item.id}" for task, item in items).encode()).hexdigest()[:16]
 
 
 _VERDICTS: dict[Any, bool] = {"correct": True, "wrong": False}

@@ -74,6 +74,10 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
                      help="run again the answers that ended in an error (not overflows)")
     run.add_argument("--no-report", action="store_true",
                      help="do not write report.md and the plots when the run ends")
+    run.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+                     help="answer with N worker processes, each held to its own share of the cores and loading "
+                          "its own copy of the models: on a CPU, N one-core jobs answer more per hour than one "
+                          "process on N cores (BENCHMARKS.md, bench_jobs; Linux only)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
     report = sub.add_parser(
@@ -204,12 +208,20 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print(message, file=err, flush=True)
 
     try:
-        summary = run_benchmark(config, home=args.home, out=args.out, limit=args.limit, patterns=args.patterns,
-                                tasks=args.tasks, retry_errors=args.retry_errors, err=err, progress=not quiet, log=log)
+        if args.jobs > 1:
+            from ..bench.jobs import run_jobs
+
+            summary = run_jobs(config, args.jobs, home=args.home, out=args.out, limit=args.limit,
+                               patterns=args.patterns, tasks=args.tasks, retry_errors=args.retry_errors, err=err,
+                               progress=not quiet, log=log)
+        else:
+            summary = run_benchmark(config, home=args.home, out=args.out, limit=args.limit,
+                                    patterns=args.patterns, tasks=args.tasks, retry_errors=args.retry_errors,
+                                    err=err, progress=not quiet, log=log)
     except KeyboardInterrupt:
         print("marginalia: interrupted; every finished answer is saved: run the same command again to resume",
               file=err, flush=True)
-        raise
+        return 130  # said once, here (not again by the generic handler)
     statuses = ", ".join(f"{n} {s}" for s, n in sorted(summary.statuses.items())) or "nothing new"
     log(f"wrote {summary.written} results ({statuses}) in {summary.seconds:.1f}s; "
         f"{summary.resumed} were done before" + (f"; {summary.disagreements} judge disagreements"
@@ -300,7 +312,7 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except KeyboardInterrupt:
         print("marginalia: interrupted; the verdicts so far are saved: run the same command again to go on",
               file=err, flush=True)
-        raise
+        return 130  # said once, here (not again by the generic handler)
     verdicts = ", ".join(f"{n} {v}" for v, n in sorted(summary.verdicts.items()))
     log(f"judged {summary.judged} answers in {summary.seconds:.1f}s ({summary.kept} judged by it before): "
         f"{verdicts}; {summary.disagreements} disagreements with the lexical scores")

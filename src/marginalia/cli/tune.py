@@ -156,6 +156,7 @@ def cmd_train(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if checkpoint_path(app.tuned_folder(args.data, args.out, args.home)).is_file():
             print("marginalia: interrupted; the training state of a recent step is saved: run the same command "
                   "again to go on from there", file=err, flush=True)
+            return 130  # said once, here (not again by the generic handler)
         raise
     finally:
         bar.close()

@@ -1,0 +1,129 @@
+"""``bench run --jobs N``: worker processes that share one run folder, each pair answered once, resumable."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from marginalia.bench import jobs as jobs_module
+from marginalia.bench.config import load_config
+from marginalia.bench.jobs import core_groups, run_jobs
+from marginalia.bench.runner import JobLink
+from marginalia.cli import main as cli_main
+from marginalia.errors import UserError
+from marginalia.files import mend_tail
+
+CONFIG = """\
+name = "jobs"
+model = "scripted:The words are apple, pear and plum."
+embedder = "hashing"
+max_new_tokens = 16
+
+[[tasks]]
+dataset = "cwe"
+lengths = [300]
+limit = 5
+
+[[patterns]]
+kind = "lc"
+
+[[patterns]]
+kind = "wim"
+segment_tokens = 100
+"""
+
+two_cores = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                               reason="needs two usable cores (Linux)")
+
+
+def _keys(folder: Path) -> list[tuple[str, str, str]]:
+    lines = (folder / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    return [(r["task"], r["item_id"], r["pattern"]) for r in map(json.loads, lines)]
+
+
+@two_cores
+def test_two_jobs_answer_every_pair_once_and_resume(tmp_path: Path) -> None:
+    config_path = tmp_path / "jobs.toml"
+    config_path.write_text(CONFIG, encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["bench", "run", str(config_path), "--out", str(tmp_path / "run"), "--jobs", "2",
+                     "--no-report"], out=out, err=err)
+    assert code == 0, err.getvalue()
+    keys = _keys(tmp_path / "run")
+    assert len(keys) == 10 and len(set(keys)) == 10  # 5 items x 2 patterns, none twice
+    assert "wrote 10 results (10 ok)" in err.getvalue()
+    assert err.getvalue().count("loading scripted") == 1  # both workers load it; the parent says it once
+    info = json.loads((tmp_path / "run" / "run.json").read_text(encoding="utf-8"))
+    assert len(info["invocations"]) == 1  # one worker records the invocation for both
+    assert info["invocations"][0]["jobs"] == 2
+    assert info["invocations"][0]["machine"]["jobs"] == 2 and info["invocations"][0]["machine"]["usable_cores"] == 1
+
+    summary = run_jobs(load_config(config_path), 2, out=tmp_path / "run", err=io.StringIO())
+    assert (summary.planned, summary.resumed, summary.written) == (10, 10, 0)
+    assert len(_keys(tmp_path / "run")) == 10
+
+
+@two_cores
+def test_a_failing_worker_is_said_as_its_own_error(tmp_path: Path) -> None:
+    config_path = tmp_path / "jobs.toml"
+    config_path.write_text(CONFIG.replace('model = "scripted:', 'model = "gguf:/no/such/model.gguf" #'),
+                           encoding="utf-8")
+    with pytest.raises(UserError, match="model.gguf"):
+        run_jobs(load_config(config_path), 2, out=tmp_path / "run", err=io.StringIO())
+
+
+def test_more_jobs_than_cores_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config_path = tmp_path / "jobs.toml"
+    config_path.write_text(CONFIG, encoding="utf-8")
+    monkeypatch.setattr(jobs_module, "available_cores", lambda: [0])
+    with pytest.raises(UserError, match=r"may use 1 core and each job needs one; give --jobs 1"):
+        run_jobs(load_config(config_path), 2, out=tmp_path / "run", err=io.StringIO())
+    assert not (tmp_path / "run").exists()  # said before anything is written
+
+
+def test_core_groups_are_neighbours_as_even_as_they_go() -> None:
+    assert core_groups([0, 1], 2) == [[0], [1]]
+    assert core_groups([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]
+    assert core_groups([4, 5, 6, 7], 1) == [[4, 5, 6, 7]]
+
+
+def test_workers_sharing_a_counter_take_each_item_once(tmp_path: Path) -> None:
+    counter = [0]
+
+    def take() -> int:
+        counter[0] += 1
+        return counter[0] - 1
+
+    links = [JobLink(index=k, count=2, take=take, send=lambda event: None, lock_file=tmp_path / ".lock")
+             for k in range(2)]
+    first, second = links[0].positions(7), links[1].positions(7)
+    taken: dict[int, list[int]] = {0: [], 1: []}
+    for k, positions in [(0, first), (1, second), (1, second), (0, first), (1, second), (0, first), (0, first),
+                         (1, second)]:
+        taken[k].extend(p for p in [next(positions, None)] if p is not None)
+    assert sorted(taken[0] + taken[1]) == list(range(7))  # every item once, none past the end
+    assert not set(taken[0]) & set(taken[1])
+
+
+def test_mend_tail_cuts_a_line_a_killed_writer_left(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"b": 2}\n{"c": ')
+    assert mend_tail(path) == len(b'{"c": ')
+    assert path.read_bytes() == b'{"a": 1}\n{"b": 2}\n'
+    assert mend_tail(path) == 0  # a whole last line stays
+    path.write_bytes(b'{"c": ')
+    assert mend_tail(path) == 6 and path.read_bytes() == b""
+    assert mend_tail(tmp_path / "missing.jsonl") == 0
+
+
+def test_a_worker_appending_mends_the_file_first(tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    results.write_bytes(b'{"a": 1}\n{"half')
+    link = JobLink(index=0, count=2, take=lambda: 0, send=lambda event: None, lock_file=tmp_path / ".lock")
+    with link.appending(results), results.open("a", encoding="utf-8") as f:
+        f.write('{"b": 2}\n')
+    assert results.read_text(encoding="utf-8").splitlines() == ['{"a": 1}', '{"b": 2}']
