@@ -31,12 +31,11 @@ from .runner import (
     RunSummary,
     _locked,
     _Progress,
-    check_compatible,
-    check_selection,
     drop_errors,
+    prepare,
     read_results,
     run_benchmark,
-    run_folder,
+    sayer,
 )
 
 #: how long the parent waits for its workers to stop after Ctrl-C before it ends them
@@ -88,27 +87,14 @@ def run_jobs(config: RunConfig, jobs: int, *, home: str | Path | None = None, ou
         KeyboardInterrupt: passed on once the workers have stopped, every finished answer on disk.
     """
     stream = err or sys.stderr
-
-    def say(message: str) -> None:
-        if log is not None:
-            log(message)
-        elif progress:
-            print(message, file=stream, flush=True)
-
+    say = sayer(log, progress, stream)
     if not hasattr(os, "sched_setaffinity"):
         raise UserError("--jobs needs Linux, where each worker can be held to its own cores; run without it")
     cores = available_cores()
     if jobs > len(cores):
         raise UserError(f"--jobs {jobs}: this process may use {len(cores)} core{'s' * (len(cores) != 1)} and "
                         f"each job needs one; give --jobs {len(cores)} or fewer")
-    check_selection(config, patterns, tasks)
-    from . import tasks as tasks_module
-
-    for table in config.tasks:
-        tasks_module.check_spec(table.spec())
-    folder = run_folder(config, home, out)
-    check_compatible(folder, config)
-    folder.mkdir(parents=True, exist_ok=True)
+    _, folder, _ = prepare(config, home, out, patterns, tasks)
     t_start = time.perf_counter()
     with _locked(folder):
         results_path = folder / RESULTS

@@ -687,24 +687,13 @@ def run_benchmark(
         KeyboardInterrupt: passed on after every finished result is on disk.
     """
     stream = err or sys.stderr
-
-    def say(message: str) -> None:
-        if log is not None:
-            log(message)
-        elif progress:
-            print(message, file=stream, flush=True)
-
+    say = sayer(log, progress, stream)
     t_start = time.perf_counter()
-    selected = check_selection(config, patterns, tasks)
     build = build_items or _default_build()
     from . import tasks as tasks_module
 
-    if build is tasks_module.build_items:  # our own datasets: an unknown one is said before a model loads
-        for table in config.tasks:
-            tasks_module.check_spec(table.spec())
-    folder = run_folder(config, home, out)
-    info = check_compatible(folder, config)
-    folder.mkdir(parents=True, exist_ok=True)
+    selected, folder, info = prepare(config, home, out, patterns, tasks,
+                                     check_specs=build is tasks_module.build_items)
     with _locked(folder) if job is None else nullcontext():
         results_path = folder / RESULTS
         records = read_results(results_path, repair=job is None, log=say)
@@ -795,6 +784,39 @@ def run_benchmark(
             bar.close()
     return RunSummary(folder=folder, planned=planned, resumed=resumed, written=written, statuses=statuses,
                       disagreements=n_disagree, seconds=round(time.perf_counter() - t_start, 3))
+
+
+def sayer(log: Callable[[str], None] | None, progress: bool, stream: TextIO) -> Callable[[str], None]:
+    """Where a run's messages go: ``log`` when given, else ``stream`` when ``progress``, else nowhere."""
+    def say(message: str) -> None:
+        if log is not None:
+            log(message)
+        elif progress:
+            print(message, file=stream, flush=True)
+
+    return say
+
+
+def prepare(config: RunConfig, home: str | Path | None, out: str | Path | None, patterns: Sequence[str] | None,
+            tasks: Sequence[str] | None, check_specs: bool = True
+            ) -> tuple[list[PatternConfig], Path, dict[str, Any] | None]:
+    """What a run checks before anything slow (loading a model): the selected patterns, its folder (made) and
+    its stored run info (`check_compatible`).
+
+    Raises:
+        UserError: an unknown pattern, task or dataset (``check_specs``: our own datasets), or a folder that
+            holds a different config.
+    """
+    selected = check_selection(config, patterns, tasks)
+    if check_specs:
+        from .tasks import check_spec
+
+        for table in config.tasks:
+            check_spec(table.spec())
+    folder = run_folder(config, home, out)
+    info = check_compatible(folder, config)
+    folder.mkdir(parents=True, exist_ok=True)
+    return selected, folder, info
 
 
 def check_selection(config: RunConfig, patterns: Sequence[str] | None, tasks: Sequence[str] | None
