@@ -20,7 +20,7 @@ BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
 def machine() -> str:
     import torch
 
-    from marginalia.bench.runner import cpu_name, cpu_vectors
+    from marginalia.bench.provenance import cpu_name, cpu_vectors
 
     cpu = ", ".join(filter(None, (cpu_name(), cpu_vectors())))
     return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
