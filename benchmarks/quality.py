@@ -274,7 +274,9 @@ TRIED = {
     "versus lc": "WiM against long context: where WiM says what a margin is (`instructions`: intro or each margin's "
                  "prompt), what a margin copies (`margin_style`), the answer's form (`answer-style`), kept "
                  "margins as written or as their evidence sentences (`kept_as`), a judge rule for questions of "
-                 "several clauses (judge ablation, MultiHop-RAG), yes/no questions asked again (`yes_no`).",
+                 "several clauses (judge ablation, MultiHop-RAG), yes/no questions asked again (`yes_no`); offline on "
+                 "the 8k records, WiM declining to answer when it kept no margin (it gains MultiHop-RAG's "
+                 "unanswerable questions and loses more on HotpotQA and SQuAD; not built).",
     "versus rag": "WiM against RAG: the same changes as against long context; RAG's top-k and chunk size are "
                   "the run's config.",
     "aggregation": "Aggregation (CWE): list margins copied from the part just read (`margin_decoding`), their "
@@ -288,7 +290,9 @@ TRIED = {
                  "chosen to share the question's words, which a check on the text read cannot tell from the gold "
                  "passages.",
     "recall": "Kept-margin recall: the same relevance-check sections; a bare answer copied from the text is "
-              "kept without the question's words beside it only when its sentence holds enough of them.",
+              "kept without the question's words beside it only when its sentence holds enough of them. Offline "
+              "on the 8k records: a repeated note dropped only when it adds no new word (few of the notes that "
+              "rule would keep hold a gold answer the kept ones lack; not built).",
 }
 
 
