@@ -31,7 +31,14 @@ retrieved chunks are the memory, so that dozens of requests per item stay afford
 completes the whole prefix with the memory the coordinator holds at its end. Reported: memory requests per
 1,000 typed tokens and GLEU against the labels, as a table and a plot.
 
+With ``--enron-corpus mail`` the Enron items draw their memory from the other e-mails instead (a collection
+of the e-mails, as a user's own mailbox would be), never from the item's own e-mail or one that shares a
+10-word run with it (a reply quoting it, a copy): what memory does when the collection holds related text.
+That run writes its own section (``--section``) and skips the freshness replay with ``--fresh-items 0``.
+
     python benchmarks/compose_utility.py [--wiki 32] [--enron 32] [--tuned-client SPEC] [--fresh-items 15]
+    python benchmarks/compose_utility.py --wiki 0 --enron 60 --enron-corpus mail --fresh-items 0 \
+        --section compose_utility_mail
 
 The texts are read at run time from ../shared/data (``--data``); nothing of them is kept in the repository.
 """
@@ -152,7 +159,9 @@ def email_body(text: str) -> str:
     return max((" ".join(run) for run in runs), key=len)
 
 
-def enron_items(rows: list[dict[str, Any]], n: int, seed: int) -> list[Item]:
+def enron_items(rows: list[dict[str, Any]], n: int, seed: int, files: dict[str, Path] | None = None) -> list[Item]:
+    """``n`` prefixes of e-mail bodies; ``files``: each e-mail's file in a collection (by id), which becomes the
+    item's source (left out of its memory)."""
     rng = random.Random(seed)
     items = []
     for row in rows:
@@ -160,17 +169,38 @@ def enron_items(rows: list[dict[str, Any]], n: int, seed: int) -> list[Item]:
         cut = _cut(" ".join(email_body(text).split()), rng)
         if cut is None:
             continue
-        items.append(Item("enron", f"enron{row['id']}", "", cut[-PREFIX_CHARS:].lstrip()))
+        source = str(files[str(row["id"])]) if files else ""
+        items.append(Item("enron", f"enron{row['id']}", source, cut[-PREFIX_CHARS:].lstrip()))
         if len(items) >= n:
             break
     return items
 
 
+#: words in a run two e-mails share when one quotes or copies the other
+SHARED_RUN = 10
+
+
+def shared_runs(texts: dict[str, str], words: int = SHARED_RUN) -> dict[str, set[str]]:
+    """For each text (by key), the other texts that share a run of ``words`` words with it (lower-cased)."""
+    seen: dict[tuple[str, ...], set[str]] = {}
+    for key, text in texts.items():
+        ws = text.lower().split()
+        for i in range(len(ws) - words + 1):
+            seen.setdefault(tuple(ws[i:i + words]), set()).add(key)
+    near: dict[str, set[str]] = {key: set() for key in texts}
+    for keys in seen.values():
+        if len(keys) > 1:
+            for key in keys:
+                near[key] |= keys - {key}
+    return near
+
+
 # -- the eval model's memory and labels, cached --------------------------------------------------------
 
 
-def item_key(item: Item, eval_name: str, tokens: int, hits: int) -> str:
-    raw = json.dumps([CACHE_VERSION, item.dataset, item.key, item.prefix, eval_name, tokens, hits])
+def item_key(item: Item, eval_name: str, tokens: int, hits: int, corpus: str = "wikitext") -> str:
+    fields = [CACHE_VERSION, item.dataset, item.key, item.prefix, eval_name, tokens, hits]
+    raw = json.dumps(fields if corpus == "wikitext" else [*fields, corpus])
     return hashlib.sha256(raw.encode()).hexdigest()[:20]
 
 
@@ -354,8 +384,12 @@ def main() -> None:
     ap.add_argument("--fresh-items", type=int, default=8, help="WikiText items replayed per threshold")
     ap.add_argument("--home", type=Path, default=None, help="marginalia home (the collection and the cache)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--enron-corpus", choices=("wikitext", "mail"), default="wikitext",
+                    help="where the Enron items' memory comes from: the WikiText collection, or the other e-mails")
+    ap.add_argument("--section", default="compose_utility", help="the BENCHMARKS.md section written")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
     args = ap.parse_args()
+    plot_path = PLOT if args.section == "compose_utility" else PLOT.with_name(f"{args.section}_freshness.png")
     wiki_path, enron_path = args.data / "wikitext-test-articles.part1.jsonl", args.data / "enron-ham.part1.jsonl"
     for path in (wiki_path, enron_path, args.eval_model):
         if not path.is_file():
@@ -386,7 +420,19 @@ def main() -> None:
     if len(items) < args.wiki:
         sys.exit(f"--wiki {args.wiki}: articles {args.wiki_articles} give only {len(items)} prefixes; ask for fewer "
                  "or widen --wiki-articles (an article compose_tuning.py cut would flatter the tuned client)")
-    items += enron_items(emails, args.enron, args.seed)
+    mail_files: dict[str, Path] = {}
+    near: dict[str, set[str]] = {}
+    if args.enron_corpus == "mail":
+        mail_docs = home / "mail"
+        mail_docs.mkdir(parents=True, exist_ok=True)
+        texts = {str(row["id"]): detokenize_email(row["text"]) for row in emails}
+        for key, text in texts.items():
+            path = mail_docs / f"enron-{key}.txt"
+            if not path.is_file() or path.read_text("utf-8") != text:
+                path.write_text(text, "utf-8")
+            mail_files[key] = path.resolve()
+        near = shared_runs(texts)
+    items += enron_items(emails, args.enron, args.seed, mail_files or None)
 
     from marginalia.models.loaders import embedded_gguf
 
@@ -401,6 +447,33 @@ def main() -> None:
     print(f"collection: {len(files)} articles, {n_chunks} chunks ({time.perf_counter() - t0:.0f} s)", flush=True)
     # every item's own article is excluded by its source; documents' ids are what memory generators see
     ids_of = {str(Path(d.source).resolve()): d.doc_id for d in store.documents()}
+    store_of = {"wikitext": store, "enron": store}
+    wiki_corpus = f"a collection of the {len(files)} WikiText articles ({n_chunks} chunks)"
+    mail_corpus = ""
+    if mail_files:
+        app.index_paths([home / "mail"], "enron-mail", count_tokens=client_gen.tokenizer.count, home=home)
+        store_of["enron"] = app.open_collection("enron-mail", home=home)
+        mail_chunks = sum(d.n_chunks for d in store_of["enron"].documents())
+        ids_of.update({str(Path(d.source).resolve()): d.doc_id for d in store_of["enron"].documents()})
+        quoted = sum(1 for it in items if it.dataset == "enron" and near.get(it.key.removeprefix("enron")))
+        mail_corpus = (f"a collection of the {len(mail_files)} e-mails ({mail_chunks} chunks), never the item's own "
+                       f"e-mail nor one sharing a {SHARED_RUN}-word run with it (a reply quoting it, a copy: "
+                       f"{quoted} of the Enron items have one)")
+    has_wiki = any(it.dataset == "wikitext" for it in items)
+    has_enron = any(it.dataset == "enron" for it in items)
+    if not mail_corpus:
+        corpus_text = wiki_corpus + ", never from the WikiText item's own article"
+    elif has_wiki:
+        corpus_text = (f"{wiki_corpus} for the WikiText items (never the item's own article), and for the Enron "
+                       f"items from {mail_corpus}")
+    else:
+        corpus_text = mail_corpus
+
+    def excluded(item: Item) -> set[str]:
+        """What an item's memory must not come from: its own document, and e-mails quoting or copying it."""
+        sources = {item.source} | ({str(mail_files[k]) for k in near.get(item.key.removeprefix("enron"), ())}
+                                   if item.dataset == "enron" else set())
+        return {x for s in sources for x in (s, ids_of.get(s, ""))} - {""}
 
     options = ComposeOptions()
     eval_gen = LlamaCppGenerator(args.eval_model, name=f"gguf:{args.eval_model.name}", n_ctx=8192,
@@ -413,13 +486,13 @@ def main() -> None:
     records: list[dict[str, Any]] = []
     eval_seconds, made = 0.0, 0
     for n, item in enumerate(items, 1):
-        key = item_key(item, eval_gen.name, args.tokens, args.hits)
+        key = item_key(item, eval_gen.name, args.tokens, args.hits,
+                       args.enron_corpus if item.dataset == "enron" else "wikitext")
         if key not in cache:
-            exclude = {item.source, ids_of.get(item.source, "")} - {""}
             common = {"hits": args.hits, "search": options.search, "min_similarity": options.min_similarity,
-                      "exclude": exclude, "item_tokens": options.item_tokens}
-            takeaway = TakeawayMemory(store, eval_gen, **common)
-            margin = MarginMemory(store, eval_gen.fork(keep_cache=False), **common)
+                      "exclude": excluded(item), "item_tokens": options.item_tokens}
+            takeaway = TakeawayMemory(store_of[item.dataset], eval_gen, **common)
+            margin = MarginMemory(store_of[item.dataset], eval_gen.fork(keep_cache=False), **common)
             t0 = time.perf_counter()
             record = {"key": key, **eval_record(item, takeaway, margin, label_client, args.tokens)}
             eval_seconds += time.perf_counter() - t0
@@ -430,7 +503,7 @@ def main() -> None:
             print(f"[{n}/{len(items)}] {item.key}: {record['seconds']} label={record['label'][:60]!r}", flush=True)
         records.append(cache[key])
     drafted = sum(1 for r, it in zip(records, items, strict=True) for x in r["takeaways"] + r["margins"] + r["chunks"]
-                  if it.source and x["doc_id"] == ids_of.get(it.source))
+                  if it.source and x["doc_id"] in excluded(it))
 
     client = CompletionClient(client_gen.fork(keep_cache=False), standby=client_gen.fork(keep_cache=False),
                               suggestion_tokens=args.tokens)
@@ -483,7 +556,7 @@ def main() -> None:
              if it.dataset == "wikitext" and r["label"].strip()][: args.fresh_items]
     fresh_rows = []
     t_fresh = time.perf_counter()
-    for threshold in thresholds:
+    for threshold in thresholds if fresh else []:
         typed = made_requests = 0
         preds, labels = [], []
         for item, record in fresh:
@@ -503,7 +576,8 @@ def main() -> None:
                            "typed": typed, "gleu": gm.gleu(preds, labels)})
         print(f"threshold {threshold}: {fresh_rows[-1]}", flush=True)
     fresh_s = time.perf_counter() - t_fresh
-    plot(thresholds, [r["rate"] for r in fresh_rows], [r["gleu"] for r in fresh_rows], PLOT)
+    if fresh_rows:
+        plot(thresholds, [r["rate"] for r in fresh_rows], [r["gleu"] for r in fresh_rows], plot_path)
     load_after = os.getloadavg()
 
     # -- the section
@@ -519,6 +593,8 @@ def main() -> None:
 
     tables = []
     for dataset, title in (("wikitext", "WikiText (in domain)"), ("enron", "Enron e-mails (out of domain)")):
+        if not any(it.dataset == dataset for it in items):
+            continue
         tables += [f"**{title}**", "",
                    "| row | PPL (labels) | GLEU [95% CI] | METEOR | BLEU-4 | ROUGE-1 | ROUGE-L | BERTScore F1 | n | "
                    "with memory |",
@@ -544,6 +620,16 @@ def main() -> None:
         line = (f"- {dataset}: GLEU ordering {ordering(dataset)}; the best client + memory row has "
                 f"{times(best_memory, vanilla['gleu']):.2f}x the vanilla client's GLEU ({vanilla['gleu']:.1f} -> "
                 f"{best_memory:.1f}).")
+        against = []
+        for row in ("chunks", "takeaways", "margins"):
+            if row in predictions_kept[dataset]:
+                low, high = gleu_ratio_interval(predictions_kept[dataset][row], predictions_kept[dataset]["vanilla"],
+                                                labels_of[dataset])
+                against.append(f"{row} {times(results[f'{dataset}/{row}']['gleu'], vanilla['gleu']):.2f}x "
+                               f"[{low:.2f}, {high:.2f}]")
+        if against:
+            line += " Untuned client with memory over the vanilla client, GLEU (paired 95% interval): " + \
+                ", ".join(against) + "."
         if tuned_r is not None:
             ratio = times(tuned_r["gleu"], vanilla["gleu"])
             low, high = gleu_ratio_interval(predictions_kept[dataset]["tuned"], predictions_kept[dataset]["vanilla"],
@@ -585,7 +671,8 @@ def main() -> None:
     wiki_n = sum(1 for it in items if it.dataset == "wikitext")
     enron_n = len(items) - wiki_n
     body = "\n".join([
-        "## Composition utility (`benchmarks/compose_utility.py`)",
+        "## Composition utility (`benchmarks/compose_utility.py`)"
+        + (": the Enron items' memory from the other e-mails" if mail_files else ""),
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · client: {args.client} on llama.cpp "
         f"(greedy, {args.tokens} new tokens, stops at a line end) · eval model (labels and memory): "
@@ -594,12 +681,14 @@ def main() -> None:
         f"(eval model on {made} new items: {eval_seconds / 60:.1f} min; client rows {rows_s / 60:.1f} min; "
         f"freshness replay {fresh_s / 60:.1f} min)",
         "",
-        f"Items: {wiki_n} WikiText prefixes (in domain; from articles {args.wiki_articles}, which the tuning left "
-        "out, as few per article as the count allows, each cut 40-70% into a paragraph of "
-        f"60+ words, after up to {PREFIX_CHARS} characters of the text before it) and {enron_n} Enron e-mail "
-        f"prefixes (out of domain; cut the same way in the e-mail's body). Memory is retrieved ({args.hits} chunks, "
-        f"hybrid search on the prefix's last {QUERY_WORDS} words) from a collection of the {len(files)} WikiText "
-        f"articles ({n_chunks} chunks), never from the item's own article (memory items from it: {drafted}). The "
+        "Items: " + " and ".join(
+            ([f"{wiki_n} WikiText prefixes (in domain; from articles {args.wiki_articles}, which the tuning left "
+              "out, as few per article as the count allows, each cut 40-70% into a paragraph of 60+ words, after "
+              f"up to {PREFIX_CHARS} characters of the text before it)"] if has_wiki else [])
+            + ([f"{enron_n} Enron e-mail prefixes (out of domain; each cut 40-70% into the e-mail's body)"]
+               if has_enron else []))
+        + f". Memory is retrieved ({args.hits} chunks, hybrid search on the prefix's last {QUERY_WORDS} words) "
+        f"from {corpus_text} (memory items from what an item must not draw on: {drafted}). The "
         f"eval model writes the takeaways, the WiM margins and the label: its own continuation of the prefix given "
         f"the takeaways memory and our compose prompt (so the takeaways rows share the label's memory, as in the "
         f"paper's setup). PPL is the perplexity of the label's tokens under that row's client and prompt; GLEU, "
@@ -616,17 +705,17 @@ def main() -> None:
         "",
         *draw_lines,
         "",
-        f"**Freshness vs cost** ({len(fresh)} WikiText prefixes typed token by token through the coordinator; each "
-        f"request's query is the text new since the last one, answered at once with the {args.hits} retrieved chunks "
-        f"as memory (memory size {args.hits}); the client then completes the prefix with the memory held at its "
-        "end). The paper's Fig. 5 trade-off: a lower threshold asks for memory more often.",
-        "",
-        *fresh_table,
-        "",
-        f"![freshness vs cost]({PLOT.relative_to(ROOT).as_posix()})",
+        *([f"**Freshness vs cost** ({len(fresh)} WikiText prefixes typed token by token through the coordinator; "
+           f"each request's query is the text new since the last one, answered at once with the {args.hits} "
+           f"retrieved chunks as memory (memory size {args.hits}); the client then completes the prefix with the "
+           "memory held at its end). The paper's Fig. 5 trade-off: a lower threshold asks for memory more often.",
+           "",
+           *fresh_table,
+           "",
+           f"![freshness vs cost]({plot_path.relative_to(ROOT).as_posix()})"] if fresh_rows else []),
     ])
     if not args.no_write:
-        write_section("compose_utility", body)
+        write_section(args.section, body)
     print(body)
     out = home / "last-run.json"
     out.write_text(json.dumps({"results": results, "freshness": fresh_rows, "predictions": predictions_kept,

@@ -94,3 +94,25 @@ def test_memory_draw_counts_only_the_labels_new_words_that_the_memory_holds() ->
     assert {"1862", "oak", "engineer", "mill"} <= drawn and "later" not in drawn
     assert drawn <= new
     assert cu.memory_draw(label, prefix, []) == (new, set())
+
+
+def test_an_email_quoting_or_copying_another_is_kept_out_of_its_memory() -> None:
+    """With the other e-mails as the collection, an item's memory must not come from its own e-mail or from one
+    that shares a 10-word run with it (a reply quoting it): that would be the text being written."""
+    cu = load("compose_utility")
+    own = " ".join(f"w{k}" for k in range(30))
+    reply = "thanks , see below . " + " ".join(f"w{k}" for k in range(5, 16)) + " regards"
+    nine = " ".join(f"w{k}" for k in range(20, 29)) + " other words here"  # nine shared words: no quote
+    near = cu.shared_runs({"1": own, "2": reply, "3": nine, "4": "unrelated text entirely"})
+    assert near == {"1": {"2"}, "2": {"1"}, "3": set(), "4": set()}
+
+
+def test_enron_items_name_their_own_email_when_the_mail_is_the_collection(tmp_path: Path) -> None:
+    cu = load("compose_utility")
+    rows = [{"id": i, "text": " ".join(f"e{i}x{k}" for k in range(90))} for i in (3, 7)]
+    files = {"3": tmp_path / "enron-3.txt", "7": tmp_path / "enron-7.txt"}
+    items = cu.enron_items(rows, 5, seed=0, files=files)
+    assert [(it.key, it.source) for it in items] == [("enron3", str(files["3"])), ("enron7", str(files["7"]))]
+    assert [it.source for it in cu.enron_items(rows, 5, seed=0)] == ["", ""]  # the WikiText collection: none
+    # the same cuts either way, so both corpora's rows answer the same prefixes
+    assert [it.prefix for it in items] == [it.prefix for it in cu.enron_items(rows, 5, seed=0)]
