@@ -85,6 +85,12 @@ def test_more_jobs_than_cores_is_a_usage_error(tmp_path: Path, monkeypatch: pyte
     assert not (tmp_path / "run").exists()  # said before anything is written
 
 
+def test_a_worker_that_died_silently_is_said_by_how_it_ended() -> None:
+    assert jobs_module._ended(-9) == "its process was killed by SIGKILL (out of memory?)"
+    assert jobs_module._ended(-15) == "its process was killed by SIGTERM"
+    assert jobs_module._ended(3) == "its process ended with exit code 3"
+
+
 def test_core_groups_are_neighbours_as_even_as_they_go() -> None:
     assert core_groups([0, 1], 2) == [[0], [1]]
     assert core_groups([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]

@@ -155,7 +155,7 @@ def _follow(workers: Sequence[Any], events: Any, stream: TextIO, progress: bool,
                     if outcome.ended(k) or worker.is_alive():
                         continue
                     if now - gone.setdefault(k, now) > 2.0:  # time enough for its last words to arrive
-                        outcome.failures[k] = ("crash", f"its process ended with exit code {worker.exitcode}")
+                        outcome.failures[k] = ("crash", _ended(worker.exitcode))
                 continue
             kind, k, *rest = event
             if kind == "plan":
@@ -186,6 +186,17 @@ def _follow(workers: Sequence[Any], events: Any, stream: TextIO, progress: bool,
         if bar is not None:
             bar.close()
     return outcome
+
+
+def _ended(code: int | None) -> str:
+    """How a worker that said nothing ended: its exit code, or the signal that killed it."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"its process was killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+    return f"its process ended with exit code {code}"
 
 
 def _stop(workers: Sequence[Any]) -> None:
