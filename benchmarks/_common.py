@@ -94,6 +94,6 @@ def stored_run(name: str) -> tuple[Path, dict[str, Any], Any]:
 
     folder = runs_dir() / name
     if not (folder / RUN_INFO).is_file():
-        raise SystemExit(f"no run {name!r} under {runs_dir()} (marginalia bench runs lists them)")
+        raise SystemExit(f"no run {name!r} under {runs_dir()} (`marginalia bench runs` lists them)")
     info = json.loads((folder / RUN_INFO).read_text("utf-8"))
     return folder, info, stored_config(info["config"])

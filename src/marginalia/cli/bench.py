@@ -1,5 +1,5 @@
-"""The ``marginalia bench`` commands: ``run CONFIG`` (resumable), ``report RUN``, and ``qa-generate`` /
-``qa-review`` for benchmarks on the user's own documents."""
+"""The ``marginalia bench`` commands: ``run CONFIG`` (resumable), ``runs`` (where they stand), ``report RUN``,
+and ``qa-generate`` / ``qa-review`` for benchmarks on the user's own documents."""
 
 from __future__ import annotations
 
@@ -122,6 +122,17 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     judge.add_argument("--no-report", action="store_true", help="do not write report.md and the plots afterwards")
     judge.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
+    runs = sub.add_parser(
+        "runs", parents=shared, formatter_class=formatter_class,
+        help="where the runs stand: answers per task and pattern, and whether each is running now",
+        description="List the runs under <home>/bench/runs (or the runs named), each with its answers, the items "
+                    "every pattern has answered of those its config plans, per task, errors, when the last answer "
+                    "was written, and whether a bench run (or judge) is writing to it now. Reads the run folders "
+                    "only: it loads no model.",
+    )
+    runs.add_argument("run", nargs="*", metavar="RUN", help="run folders or names (default: every named run)")
+    runs.add_argument("--json", action="store_true", help="one JSON object per run, a line each")
+
     export = sub.add_parser(
         "export", parents=shared, formatter_class=formatter_class,
         help="copy a run's results without their texts (to share it, or carry it to another machine)",
@@ -184,6 +195,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return _cmd_report(args, out, err)
     if args.bench_command == "judge":
         return _cmd_judge(args, out, err)
+    if args.bench_command == "runs":
+        return _cmd_runs(args, out, err)
     if args.bench_command == "export":
         return _cmd_export(args, out, err)
     if args.bench_command == "import":
@@ -331,6 +344,24 @@ def _cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for path in files.plots:
             print(f"wrote {path}", file=err)
     out.write(f"{files.report}\n")
+    return 0
+
+
+def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import json
+
+    from ..bench.report import find_run
+    from ..bench.runner import runs_dir
+    from ..bench.status import list_runs, run_status, status_lines
+
+    statuses = [run_status(find_run(r, args.home)) for r in args.run] if args.run else list_runs(args.home)
+    if not statuses and not args.json:
+        print(f"no runs under {runs_dir(args.home)}; start one with: marginalia bench run CONFIG", file=err)
+    for status in statuses:
+        if args.json:
+            out.write(json.dumps(status.to_dict(), ensure_ascii=False) + "\n")
+        else:
+            out.write("\n".join(status_lines(status)) + "\n")
     return 0
 
 
