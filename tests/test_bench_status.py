@@ -75,3 +75,18 @@ def test_bench_runs_lists_every_named_run(tmp_path: Path) -> None:
     out = io.StringIO()
     assert cli_main(["bench", "runs", "demo", "--home", str(tmp_path)], out=out, err=io.StringIO()) == 0
     assert out.getvalue().startswith("demo  idle  3 answers")
+
+
+def test_time_left_goes_at_each_task_and_patterns_pace() -> None:
+    from marginalia.bench.status import TaskProgress, time_left
+
+    records = [{"task": "squad", "pattern": "lc", "seconds": 10.0},
+               {"task": "squad", "pattern": "wim", "seconds": 30.0},
+               {"task": "squad", "pattern": "wim", "seconds": 50.0}]
+    tasks = [TaskProgress("squad", planned=3, items=1, answers={"lc": 1, "wim": 2}),
+             TaskProgress("cwe", planned=2, items=0, answers={"lc": 0, "wim": 0})]
+    # squad: 2 lc x 10 s + 1 wim x 40 s; cwe has no pace of its own: the run's, 2 x 10 s + 2 x 40 s
+    assert time_left(records, tasks) == 60.0 + 100.0
+    assert time_left(records, tasks, jobs=2) == 80.0
+    assert time_left([], tasks) is None  # no answer to go by
+    assert time_left(records, [TaskProgress("x", planned=None, items=0)]) is None

@@ -32,12 +32,13 @@ class RunStatus:
     statuses: dict[str, int]  # ok / overflow / error
     last: str | None  # when the last answer was written (ISO 8601)
     tasks: list[TaskProgress]
+    left_seconds: float | None = None  # answering left at the pace so far (None: nothing to go on, or done)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "folder": str(self.folder), "running": self.running, "answers": self.answers,
                 "statuses": self.statuses, "last": self.last,
                 "tasks": [{"task": t.task, "planned": t.planned, "items": t.items, "answers": t.answers}
-                          for t in self.tasks]}
+                          for t in self.tasks], "left_seconds": self.left_seconds}
 
 
 def is_running(folder: Path) -> bool:
@@ -96,8 +97,31 @@ def run_status(folder: Path) -> RunStatus:
         tasks.append(TaskProgress(task=task, planned=dict(named).get(task), items=len(every),
                                   answers={p: len(answered.get(p, ())) for p in patterns or answered}))
     finished = [str(r["finished"]) for r in records if r.get("finished")]
+    invocations = info.get("invocations") or [{}]
     return RunStatus(name=str(config.get("name") or folder.name), folder=folder, running=is_running(folder),
-                     answers=len(records), statuses=statuses, last=max(finished) if finished else None, tasks=tasks)
+                     answers=len(records), statuses=statuses, last=max(finished) if finished else None, tasks=tasks,
+                     left_seconds=time_left(records, tasks, int(invocations[-1].get("jobs") or 1)))
+
+
+def time_left(records: list[dict[str, Any]], tasks: list[TaskProgress], jobs: int = 1) -> float | None:
+    """Answering time left: each task's unanswered answers at that task's mean seconds per answer of that pattern
+    (the run's mean for the pattern where the task has none yet), shared by ``jobs`` workers. None when no answer
+    gives a pace, or a task's plan is not known."""
+    seconds: dict[tuple[str, str], list[float]] = {}
+    for r in records:
+        if isinstance(r.get("seconds"), (int, float)):
+            for key in ((str(r.get("task")), str(r.get("pattern"))), ("", str(r.get("pattern")))):
+                seconds.setdefault(key, []).append(float(r["seconds"]))
+    left = 0.0
+    for t in tasks:
+        if t.planned is None:
+            return None
+        for pattern, done in t.answers.items():
+            pace = seconds.get((t.task, pattern)) or seconds.get(("", pattern))
+            if pace is None:
+                return None
+            left += max(0, t.planned - done) * sum(pace) / len(pace)
+    return left / max(1, jobs)
 
 
 def list_runs(home: str | Path | None = None) -> list[RunStatus]:
@@ -130,8 +154,11 @@ def ago(stamp: str | None, now: datetime | None = None) -> str:
 def status_lines(status: RunStatus, now: datetime | None = None) -> list[str]:
     """A run's status as text: its line, then a line per task."""
     problems = ", ".join(f"{n} {s}" for s, n in sorted(status.statuses.items()) if s != "ok")
+    left = status.left_seconds
+    pace = "" if not left else f", about {left / 3600:.1f} h of answering left" if left >= 5400 else \
+        f", about {round(left / 60)} min of answering left"
     lines = [f"{status.name}  {'running' if status.running else 'idle'}  {status.answers} answers"
-             + (f" ({problems})" if problems else "") + f", the last {ago(status.last, now)}  {status.folder}"]
+             + (f" ({problems})" if problems else "") + f", the last {ago(status.last, now)}{pace}  {status.folder}"]
     width = max((len(t.task) for t in status.tasks), default=0)
     for t in status.tasks:
         of = f" of {t.planned}" if t.planned is not None else ""
