@@ -127,8 +127,8 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
         help="where the runs stand: answers per task and pattern, and whether each is running now",
         description="List the runs under <home>/bench/runs (or the runs named), each with its answers, the items "
                     "every pattern has answered of those its config plans, per task, errors, when the last answer "
-                    "was written, and whether a bench run (or judge) is writing to it now. Reads the run folders "
-                    "only: it loads no model.",
+                    "was written, whether a bench run (or judge) is writing to it now, and about how much "
+                    "answering is left at the pace so far. Reads the run folders only: it loads no model.",
     )
     runs.add_argument("run", nargs="*", metavar="RUN", help="run folders or names (default: every named run)")
     runs.add_argument("--json", action="store_true", help="one JSON object per run, a line each")
