@@ -8,7 +8,6 @@ Scores average over answered items; overflow and error results are counted apart
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -27,7 +26,7 @@ from .metrics import (
     same_words,
     says_neither_yes_nor_no,
 )
-from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, result_key, runs_dir
+from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, read_run_info, result_key, runs_dir
 
 REPORT = "report.md"
 PREFERRED = {"qa": ("contains", "f1", "em"), "set": ("f1", "set_f1", "contains", "em")}
@@ -131,12 +130,7 @@ def rescore(record: dict[str, Any]) -> bool:
 def load_run(folder: Path, rescore_answers: bool = False) -> RunData:
     """Read a run folder (a truncated last result line is ignored); with ``rescore_answers`` the answers are
     scored again with today's metrics (`RunData.rescored` counts the records whose stored scores changed)."""
-    info: dict[str, Any] = {}
-    if (folder / RUN_INFO).is_file():
-        try:
-            info = json.loads((folder / RUN_INFO).read_text("utf-8"))
-        except ValueError:
-            info = {}
+    info = read_run_info(folder)
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
     for record in read_results(folder / RESULTS):
         latest[result_key(record)] = record

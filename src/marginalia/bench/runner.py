@@ -96,6 +96,18 @@ def read_results(path: Path, repair: bool = False, log: Callable[[str], None] | 
     return records
 
 
+def read_run_info(folder: Path) -> dict[str, Any]:
+    """A run folder's ``run.json`` for reading it back ({} when it is missing or damaged; `check_compatible`
+    says a damaged one out loud before a run writes to it)."""
+    if not (folder / RUN_INFO).is_file():
+        return {}
+    try:
+        info: dict[str, Any] = json.loads((folder / RUN_INFO).read_text("utf-8"))
+    except ValueError:
+        return {}
+    return info
+
+
 def result_key(record: Mapping[str, Any]) -> Key:
     return (str(record["task"]), str(record["item_id"]), str(record["pattern"]))
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from .runner import RESULTS, RUN_INFO, read_results, runs_dir
+from .runner import RESULTS, RUN_INFO, read_results, read_run_info, runs_dir
 
 
 @dataclass
@@ -73,14 +73,7 @@ def _task_name(task: dict[str, Any]) -> str:
 
 def run_status(folder: Path) -> RunStatus:
     """Where the run in ``folder`` stands."""
-    import json
-
-    info: dict[str, Any] = {}
-    if (folder / RUN_INFO).is_file():
-        try:
-            info = json.loads((folder / RUN_INFO).read_text("utf-8"))
-        except ValueError:
-            info = {}
+    info = read_run_info(folder)
     records = read_results(folder / RESULTS)
     config = info.get("config") or {}
     patterns = [str(p.get("name") or p.get("kind")) for p in config.get("patterns") or []]
