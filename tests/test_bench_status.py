@@ -90,3 +90,22 @@ def test_time_left_goes_at_each_task_and_patterns_pace() -> None:
     assert time_left(records, tasks, jobs=2) == 80.0
     assert time_left([], tasks) is None  # no answer to go by
     assert time_left(records, [TaskProgress("x", planned=None, items=0)]) is None
+
+
+def test_a_damaged_run_is_listed_with_its_problem_and_the_others_still_are(tmp_path: Path) -> None:
+    runs = tmp_path / "bench" / "runs"
+    make_run(runs / "damaged")
+    make_run(runs / "fine")
+    results = runs / "damaged" / "results.jsonl"
+    results.write_text("not json\n" + results.read_text(encoding="utf-8"), encoding="utf-8")
+    damaged, fine = list_runs(tmp_path)
+    assert damaged.problem is not None and "line 1 is not a JSON result" in damaged.problem
+    assert fine.problem is None and fine.answers == 3
+    assert status_lines(damaged)[0].startswith("damaged  idle  cannot be read: ")
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["bench", "runs", "--home", str(tmp_path)], out=out, err=err) == 1
+    assert "fine  idle  3 answers" in out.getvalue()
+    assert "could not read 1 of 2 runs (damaged)" in err.getvalue()
+    out = io.StringIO()
+    assert cli_main(["bench", "runs", "--home", str(tmp_path), "--json"], out=out, err=io.StringIO()) == 1
+    assert [json.loads(line)["problem"] is None for line in out.getvalue().splitlines()] == [False, True]

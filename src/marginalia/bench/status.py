@@ -10,6 +10,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from ..errors import UserError
 from .runner import RESULTS, RUN_INFO, read_results, read_run_info, runs_dir
 
 
@@ -33,12 +34,13 @@ class RunStatus:
     last: str | None  # when the last answer was written (ISO 8601)
     tasks: list[TaskProgress]
     left_seconds: float | None = None  # answering left at the pace so far (None: nothing to go on, or done)
+    problem: str | None = None  # why the folder could not be read (then the counts above are empty)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "folder": str(self.folder), "running": self.running, "answers": self.answers,
                 "statuses": self.statuses, "last": self.last,
                 "tasks": [{"task": t.task, "planned": t.planned, "items": t.items, "answers": t.answers}
-                          for t in self.tasks], "left_seconds": self.left_seconds}
+                          for t in self.tasks], "left_seconds": self.left_seconds, "problem": self.problem}
 
 
 def is_running(folder: Path) -> bool:
@@ -117,12 +119,22 @@ def time_left(records: list[dict[str, Any]], tasks: list[TaskProgress], jobs: in
     return left / max(1, jobs)
 
 
+def read_status(folder: Path) -> RunStatus:
+    """``run_status``, or, when the folder cannot be read (a damaged results file), a status naming the problem,
+    so that a listing goes on to the other runs."""
+    try:
+        return run_status(folder)
+    except (UserError, OSError) as exc:
+        return RunStatus(name=folder.name, folder=folder, running=is_running(folder), answers=0, statuses={},
+                         last=None, tasks=[], problem=str(exc))
+
+
 def list_runs(home: str | Path | None = None) -> list[RunStatus]:
-    """Every run under ``<home>/bench/runs``, by name."""
+    """Every run under ``<home>/bench/runs``, by name; one that cannot be read is listed with its problem."""
     root = runs_dir(home)
     if not root.is_dir():
         return []
-    return [run_status(p) for p in sorted(root.iterdir())
+    return [read_status(p) for p in sorted(root.iterdir())
             if p.is_dir() and ((p / RESULTS).is_file() or (p / RUN_INFO).is_file())]
 
 
@@ -146,6 +158,9 @@ def ago(stamp: str | None, now: datetime | None = None) -> str:
 
 def status_lines(status: RunStatus, now: datetime | None = None) -> list[str]:
     """A run's status as text: its line, then a line per task."""
+    if status.problem:
+        return [f"{status.name}  {'running' if status.running else 'idle'}  cannot be read: {status.problem}  "
+                f"{status.folder}"]
     problems = ", ".join(f"{n} {s}" for s, n in sorted(status.statuses.items()) if s != "ok")
     left = status.left_seconds
     pace = "" if not left else f", about {left / 3600:.1f} h of answering left" if left >= 5400 else \

@@ -128,7 +128,8 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
         description="List the runs under <home>/bench/runs (or the runs named), each with its answers, the items "
                     "every pattern has answered of those its config plans, per task, errors, when the last answer "
                     "was written, whether a bench run (or judge) is writing to it now, and about how much "
-                    "answering is left at the pace so far. Reads the run folders only: it loads no model.",
+                    "answering is left at the pace so far. Reads the run folders only: it loads no model. A run whose "
+                    "folder cannot be read is listed with the reason, after which the exit status is 1.",
     )
     runs.add_argument("run", nargs="*", metavar="RUN", help="run folders or names (default: every named run)")
     runs.add_argument("--json", action="store_true", help="one JSON object per run, a line each")
@@ -352,9 +353,9 @@ def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     from ..bench.report import find_run
     from ..bench.runner import runs_dir
-    from ..bench.status import list_runs, run_status, status_lines
+    from ..bench.status import list_runs, read_status, status_lines
 
-    statuses = [run_status(find_run(r, args.home)) for r in args.run] if args.run else list_runs(args.home)
+    statuses = [read_status(find_run(r, args.home)) for r in args.run] if args.run else list_runs(args.home)
     if not statuses and not args.json:
         print(f"no runs under {runs_dir(args.home)}; start one with: marginalia bench run CONFIG", file=err)
     for status in statuses:
@@ -362,7 +363,11 @@ def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(json.dumps(status.to_dict(), ensure_ascii=False) + "\n")
         else:
             out.write("\n".join(status_lines(status)) + "\n")
-    return 0
+    unread = [s.name for s in statuses if s.problem]
+    if unread:
+        print(f"could not read {len(unread)} of {len(statuses)} runs ({', '.join(unread)}); "
+              "the line of each says why", file=err)
+    return 1 if unread else 0
 
 
 def _cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
