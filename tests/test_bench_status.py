@@ -109,3 +109,17 @@ def test_a_damaged_run_is_listed_with_its_problem_and_the_others_still_are(tmp_p
     out = io.StringIO()
     assert cli_main(["bench", "runs", "--home", str(tmp_path), "--json"], out=out, err=io.StringIO()) == 1
     assert [json.loads(line)["problem"] is None for line in out.getvalue().splitlines()] == [False, True]
+
+
+def test_a_run_waits_out_a_probes_instant_hold_of_the_lock(tmp_path: Path) -> None:
+    """``bench runs`` takes a run folder's lock for an instant; a run starting then waits instead of failing."""
+    import threading
+
+    from marginalia.bench.runner import _locked
+
+    lock = FileLock(tmp_path / ".lock", thread_local=False, is_singleton=False)
+    lock.acquire()
+    threading.Timer(0.05, lock.release).start()
+    with _locked(tmp_path):
+        assert is_running(tmp_path)  # the run holds it now
+    assert not is_running(tmp_path)

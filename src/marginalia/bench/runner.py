@@ -112,11 +112,15 @@ def result_key(record: Mapping[str, Any]) -> Key:
     return (str(record["task"]), str(record["item_id"]), str(record["pattern"]))
 
 
+LOCK_WAIT_SECONDS = 1.0  # long beside a probe's hold of the lock, short beside a run's
+
+
 @contextmanager
 def _locked(folder: Path, advice: str = "wait for it to finish or give --out DIR for a separate folder"
             ) -> Iterator[None]:
-    """Hold the run folder's lock, so two processes never append to one results file."""
-    lock = FileLock(folder / ".lock", timeout=0, thread_local=False, is_singleton=False)
+    """Hold the run folder's lock, so two processes never append to one results file. It waits a moment for the
+    lock: ``bench runs`` takes it for an instant to see whether a run holds it."""
+    lock = FileLock(folder / ".lock", timeout=LOCK_WAIT_SECONDS, thread_local=False, is_singleton=False)
     try:
         lock.acquire()
     except Timeout:
