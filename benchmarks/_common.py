@@ -77,7 +77,7 @@ def write_section(name: str, body: str) -> None:
 def load_run(folder: str | None, name: str, config: str) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
     """A bench run's result lines, its run info and its commit (short): ``folder``, or the run called ``name``
     under the home directory; exits saying how to make the run (``config``) when it holds no results."""
-    from marginalia.bench.runner import RESULTS, RUN_INFO, read_results, runs_dir
+    from marginalia.bench.folder import RESULTS, RUN_INFO, read_results, runs_dir
 
     where = Path(folder) if folder else runs_dir() / name
     records = read_results(where / RESULTS)
@@ -89,8 +89,8 @@ def load_run(folder: str | None, name: str, config: str) -> tuple[list[dict[str,
 
 def stored_run(name: str) -> tuple[Path, dict[str, Any], Any]:
     """The folder of the bench run called ``name`` under the home directory, its run info and its stored config
-    (`marginalia.bench.runner.stored_config`); exits naming the run when there is none."""
-    from marginalia.bench.runner import RUN_INFO, runs_dir, stored_config
+    (`marginalia.bench.folder.stored_config`); exits naming the run when there is none."""
+    from marginalia.bench.folder import RUN_INFO, runs_dir, stored_config
 
     folder = runs_dir() / name
     if not (folder / RUN_INFO).is_file():

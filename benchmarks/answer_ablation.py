@@ -64,7 +64,7 @@ def main() -> None:
 
     from marginalia import app
     from marginalia.bench.config import load_config, pattern_record
-    from marginalia.bench.runner import read_results
+    from marginalia.bench.folder import read_results
     from marginalia.bench.tasks import build_items
     from marginalia.errors import UserError
     from marginalia.home import resolve_home

@@ -70,8 +70,9 @@ def main() -> None:
         raise SystemExit(f"{args.data} is missing (the development data lives in ../shared/data)")
 
     from marginalia.bench.config import load_config
+    from marginalia.bench.folder import read_results
     from marginalia.bench.jobs import run_jobs
-    from marginalia.bench.runner import read_results, run_benchmark
+    from marginalia.bench.runner import run_benchmark
     from marginalia.models.llamacpp_backend import usable_cores
 
     cores = usable_cores()

@@ -47,9 +47,9 @@ def main() -> None:
 
     from marginalia import app
     from marginalia.bench.config import pattern_record
+    from marginalia.bench.folder import read_results
     from marginalia.bench.metrics import score_item
     from marginalia.bench.report import bootstrap
-    from marginalia.bench.runner import read_results
     from marginalia.bench.tasks import build_items
     from marginalia.models import load_generator
     from marginalia.patterns.judges import GroundedJudge

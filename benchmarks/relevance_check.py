@@ -88,7 +88,7 @@ def collect(args: argparse.Namespace) -> None:
 def from_run(args: argparse.Namespace) -> None:
     from marginalia import app
     from marginalia.bench.config import pattern_record
-    from marginalia.bench.runner import read_results
+    from marginalia.bench.folder import read_results
     from marginalia.bench.tasks import build_items
     from marginalia.models import load_generator
     from marginalia.patterns.wim import WiM

@@ -32,9 +32,9 @@ def main() -> None:
 
     from marginalia import app
     from marginalia.bench.config import pattern_record
+    from marginalia.bench.folder import read_results
     from marginalia.bench.metrics import is_yes_no_gold, normalize_answer, qa_scores, says_neither_yes_nor_no
     from marginalia.bench.report import bootstrap
-    from marginalia.bench.runner import read_results
     from marginalia.bench.tasks import build_items
     from marginalia.models import load_generator
 

@@ -17,9 +17,10 @@ import pytest
 
 from marginalia.bench import runner as runner_module
 from marginalia.bench.config import load_config
+from marginalia.bench.folder import read_results, result_key
 from marginalia.bench.items import Item, TaskSpec
 from marginalia.bench.judge import token_f1
-from marginalia.bench.runner import read_results, result_key, run_benchmark
+from marginalia.bench.runner import run_benchmark
 from marginalia.cli import main as cli_main
 from marginalia.cli.bench import add_bench_parser, cmd_bench
 from marginalia.errors import BackendError, UserError
@@ -649,7 +650,7 @@ def test_a_reading_must_name_a_wim_pattern(tmp_path: Path) -> None:
 
 def test_a_run_is_judged_again_and_a_new_judge_does_not_block_resuming(tmp_path: Path) -> None:
     from marginalia.bench.judge import ModelJudge
-    from marginalia.bench.runner import rejudge
+    from marginalia.bench.rejudge import rejudge
 
     out = tmp_path / "run"
     config = write_config(tmp_path, CONFIG + '\n[judge]\nmodel = "scripted"\n')
@@ -870,7 +871,7 @@ def test_a_carried_run_is_judged_where_its_texts_are(tmp_path: Path) -> None:
     """Imported answers keep the verdicts they were exported with; a judge that has not judged them refuses."""
     from marginalia.bench.export import export_run, import_run
     from marginalia.bench.judge import ModelJudge
-    from marginalia.bench.runner import rejudge
+    from marginalia.bench.rejudge import rejudge
 
     config = write_config(tmp_path)
     first = tmp_path / "first"

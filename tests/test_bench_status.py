@@ -115,11 +115,11 @@ def test_a_run_waits_out_a_probes_instant_hold_of_the_lock(tmp_path: Path) -> No
     """``bench runs`` takes a run folder's lock for an instant; a run starting then waits instead of failing."""
     import threading
 
-    from marginalia.bench.runner import _locked
+    from marginalia.bench.folder import locked
 
     lock = FileLock(tmp_path / ".lock", thread_local=False, is_singleton=False)
     lock.acquire()
     threading.Timer(0.05, lock.release).start()
-    with _locked(tmp_path):
+    with locked(tmp_path):
         assert is_running(tmp_path)  # the run holds it now
     assert not is_running(tmp_path)

@@ -25,8 +25,8 @@ from typing import Any
 from ..errors import UserError
 from ..files import append_line, atomic_write_json, atomic_write_lines
 from ..patterns.wim import REPEAT_REASON
+from .folder import DISAGREEMENTS, RESULTS, RUN_INFO, Key, locked, read_results, result_key
 from .metrics import bearing_is_telling, holds_answer, is_yes_no_gold, same_words, says_neither_yes_nor_no
-from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, Key, _locked, read_results, result_key
 
 #: the key a text-free record carries (what the report reads in place of the texts)
 TEXT_FREE = "text_free"
@@ -170,7 +170,7 @@ def import_run(source: Path, folder: Path, say: Callable[[str], None] = lambda _
     folder.mkdir(parents=True, exist_ok=True)
     info, there = _info_of(folder), _info_of(source)
     _check_same_run(info, there, folder, source)
-    with _locked(folder, "wait for the run to finish or stop it, then import"):
+    with locked(folder, "wait for the run to finish or stop it, then import"):
         ours = _latest(read_results(folder / RESULTS, repair=True)) if (folder / RESULTS).is_file() else {}
         added = [strip_record(r) for key, r in theirs.items() if key not in ours]
         atomic_write_lines(folder / RESULTS, [*ours.values(), *added])

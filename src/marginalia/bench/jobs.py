@@ -25,18 +25,9 @@ from typing import Any, TextIO
 
 from ..errors import MarginaliaError, UserError
 from .config import RunConfig
-from .runner import (
-    RESULTS,
-    JobLink,
-    RunSummary,
-    _locked,
-    _Progress,
-    drop_errors,
-    prepare,
-    read_results,
-    run_benchmark,
-    sayer,
-)
+from .folder import RESULTS, drop_errors, locked, read_results
+from .progress import Progress
+from .runner import JobLink, RunSummary, prepare, run_benchmark, sayer
 
 #: how long the parent waits for its workers to stop after Ctrl-C before it ends them
 STOP_SECONDS = 60.0
@@ -96,7 +87,7 @@ def run_jobs(config: RunConfig, jobs: int, *, home: str | Path | None = None, ou
                         f"each job needs one; give --jobs {len(cores)} or fewer")
     _, folder, _ = prepare(config, home, out, patterns, tasks)
     t_start = time.perf_counter()
-    with _locked(folder):
+    with locked(folder):
         results_path = folder / RESULTS
         records = read_results(results_path, repair=True, log=say)
         if retry_errors:
@@ -142,7 +133,7 @@ def _follow(workers: Sequence[Any], events: Any, stream: TextIO, progress: bool,
             say: Callable[[str], None]) -> _Outcome:
     """Show the workers' progress and logs until every one has ended; what they reported."""
     outcome = _Outcome()
-    bar: _Progress | None = None
+    bar: Progress | None = None
     said: set[str] = set()  # the workers say the same things (loading a model, the run folder): once each
     gone: dict[int, float] = {}  # when a worker was first seen dead
     try:
@@ -162,7 +153,7 @@ def _follow(workers: Sequence[Any], events: Any, stream: TextIO, progress: bool,
                 planned, resumed, fingerprint = rest
                 if outcome.fingerprint is None:
                     outcome.planned, outcome.resumed, outcome.fingerprint = planned, resumed, fingerprint
-                    bar = _Progress(planned, resumed, stream, progress)
+                    bar = Progress(planned, resumed, stream, progress)
                 elif fingerprint != outcome.fingerprint:
                     raise MarginaliaError("the bench jobs built different items from one config (a dataset that "
                                           "does not build the same items twice); run without --jobs")

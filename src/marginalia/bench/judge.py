@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -305,3 +305,18 @@ def disagreement(correct: bool | None, scores: Mapping[str, float]) -> str | Non
     if not correct and em == 1:
         return "judge_wrong_exact_match"
     return None
+
+
+_VERDICTS: dict[Any, bool] = {"correct": True, "wrong": False}
+
+
+def disagreement_line(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The disagreements.jsonl line of a judged result whose verdict contradicts its lexical scores."""
+    verdict = (record.get("judge") or {}).get("verdict")
+    why = disagreement(_VERDICTS.get(verdict), record.get("scores") or {})
+    if why is None:
+        return None
+    return {"kind": why, "task": record["task"], "item_id": record["item_id"], "pattern": record["pattern"],
+            "question": record.get("question"), "answers": record.get("answers"),
+            "prediction": record.get("prediction"),  # none of them in a text-free result (bench export)
+            "scores": record["scores"], "judge": record["judge"]}

@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import MissingDependency, UserError
 from ..files import atomic_write_text
 from ..patterns.wim import REPEAT_REASON
+from .folder import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, read_run_info, result_key, runs_dir
 from .metrics import (
     METRICS,
     bearing_is_telling,
@@ -26,7 +27,6 @@ from .metrics import (
     same_words,
     says_neither_yes_nor_no,
 )
-from .runner import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, read_run_info, result_key, runs_dir
 
 REPORT = "report.md"
 PREFERRED = {"qa": ("contains", "f1", "em"), "set": ("f1", "set_f1", "contains", "em")}

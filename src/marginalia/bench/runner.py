@@ -1,247 +1,56 @@
 """The benchmark runner: every pattern on the same items, one result line each, resumable after a crash.
 
-A run folder holds ``run.json`` (the resolved config, git commit, model ids, machine, start time),
-``results.jsonl`` (one line per (task, item, pattern), appended and fsynced as each finishes) and
-``disagreements.jsonl`` (where the model judge and the lexical scores disagree). Running the same config
-again resumes: finished pairs are skipped, a truncated last line from a kill is repaired.
+Each (task, item, pattern) answered becomes one line of the run folder's ``results.jsonl``, appended and
+fsynced as it finishes (`bench.folder` keeps the folder: its files, its lock, and whether a config may
+resume it). Running the same config again resumes: finished pairs are skipped, a truncated last line from a
+kill is repaired.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from filelock import FileLock, Timeout
-from pydantic import ValidationError
+from filelock import FileLock
 
 from ..errors import ContextOverflow, MarginaliaError, UserError
-from ..files import append_line, atomic_write_json, atomic_write_lines, mend_tail, progress_bar
-from ..home import resolve_home
+from ..files import append_line, atomic_write_json, mend_tail
 from ..index.embedders import CachedEmbedder, Embedder
 from ..models.base import GenerationParams, Generator, Tokenizer
 from ..patterns.base import Pattern
 from ..patterns.wim import WiM, WimReader
 from ..records import Answer, Margin, Stats
 from .config import PatternConfig, RunConfig, VotingConfig, pattern_record
+from .folder import (
+    DISAGREEMENTS,
+    RESULTS,
+    RUN_INFO,
+    check_compatible,
+    drop_errors,
+    locked,
+    read_results,
+    result_key,
+    run_folder,
+    timestamp,
+)
 from .items import Item, TaskSpec
-from .judge import Judge, disagreement, make_model_judge, medoid
+from .judge import Judge, disagreement_line, make_model_judge, medoid
+from .progress import Progress
 from .provenance import git_commit, machine_info
 
-RESULTS = "results.jsonl"
-RUN_INFO = "run.json"
-DISAGREEMENTS = "disagreements.jsonl"
 RESULT_SCHEMA = 2  # 2: "margins" holds each margin (1: their count)
 
 BuildItems = Callable[[TaskSpec, Tokenizer], list[Item]]
 ScoreItem = Callable[[Item, str], dict[str, float]]
-Key = tuple[str, str, str]  # (task, item id, pattern)
-
-
-def runs_dir(home: str | Path | None = None) -> Path:
-    """Where named runs live: ``<home>/bench/runs``."""
-    return resolve_home(home) / "bench" / "runs"
-
-
-def run_folder(config: RunConfig, home: str | Path | None = None, out: str | Path | None = None) -> Path:
-    """The run's folder: ``out`` when given, else ``<home>/bench/runs/<config name>``."""
-    if out is not None:
-        return Path(out).expanduser().resolve()
-    if config.name is None:
-        raise UserError("the run config has no name; load it with load_config, which names it after its file")
-    return runs_dir(home) / config.name
-
-
-# -- the run folder ---------------------------------------------------------------------------------
-
-
-def read_results(path: Path, repair: bool = False, log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """The records of a results file, in order.
-
-    A last line cut short by a kill (no newline, or not JSON) is ignored, and with ``repair`` cut off the
-    file. A damaged line before the last is an error: the file was edited or the disk failed.
-    """
-    if not path.is_file():
-        return []
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    tail = lines.pop()  # b"" when the file ends with a newline
-    records: list[dict[str, Any]] = []
-    good_end = 0
-    for number, line in enumerate(lines, 1):
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError("not an object")
-        except ValueError:
-            if number == len(lines) and not tail:
-                break  # a damaged last line: treat like a truncated one
-            raise UserError(f"{path}, line {number} is not a JSON result; fix or delete that line "
-                            "(every line must be one JSON object)") from None
-        records.append(record)
-        good_end += len(line) + 1
-    if good_end < len(data):
-        if log:
-            log(f"ignoring a truncated last line in {path} ({len(data) - good_end} bytes, from an interrupted run)")
-        if repair:
-            with path.open("r+b") as f:
-                f.truncate(good_end)
-    return records
-
-
-def read_run_info(folder: Path) -> dict[str, Any]:
-    """A run folder's ``run.json`` for reading it back ({} when it is missing or damaged; `check_compatible`
-    says a damaged one out loud before a run writes to it)."""
-    if not (folder / RUN_INFO).is_file():
-        return {}
-    try:
-        info: dict[str, Any] = json.loads((folder / RUN_INFO).read_text("utf-8"))
-    except ValueError:
-        return {}
-    return info
-
-
-def result_key(record: Mapping[str, Any]) -> Key:
-    return (str(record["task"]), str(record["item_id"]), str(record["pattern"]))
-
-
-LOCK_WAIT_SECONDS = 1.0  # long beside a probe's hold of the lock, short beside a run's
-
-
-@contextmanager
-def _locked(folder: Path, advice: str = "wait for it to finish or give --out DIR for a separate folder"
-            ) -> Iterator[None]:
-    """Hold the run folder's lock, so two processes never append to one results file. It waits a moment for the
-    lock: ``bench runs`` takes it for an instant to see whether a run holds it."""
-    lock = FileLock(folder / ".lock", timeout=LOCK_WAIT_SECONDS, thread_local=False, is_singleton=False)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise UserError(f"another benchmark run is writing to {folder}; {advice}") from None
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-JUDGE_ADVICE = "judge its answers once it has finished or been stopped (Ctrl-C; it resumes later)"
-
-
-def check_unlocked(folder: Path) -> None:
-    """Raise the same `UserError` as a locked folder would, before anything slow (loading a model) is done."""
-    with _locked(folder, JUDGE_ADVICE):
-        pass
-
-
-def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        out: list[str] = []
-        for key in sorted(set(old) | set(new)):
-            out += _differences(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
-        return out
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        out = []
-        for i, (a, b) in enumerate(zip(old, new, strict=True)):
-            out += _differences(a, b, f"{prefix}[{i}]")
-        return out
-    return [] if old == new else [prefix or "(everything)"]
-
-
-def _pattern_label(p: dict[str, Any]) -> str:
-    return str(p.get("name") or p.get("kind"))
-
-
-def added_patterns(stored: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
-    """The names of the patterns ``new`` adds to ``stored`` when it keeps every stored one unchanged (else
-    none: a changed or removed pattern is a different config)."""
-    by_name = {_pattern_label(p): p for p in new}
-    if len(new) <= len(stored) or any(by_name.get(_pattern_label(p)) != p for p in stored):
-        return []
-    kept = {_pattern_label(p) for p in stored}
-    return [name for name in by_name if name not in kept]
-
-
-def raised_limits(stored: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, list[int]]:
-    """``{task: [old limit, new limit]}`` for the tasks whose limit ``new`` raises while keeping everything
-    else of every task unchanged (else {}: any other change is a different config)."""
-    if len(stored) != len(new):
-        return {}
-    raised: dict[str, list[int]] = {}
-    for old, task in zip(stored, new, strict=True):
-        if {**old, "limit": None} != {**task, "limit": None}:
-            return {}
-        if task.get("limit", 0) > old.get("limit", 0):
-            raised[str(task.get("name") or task.get("dataset"))] = [old["limit"], task["limit"]]
-        elif task.get("limit") != old.get("limit"):
-            return {}
-    return raised
-
-
-def stored_config(stored: Mapping[str, Any]) -> RunConfig:
-    """The config a run stored in its run.json (``info["config"]``), validated again.
-
-    Raises:
-        ValidationError: it no longer validates (an option since renamed or removed).
-    """
-    return RunConfig.model_validate({k: v for k, v in stored.items() if k != "schema"})
-
-
-def check_compatible(folder: Path, config: RunConfig) -> dict[str, Any] | None:
-    """The folder's stored run info, after checking it was made by the same resolved config.
-
-    A config that adds patterns and keeps the stored ones unchanged is the same run grown: the info then
-    names them under ``added_patterns`` (`_record_invocation` stores the new config). So is one that raises
-    tasks' limits and changes nothing else (``raised_limits``; `check_items_kept` then checks that the items
-    already answered are still among the items built).
-
-    Raises:
-        UserError: the folder holds a run of a different config (the message lists what differs).
-    """
-    info_path = folder / RUN_INFO
-    if not info_path.is_file():
-        return None
-    try:
-        info = json.loads(info_path.read_text("utf-8"))
-    except ValueError:
-        raise UserError(f"{info_path} is damaged; delete the folder {folder} to start over") from None
-    stored = dict(info.get("config") or {})
-    try:  # options added since the run began take their defaults, which change nothing it did
-        stored = json.loads(json.dumps(stored_config(stored).resolved()))
-    except ValidationError:
-        pass  # compared as stored: the differences are then listed
-    new = json.loads(json.dumps(config.resolved()))
-    # the judge does not change the answers: another judge may take over (`rejudge` judges them all again)
-    stored.pop("judge", None)
-    new.pop("judge", None)
-    added = added_patterns(stored.get("patterns") or [], new.get("patterns") or [])
-    if added:  # patterns added to the config answer the same items; the stored ones are unchanged
-        stored["patterns"] = new["patterns"]
-        info["added_patterns"] = added
-    raised = raised_limits(stored.get("tasks") or [], new.get("tasks") or [])
-    if raised:  # more examples of the same tasks: the answered items must still be built (check_items_kept)
-        stored["tasks"] = new["tasks"]
-        info["raised_limits"] = raised
-    if stored != new:
-        diffs = _differences(stored, new)
-        shown = ", ".join(diffs[:6]) + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "")
-        raise UserError(
-            f"{folder} holds results of a different config (differs in: {shown}); to keep both, run with "
-            f"--out DIR or change name = \"...\" in the config; to start over, delete {folder}")
-    return dict(info)
 
 
 # -- environment ---------------------------------------------------------------------------------------
-
-
-def _now() -> str:
-    return datetime.now(UTC).astimezone().isoformat(timespec="seconds")
 
 
 def model_ids(config: RunConfig, generator: Generator, embedder: Embedder | None,
@@ -303,7 +112,7 @@ class JobLink:
 
 
 class _JobProgress:
-    """`_Progress`'s calls, sent to the parent of ``--jobs``, which shows one bar for every worker."""
+    """`Progress`'s calls, sent to the parent of ``--jobs``, which shows one bar for every worker."""
 
     def __init__(self, link: JobLink) -> None:
         self.link = link
@@ -441,44 +250,6 @@ def _item_fields(task: str, item: Item, pattern: PatternConfig) -> dict[str, Any
     }
 
 
-class _Progress:
-    """A tqdm bar with ETA on a terminal; elsewhere (logs, CI) one line per result."""
-
-    def __init__(self, total: int, initial: int, err: TextIO, enabled: bool) -> None:
-        from tqdm import tqdm
-
-        self.tqdm = tqdm
-        self.total, self.initial, self.n = total, initial, initial
-        self.err, self.enabled = err, enabled
-        self.t0 = time.perf_counter()
-        self.bar: Any = None
-        if enabled and getattr(err, "isatty", lambda: False)():
-            self.bar = progress_bar(err, total, "answer", initial=initial, smoothing=0.05, leave=True)
-
-    def log(self, message: str) -> None:
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.write(message, file=self.err)
-        else:
-            print(message, file=self.err, flush=True)
-
-    def step(self, label: str) -> None:
-        self.n += 1
-        if self.bar is not None:
-            self.bar.set_postfix_str(label, refresh=False)
-            self.bar.update(1)
-        elif self.enabled:
-            meter = self.tqdm.format_meter(self.n, self.total, time.perf_counter() - self.t0,
-                                           initial=self.initial, unit="answer",
-                                           bar_format="{n_fmt}/{total_fmt} [{elapsed}<{remaining}]")
-            print(f"bench {meter} {label}", file=self.err, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def _default_build() -> BuildItems:
     from .tasks import build_items
 
@@ -558,7 +329,7 @@ def _record_invocation(folder: Path, info: dict[str, Any] | None, config: RunCon
                        patterns: Sequence[str] | None, models: dict[str, Any], say: Callable[[str], None],
                        tasks: Sequence[str] | None = None, jobs: int = 1) -> None:
     """Write run.json: on the first run everything; later runs add an entry to its ``invocations``."""
-    now = _now()
+    now = timestamp()
     commit = git_commit()
     machine = machine_info(jobs)
     invocation = {"started": now, "commit": commit, "models": models, "machine": machine, "limit": limit,
@@ -638,7 +409,7 @@ def run_benchmark(
 
     selected, folder, info = prepare(config, home, out, patterns, tasks,
                                      check_specs=build is tasks_module.build_items)
-    with _locked(folder) if job is None else nullcontext():
+    with locked(folder) if job is None else nullcontext():
         results_path = folder / RESULTS
         records = read_results(results_path, repair=job is None, log=say)
         if retry_errors:
@@ -691,9 +462,9 @@ def run_benchmark(
         items = [(task, item) for task, task_items in built_tasks for item in task_items]
         planned = len(items) * len(built)
         resumed = sum((task, item.id, label) in done for task, item in items for label, _, _ in built)
-        bar: _Progress | _JobProgress
+        bar: Progress | _JobProgress
         if job is None:
-            bar = _Progress(planned, resumed, stream, progress)
+            bar = Progress(planned, resumed, stream, progress)
         else:
             bar = _JobProgress(job)
             job.send(("plan", job.index, planned, resumed, items_fingerprint(items)))
@@ -784,102 +555,9 @@ def check_selection(config: RunConfig, patterns: Sequence[str] | None, tasks: Se
     return [p for p in config.patterns if not patterns or p.name in patterns]
 
 
-def drop_errors(results_path: Path, records: list[dict[str, Any]], say: Callable[[str], None]
-                ) -> list[dict[str, Any]]:
-    """``--retry-errors``: rewrite the results without the answers that ended in an error."""
-    kept = [r for r in records if r.get("status") != "error"]
-    if len(kept) < len(records):
-        say(f"retrying {len(records) - len(kept)} errored results")
-        atomic_write_lines(results_path, kept)
-    return kept
-
-
 def items_fingerprint(items: Sequence[tuple[str, Item]]) -> str:
     """A short hash of a run's item list: the workers of ``--jobs`` must agree on it, position by position."""
     return hashlib.sha256("\n".join(f"{task}\t{item.id}" for task, item in items).encode()).hexdigest()[:16]
-
-
-_VERDICTS: dict[Any, bool] = {"correct": True, "wrong": False}
-
-
-def disagreement_line(record: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The disagreements.jsonl line of a judged result whose verdict contradicts its lexical scores."""
-    verdict = (record.get("judge") or {}).get("verdict")
-    why = disagreement(_VERDICTS.get(verdict), record.get("scores") or {})
-    if why is None:
-        return None
-    return {"kind": why, "task": record["task"], "item_id": record["item_id"], "pattern": record["pattern"],
-            "question": record.get("question"), "answers": record.get("answers"),
-            "prediction": record.get("prediction"),  # none of them in a text-free result (bench export)
-            "scores": record["scores"], "judge": record["judge"]}
-
-
-@dataclass(frozen=True)
-class RejudgeSummary:
-    folder: Path
-    judged: int  # results judged by this call
-    kept: int  # results this judge had judged before (left as they were)
-    verdicts: dict[str, int]
-    disagreements: int
-    seconds: float
-
-
-def rejudge(folder: Path, judge: Judge, *, err: TextIO | None = None, progress: bool = True,
-            save_every: int = 20) -> RejudgeSummary:
-    """Judge every answered result of a run folder again with ``judge``, replacing the stored verdicts.
-
-    Results this judge already judged (its name in the verdict) are kept, so an interrupted call resumes;
-    results.jsonl is rewritten atomically every ``save_every`` verdicts and at the end (a kill loses at
-    most those), and disagreements.jsonl is written anew from all verdicts.
-
-    Raises:
-        UserError: a benchmark run is writing to the folder, or the folder holds no results.
-    """
-    stream = err or sys.stderr
-    t0 = time.perf_counter()
-    with _locked(folder, JUDGE_ADVICE):
-        path = folder / RESULTS
-        records = read_results(path, repair=True)
-        if not records:
-            raise UserError(f"{folder} has no results to judge; run the benchmark first")
-        textless = [r for r in records if r.get("status") == "ok" and "text_free" in r
-                    and (r.get("judge") or {}).get("by") != judge.name]
-        if textless:  # judging only the rest would score the run's two parts differently
-            raise UserError(f"{len(textless)} answers of {folder} were imported without their texts and not "
-                            f"judged by {judge.name}, which cannot judge them now; judge a run with this judge "
-                            "before exporting it, on the machine that has its texts")
-        todo = [i for i, r in enumerate(records) if r.get("status") == "ok"
-                and (r.get("judge") or {}).get("by") != judge.name]
-        kept = sum(r.get("status") == "ok" for r in records) - len(todo)
-        bar = _Progress(len(todo), 0, stream, progress)
-        bar.log(f"judging {len(todo)} answers in {folder} with {judge.name} ({kept} judged by it before)")
-        try:
-            for n, i in enumerate(todo, 1):
-                r = records[i]
-                t_judge = time.perf_counter()
-                verdict = judge.judge(r["question"], r.get("answers") or [], r.get("prediction") or "")
-                r["judge"] = {**verdict.to_dict(), "by": judge.name,
-                              "seconds": round(time.perf_counter() - t_judge, 3)}
-                if n % save_every == 0:
-                    atomic_write_lines(path, records)
-                bar.step(f"{r['task']}/{r['pattern']} {verdict.status}")
-        finally:
-            atomic_write_lines(path, records)
-            lines = [line for line in map(disagreement_line, records) if line is not None]
-            atomic_write_lines(folder / DISAGREEMENTS, lines)
-            bar.close()
-        info_path = folder / RUN_INFO
-        if info_path.is_file():
-            info = json.loads(info_path.read_text("utf-8"))
-            info.setdefault("models", {})["judge"] = {"name": judge.name, "engine": type(judge.generator).__name__}
-            info.setdefault("rejudged", []).append({"at": _now(), "judge": judge.name, "judged": len(todo)})
-            atomic_write_json(info_path, info)
-    verdicts: dict[str, int] = {}
-    for r in records:
-        v = (r.get("judge") or {}).get("verdict")
-        if v:
-            verdicts[v] = verdicts.get(v, 0) + 1
-    return RejudgeSummary(folder, len(todo), kept, verdicts, len(lines), round(time.perf_counter() - t0, 3))
 
 
 def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: RunConfig,
@@ -909,5 +587,5 @@ def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: 
             record["judge"] = {**verdict.to_dict(), "by": judge.name,
                                "seconds": round(time.perf_counter() - t_judge, 3)}
     record["seconds"] = round(time.perf_counter() - t0, 3)
-    record["finished"] = _now()
+    record["finished"] = timestamp()
     return record

@@ -11,7 +11,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from ..errors import UserError
-from .runner import RESULTS, RUN_INFO, read_results, read_run_info, runs_dir
+from .folder import RESULTS, RUN_INFO, read_results, read_run_info, runs_dir
 
 
 @dataclass

@@ -286,9 +286,10 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pydantic import ValidationError
 
     from ..bench.config import JudgeConfig
+    from ..bench.folder import RUN_INFO, check_unlocked
     from ..bench.judge import make_model_judge
+    from ..bench.rejudge import rejudge
     from ..bench.report import find_run
-    from ..bench.runner import RUN_INFO, check_unlocked, rejudge
     from ..models import load_generator
 
     folder = find_run(args.run, args.home)
@@ -351,8 +352,8 @@ def _cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import json
 
+    from ..bench.folder import runs_dir
     from ..bench.report import find_run
-    from ..bench.runner import runs_dir
     from ..bench.status import list_runs, read_status, status_lines
 
     statuses = [read_status(find_run(r, args.home)) for r in args.run] if args.run else list_runs(args.home)
@@ -385,7 +386,7 @@ def _cmd_import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pathlib import Path
 
     from ..bench.export import exported_name, import_run
-    from ..bench.runner import runs_dir
+    from ..bench.folder import runs_dir
 
     source = Path(args.source).expanduser()
     folder = Path(args.out).expanduser() if args.out else runs_dir(args.home) / (args.name or exported_name(source))
