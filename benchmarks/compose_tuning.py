@@ -59,6 +59,9 @@ def main() -> None:
     ap.add_argument("--modules", default="q_proj,k_proj,v_proj,o_proj",
                     help="the layers that get adapters, comma-separated, or all-linear")
     ap.add_argument("--learning-rate", type=float, default=3e-4)
+    ap.add_argument("--schedule", choices=("linear", "cosine", "constant"), default="linear",
+                    help="the learning rate over the steps (default: linear decay)")
+    ap.add_argument("--warmup-steps", type=int, default=0)
     ap.add_argument("--held-out", type=float, default=0.15)
     ap.add_argument("--label-tokens", type=int, default=44,
                     help="the most tokens of a label (compose_utility.py's --tokens, so the client learns the "
@@ -153,7 +156,8 @@ def main() -> None:
 
     client = app.load_model(args.client, home=home, device="cpu", backend="transformers")
     options = TuneOptions(rank=args.rank, alpha=2.0 * args.rank, steps=args.steps, batch_size=args.batch_size,
-                          learning_rate=args.learning_rate, held_out=args.held_out, eval_every=args.eval_every,
+                          learning_rate=args.learning_rate, schedule=args.schedule, warmup_steps=args.warmup_steps,
+                          held_out=args.held_out, eval_every=args.eval_every,
                           modules=args.modules)
     out = args.out or home / "tuned" / "compose-client-wikitext"
     t0 = time.perf_counter()
@@ -200,7 +204,9 @@ def main() -> None:
         f"{blank}.",
         "",
         f"LoRA: rank {options.rank}, alpha {options.alpha:g}, dropout {options.dropout:g} on {options.modules}; "
-        f"{options.steps} steps of {options.batch_size} examples, AdamW lr {options.learning_rate:g}; loss on the "
+        f"{options.steps} steps of {options.batch_size} examples, AdamW lr {options.learning_rate:g} ("
+        f"{options.schedule}{f' after {options.warmup_steps} warmup steps' if options.warmup_steps else ''}); "
+        f"loss on the "
         f"label tokens only ({report.label_tokens} label tokens in {report.train_examples} training examples); "
         f"{report.held_out_examples} examples of whole held-out articles. Training took {train_s:.0f} s.",
         "",

@@ -411,7 +411,7 @@ def test_a_checkpoint_of_other_settings_or_a_torn_one_is_not_resumed_and_more_st
     from marginalia.compose.tuning.checkpoint import checkpoint_path
 
     options = TuneOptions(rank=4, alpha=8, steps=3, learning_rate=5e-3, batch_size=1, held_out=0.5,
-                          checkpoint_every=1)
+                          checkpoint_every=1, schedule="constant")
     out = tmp_path / "tuned"
     saved = checkpoint_path(out)
 
@@ -434,6 +434,10 @@ def test_a_checkpoint_of_other_settings_or_a_torn_one_is_not_resumed_and_more_st
     lines, steps = again(options.model_copy(update={"steps": 5}))  # more steps: the same tuning, extended
     assert steps == [3, 4, 5] and any("at step 2 of 5" in x for x in lines)
     assert not saved.exists()
+    decaying = options.model_copy(update={"schedule": "linear"})
+    again(decaying, stop=2)
+    lines, steps = again(decaying.model_copy(update={"steps": 5}))  # a decay set by 3 steps is not extended
+    assert steps == [1, 2, 3, 4, 5] and any("other examples, another client or other settings" in x for x in lines)
     again(options, stop=2)
     lines, steps = again(options.model_copy(update={"rank": 2}))  # other settings: from step 1
     assert steps == [1, 2, 3] and any("other examples, another client or other settings" in x for x in lines)
@@ -540,3 +544,16 @@ def test_the_commands_say_what_is_wrong(hermetic: Path, tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_:
         run("tune", "train", "x.jsonl", "--held-out", "1.5")
     assert exit_.value.code == 2
+
+
+def test_the_learning_rate_rises_over_the_warmup_then_falls_to_zero_or_holds() -> None:
+    from marginalia.compose.tuning.train import learning_rate
+
+    linear = TuneOptions(steps=10, learning_rate=1.0, warmup_steps=1)
+    rates = [learning_rate(step, linear) for step in range(1, 11)]
+    assert rates[0] == 0.5 and rates[1] == 1.0  # half the peak in the warmup step, then the peak
+    assert all(a > b for a, b in zip(rates[1:], rates[2:], strict=False)) and 0 < rates[-1] < 0.2
+    cosine = linear.model_copy(update={"schedule": "cosine"})
+    assert learning_rate(2, cosine) == 1.0 and learning_rate(6, cosine) < learning_rate(6, linear) + 0.1
+    assert [learning_rate(s, linear.model_copy(update={"schedule": "constant"})) for s in (2, 10)] == [1.0, 1.0]
+    assert learning_rate(1, TuneOptions(steps=1, learning_rate=1.0)) == 1.0  # one step, no warmup: the peak

@@ -265,7 +265,12 @@ class TuneOptions(Options):
     modules: str = Field(default="q_proj,k_proj,v_proj,o_proj",
                          description="the linear layers that get adapters, comma-separated, or all-linear")
     steps: int = Field(default=60, gt=0, description="optimizer steps")
-    learning_rate: float = Field(default=2e-4, gt=0.0, description="AdamW learning rate")
+    learning_rate: float = Field(default=2e-4, gt=0.0, description="AdamW learning rate (the peak, with a schedule)")
+    schedule: Literal["linear", "cosine", "constant"] = Field(
+        default="linear",
+        description="how the learning rate goes over the steps: up over the warmup steps, then down to zero along "
+                    "a line or a half cosine, or held")
+    warmup_steps: int = Field(default=0, ge=0, description="steps over which the learning rate rises from zero")
     batch_size: int = Field(default=4, gt=0, description="examples per step")
     max_tokens: int = Field(
         default=768, ge=64,

@@ -37,9 +37,11 @@ def checkpoint_path(folder: Path) -> Path:
 
 def fingerprint(client: str, options: TuneOptions, rows: Sequence[Any], held_rows: Sequence[Any]) -> str:
     """What a checkpoint must match to be resumed: the client, the settings that shape training and the
-    exact token rows (the examples as the client's prompt builds them)."""
+    exact token rows (the examples as the client's prompt builds them). More steps extend a tuning only at a
+    constant learning rate: a schedule that decays towards the last step sets every step by the total."""
     digest = hashlib.sha256()
-    settings = {k: v for k, v in options.model_dump().items() if k not in _FREE_OPTIONS}
+    free = _FREE_OPTIONS if options.schedule == "constant" else tuple(k for k in _FREE_OPTIONS if k != "steps")
+    settings = {k: v for k, v in options.model_dump().items() if k not in free}
     digest.update(json.dumps({"version": _VERSION, "client": client, "options": settings}, sort_keys=True).encode())
     for part in (rows, held_rows):
         digest.update(b"|")

@@ -141,6 +141,22 @@ def label_loss(model: Any, rows: Sequence[Row], batch_size: int, pad_id: int, to
     return total / max(count, 1)
 
 
+def learning_rate(step: int, options: TuneOptions) -> float:
+    """The learning rate of optimizer step ``step`` (1-based) under ``options.schedule``: it rises over the
+    warmup steps, then falls towards zero, which it would reach one step after the last (linear, cosine), or
+    stays (constant). A pure function of
+    the step, so a resumed tuning takes up the schedule where it stopped."""
+    peak, warmup, steps = options.learning_rate, options.warmup_steps, options.steps
+    if step <= warmup:
+        return peak * step / (warmup + 1)
+    if options.schedule == "constant":
+        return peak
+    done = (step - warmup - 1) / max(1, steps - warmup)  # 0 at the first step after warmup
+    if options.schedule == "cosine":
+        return peak * 0.5 * (1.0 + math.cos(math.pi * done))
+    return peak * (1.0 - done)
+
+
 def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Path,
          options: TuneOptions | None = None, *, data_path: str | Path | None = None,
          on_step: Callable[[int, int, float], None] | None = None,
@@ -231,6 +247,8 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
                 state.order = list(range(len(train_rows)))
                 rng.shuffle(state.order)
             batch.append(train_rows[state.order.pop()])
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, options)
         ids, mask, labels = collate(batch, pad_id, torch)
         loss = lora(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
         optimizer.zero_grad()
