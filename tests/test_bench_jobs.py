@@ -133,3 +133,15 @@ def test_a_worker_appending_mends_the_file_first(tmp_path: Path) -> None:
     with link.appending(results), results.open("a", encoding="utf-8") as f:
         f.write('{"b": 2}\n')
     assert results.read_text(encoding="utf-8").splitlines() == ['{"a": 1}', '{"b": 2}']
+
+
+def test_workers_take_the_longest_contexts_first_in_the_runs_order_among_equals() -> None:
+    from marginalia.bench.items import Item
+    from marginalia.bench.runner import job_order
+
+    def item(name: str, tokens: int) -> tuple[str, Item]:
+        return ("t", Item(id=name, task="t", example_id=name, question="q", answers=("a",), context="c",
+                          context_tokens=tokens))
+
+    items = [item("a", 4000), item("b", 8000), item("c", 4000), item("d", 16000), item("e", 8000)]
+    assert [items[i][1].id for i in job_order(items)] == ["d", "b", "e", "a", "c"]

@@ -4,9 +4,10 @@ On a CPU, llama.cpp gains little from a second thread on a small model, so N one
 per hour than one process on N cores (``benchmarks/bench_jobs.py`` measures it; BENCHMARKS.md has the
 numbers). The parent holds the run folder's lock, drops errored lines for ``--retry-errors``, splits its
 cores into N groups and spawns the workers. Each worker loads its own models (N copies in memory), builds
-the same items and takes them in turn from one shared counter, so every item, with all its patterns (which
-may share a reading), is answered by one worker; lines are appended under a file lock. Progress, logs and
-each worker's summary come back over a queue, and the parent draws one progress bar.
+the same items and takes them in turn from one shared counter (the longest contexts first), so every item,
+with all its patterns (which may share a reading), is answered by one worker; lines are appended under a
+file lock. Progress, logs and each worker's summary come back over a queue, and the parent draws one
+progress bar.
 """
 
 from __future__ import annotations

@@ -476,7 +476,8 @@ def run_benchmark(
         try:
             with results_path.open("a", encoding="utf-8") as results, \
                     (folder / DISAGREEMENTS).open("a", encoding="utf-8") as disagreements:
-                for position in range(len(items)) if job is None else job.positions(len(items)):
+                order = range(len(items)) if job is None else job_order(items)
+                for position in order if job is None else (order[k] for k in job.positions(len(items))):
                     task, item = items[position]
                     for label, p, pattern in built:
                         key = (task, item.id, label)
@@ -553,6 +554,12 @@ def check_selection(config: RunConfig, patterns: Sequence[str] | None, tasks: Se
             raise UserError(f"no task called {', '.join(map(repr, unknown))} in the config; "
                             f"its tasks are: {', '.join(config.task_names())}")
     return [p for p in config.patterns if not patterns or p.name in patterns]
+
+
+def job_order(items: Sequence[tuple[str, Item]]) -> list[int]:
+    """The order in which the workers of ``--jobs`` take the items: the longest contexts first (in the run's
+    order among equals), so that no worker is left reading a long one alone while the others have finished."""
+    return sorted(range(len(items)), key=lambda i: -items[i][1].context_tokens)
 
 
 def items_fingerprint(items: Sequence[tuple[str, Item]]) -> str:
