@@ -4,7 +4,7 @@ tuned with LoRA on CPU on those labels; reported: examples made, time, training 
 perplexity before and after.
 
 The retrieval corpus is every article of the data file, indexed into a collection; each prefix's own article
-is never among its memory's sources. Only the articles of ``--articles`` are cut into prefixes (by default
+is never among its memory's sources. Only the articles of ``--articles`` are cut (by default
 all but the first eight, which are left unseen for evaluating the tuned client). The examples file is
 resumable: run the same command again after a crash and it goes on.
 
@@ -48,9 +48,10 @@ def main() -> None:
     ap.add_argument("--memory-model", default="smollm2",
                     help="the model that writes memory (as in the composer's default: the client's own model)")
     ap.add_argument("--client", default="smollm2", help="the client to tune (run on transformers)")
-    ap.add_argument("--articles", default="8:", help="which articles are cut into prefixes (a:b)")
+    ap.add_argument("--articles", default="8:", help="which articles are cut (a:b)")
     ap.add_argument("--cuts", type=int, default=3, help="prefixes per article")
-    ap.add_argument("--max-words", type=int, default=120, help="the longest prefix, in words")
+    ap.add_argument("--max-words", type=int, default=120,
+                    help="the most words before a cut kept as its context (after the article's title)")
     ap.add_argument("--hits", type=int, default=2, help="retrieved chunks per memory request")
     ap.add_argument("--limit", type=int, default=69, help="at most this many examples")
     ap.add_argument("--steps", type=int, default=30)
@@ -188,8 +189,9 @@ def main() -> None:
         f"chunks; a prefix's own article excluded) · client: {args.client} on transformers, fp32, CPU · machine: "
         f"{machine()} · {load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",
         "",
-        f"Tuning data: articles {chosen.start}-{chosen.stop - 1} cut into prefixes of {data_options.min_words}-"
-        f"{data_options.max_words} words ({data_options.cuts} per article and run; the file holds "
+        f"Tuning data: articles {chosen.start}-{chosen.stop - 1} cut at word ends spread over each article, "
+        f"each cut's context its title and up to {data_options.max_words} words before it (at least "
+        f"{data_options.min_words} into the article; {data_options.cuts} cuts per article and run; the file holds "
         f"{min(per_article.values())}-{max(per_article.values())} per article from its runs; articles "
         f"0-{chosen.start - 1} never cut, left for evaluation). {len(examples)} examples"
         + (f", {len(per_label)} of them the prefixes and memory of `{relabelled_from.name}` labelled again "

@@ -78,7 +78,7 @@ class StaticMemory:
 
 def test_cuts_end_at_word_ends_outside_headings_and_are_followed_by_the_text() -> None:
     text = text_of(60, title="A heading of several words")
-    cuts = cut_text(text, cuts=4, min_words=3, max_words=50, reference_words=5)
+    cuts = cut_text(text, cuts=4, min_words=3, max_words=100, reference_words=5)  # a window wider than the text
     assert len(cuts) == 4
     assert [c.offset for c in cuts] == sorted({c.offset for c in cuts})
     for cut in cuts:
@@ -87,8 +87,24 @@ def test_cuts_end_at_word_ends_outside_headings_and_are_followed_by_the_text() -
         assert not cut.context[-1].isspace() and (text[cut.offset].isspace() or text[cut.offset] == ".")
         assert "\n\n" in cut.context  # never inside the heading line
         assert len(cut.reference.split()) == 5
-        assert 3 <= len(cut.context.split()) <= 50
+        assert 3 <= len(cut.context.split()) <= 100
     assert cut_text(text_of(5), cuts=4, min_words=3, max_words=50, reference_words=5) == []
+
+
+def test_cuts_spread_over_the_whole_text_and_keep_its_title_and_last_words() -> None:
+    text = text_of(400, title="The title")
+    cuts = cut_text(text, cuts=5, min_words=10, max_words=30, reference_words=5)
+    offsets = [c.offset for c in cuts]
+    assert offsets[0] < len(text) * 0.1 and offsets[-1] > len(text) * 0.9  # from the opening to the end
+    for cut in cuts[1:]:
+        title, _, window = cut.context.partition("\n\n")
+        assert title == "# The title"
+        assert text[:cut.offset].endswith(window) and len(window.split()) == 30
+        assert text.startswith(text[:cut.offset] + cut.reference)
+    assert cuts[0].context == text[:cuts[0].offset]  # within the first 30 words: the text itself
+    untitled = text.split("\n\n", 1)[1]
+    assert all(len(c.context.split()) <= 30
+               for c in cut_text(untitled, cuts=5, min_words=10, max_words=30, reference_words=5))
 
 
 # -- making examples -------------------------------------------------------------------------------------

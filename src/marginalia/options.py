@@ -237,10 +237,11 @@ class ComposeOptions(Options):
 class TuneDataOptions(Options):
     """Tuning data for the composition client: where texts are cut, and how long the labels are."""
 
-    cuts: int = Field(default=4, gt=0, description="prefixes cut from each text, at word ends spread evenly "
-                                                   "between --min-words and --max-words")
-    min_words: int = Field(default=20, gt=0, description="the shortest prefix, in words")
-    max_words: int = Field(default=300, gt=0, description="the longest prefix, in words")
+    cuts: int = Field(default=4, gt=0, description="places each text is cut, at word ends spread evenly over "
+                                                   "the text")
+    min_words: int = Field(default=20, gt=0, description="the fewest words of text before a cut")
+    max_words: int = Field(default=300, gt=0, description="the most words of text before a cut kept as its "
+                                                          "context (after the text's title, when they leave it out)")
     label_tokens: int = Field(
         default=15, gt=0,
         description="the most tokens of a label: the larger model's continuation of the prefix (greedy, "

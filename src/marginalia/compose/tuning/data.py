@@ -82,14 +82,20 @@ class Cut:
 
 
 def cut_text(text: str, cuts: int, min_words: int, max_words: int, reference_words: int) -> list[Cut]:
-    """Up to ``cuts`` prefixes of ``text``, each ending at a word's end, spread evenly between ``min_words``
-    and ``max_words`` words, each followed by at least ``reference_words`` words. Headings (lines starting
-    with ``#``) are never cut inside: a writer's next words there are the heading's, not the text's."""
+    """Up to ``cuts`` cuts of ``text``, each at a word's end, spread evenly over the whole text: each after at
+    least ``min_words`` words and followed by at least ``reference_words``, never inside a heading line (a
+    writer's next words there are the heading's, not the text's).
+
+    A cut's context is the text before it, at most its last ``max_words`` words (from a word's start); when
+    that leaves out the text's title (its first line, when a heading), the title comes first. That is what
+    a writer deep in a long text has in view, at a length the larger model labels cheaply; cuts from all
+    over the text make examples of every part of it, not only of its opening.
+    """
     words = list(_WORD.finditer(text))
     ends = []
     for i, m in enumerate(words):
         n = i + 1
-        if n < min_words or n > max_words or len(words) - n < reference_words:
+        if n < min_words or len(words) - n < reference_words:
             continue
         line_start = text.rfind("\n", 0, m.start()) + 1
         if text[line_start:m.start()].lstrip().startswith("#") or m.group().startswith("#"):
@@ -102,11 +108,19 @@ def cut_text(text: str, cuts: int, min_words: int, max_words: int, reference_wor
     else:
         step = (len(ends) - 1) / max(cuts - 1, 1)
         picks = sorted({ends[round(k * step)] for k in range(cuts)})
+    first_line = text.split("\n", 1)[0]
+    title = first_line.strip() if first_line.lstrip().startswith("#") else ""
     out = []
     for i in picks:
         offset = words[i].end()
+        start = words[i + 1 - max_words].start() if i + 1 > max_words else 0
+        if title and 0 < start < len(first_line):  # the window would open inside the title: take it whole
+            start = 0
+        context = text[start:offset]
+        if title and start:
+            context = f"{title}\n\n{context}"
         last = words[min(i + reference_words, len(words) - 1)]
-        out.append(Cut(offset, text[:offset], text[offset:last.end()]))
+        out.append(Cut(offset, context, text[offset:last.end()]))
     return out
 
 
