@@ -124,6 +124,7 @@ def test_labels_come_from_the_larger_model_on_the_clients_own_prompt(tmp_path: P
     # each document is excluded from its own memory
     assert memory.excluded == [frozenset({d.doc_id, d.source}) for d in docs]
     assert [r.query for r in memory.requests] == [e.context for e in examples]
+    assert [e.source for e in examples] == ["a.md", "b.md"] * 3  # the texts in turn
     # the prompt the larger model got is the one a completion client on it builds
     client = CompletionClient(larger.fork(keep_cache=False), suggestion_tokens=12)
     assert len(larger.requests) == len(examples)
@@ -134,6 +135,9 @@ def test_labels_come_from_the_larger_model_on_the_clients_own_prompt(tmp_path: P
         assert request.params.max_new_tokens == 12 and request.params.temperature == 0
         assert example.reference == docs[0 if example.source == "a.md" else 1].text[example.offset:][
             :len(example.reference)]
+    capped = make_examples(docs, larger, tmp_path / "capped.jsonl", options, limit=4)
+    assert capped.written == 4
+    assert [e.source for e in read_examples(tmp_path / "capped.jsonl")] == ["a.md", "b.md"] * 2  # each its share
 
 
 def test_making_examples_resumes_after_a_crash(tmp_path: Path) -> None:

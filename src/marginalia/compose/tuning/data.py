@@ -248,28 +248,31 @@ def make_examples(documents: Iterable[Document], label_model: Generator, path: s
     prompt = ClientPrompt(label_model, options.label_tokens)
     written = empty = seen = 0
     room = None if limit is None else max(limit - len(existing), 0)
+    fetchers = [memory.excluding([doc.doc_id, doc.source]) if memory is not None else None for doc, _ in planned]
+    # the texts in turn, a cut of each: a limit (or a run stopped early) leaves every text its share
+    turns = [(n, cuts[k]) for k in range(max(len(cuts) for _, cuts in planned))
+             for n, (_, cuts) in enumerate(planned) if k < len(cuts)]
     with out.open("a", encoding="utf-8") as f:
-        for doc, cuts in planned:
-            fetch = memory.excluding([doc.doc_id, doc.source]) if memory is not None else None
-            for cut in cuts:
-                seen += 1
-                key = f"{doc.doc_id[:16]}:{cut.offset}"
-                if key in done_ids or (room is not None and written >= room):
-                    if progress:
-                        progress(seen, total)
-                    continue
-                t1 = time.perf_counter()
-                items = tuple(fetch(MemoryRequest(seen, cut.context, cut.context, 0))) if fetch else ()
-                text = label_continuation(label_model, prompt, cut.context, items, options.label_tokens)
-                example = TuningExample(key, doc.source, doc.doc_id, cut.offset, cut.context, items, text,
-                                        cut.reference, label_model.name, options.label_tokens,
-                                        round(time.perf_counter() - t1, 3))
-                append_line(f, example.to_dict())
-                done_ids.add(key)
-                written += 1
-                empty += not text.strip()
+        for n, cut in turns:
+            doc, fetch = planned[n][0], fetchers[n]
+            seen += 1
+            key = f"{doc.doc_id[:16]}:{cut.offset}"
+            if key in done_ids or (room is not None and written >= room):
                 if progress:
                     progress(seen, total)
+                continue
+            t1 = time.perf_counter()
+            items = tuple(fetch(MemoryRequest(seen, cut.context, cut.context, 0))) if fetch else ()
+            text = label_continuation(label_model, prompt, cut.context, items, options.label_tokens)
+            example = TuningExample(key, doc.source, doc.doc_id, cut.offset, cut.context, items, text,
+                                    cut.reference, label_model.name, options.label_tokens,
+                                    round(time.perf_counter() - t1, 3))
+            append_line(f, example.to_dict())
+            done_ids.add(key)
+            written += 1
+            empty += not text.strip()
+            if progress:
+                progress(seen, total)
     return DataReport(out, written, len(existing), sum(1 for _, c in planned if c), too_short, empty,
                       round(time.perf_counter() - t0, 2))
 
