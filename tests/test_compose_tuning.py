@@ -102,6 +102,9 @@ def test_cuts_spread_over_the_whole_text_and_keep_its_title_and_last_words() -> 
         assert text[:cut.offset].endswith(window) and len(window.split()) == 30
         assert text.startswith(text[:cut.offset] + cut.reference)
     assert cuts[0].context == text[:cuts[0].offset]  # within the first 30 words: the text itself
+    late = cut_text(text, cuts=3, min_words=50, max_words=20, reference_words=5)  # after 50 words, 20 in view
+    assert TuneDataOptions(min_words=50, max_words=20).max_words == 20
+    assert all(c.offset > len(" ".join(text.split()[:50])) and len(c.context.split()) == 20 + 3 for c in late)
     untitled = text.split("\n\n", 1)[1]
     assert all(len(c.context.split()) <= 30
                for c in cut_text(untitled, cuts=5, min_words=10, max_words=30, reference_words=5))

@@ -250,12 +250,6 @@ class TuneDataOptions(Options):
         default=15, gt=0, description="words of the true continuation kept beside each label (for comparison; "
                                       "not trained on)")
 
-    @model_validator(mode="after")
-    def _ordered(self) -> TuneDataOptions:
-        if self.min_words > self.max_words:
-            raise ValueError(f"min_words ({self.min_words}) is above max_words ({self.max_words})")
-        return self
-
 
 class TuneOptions(Options):
     """LoRA tuning of the composition client on tuning data (transformers, CPU by default)."""
