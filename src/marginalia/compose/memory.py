@@ -127,7 +127,7 @@ class TakeawayMemory(MemoryGenerator):
         params = GenerationParams(max_new_tokens=self.item_tokens, stop=("\n",))
         system = render("compose_takeaway_system").strip()
         text = self.query_of(request)
-        items = []
+        items: list[MemoryItem] = []
         for hit in hits:
             where = " > ".join((hit.source, *hit.section_path))
             reply = self.generator.generate([
@@ -137,8 +137,12 @@ class TakeawayMemory(MemoryGenerator):
             note = _BULLET.sub("", reply.strip().splitlines()[0] if reply.strip() else "").strip().strip('"')
             if is_empty_margin(note) or len(note.split()) < 2:
                 continue
-            items.append(MemoryItem(note, hit.source, hit.doc_id, hit.section_path, hit.start, hit.end,
-                                    "takeaway", _score(hit)))
+            item = MemoryItem(note, hit.source, hit.doc_id, hit.section_path, hit.start, hit.end, "takeaway",
+                              _score(hit))
+            # two chunks of a document can yield the same takeaway: the memory would hold it once
+            # (`MemoryItem.key`), so the items do too, the first (best ranked) kept
+            if all(other.key != item.key for other in items):
+                items.append(item)
         return items
 
 
