@@ -160,6 +160,8 @@ def test_set_tasks_default_to_f1_and_size_sweeps_to_distractors(tmp_path: Path) 
         r.update(depth=None, distractor_fraction=fraction, scoring="set")
         records.append(r)
     assert primary_metric(records) == "f1"
+    judged = [{**r, "judge": {"verdict": "correct"}} for r in records]  # as a run judged before the rule
+    assert primary_metric(judged) == "f1"  # a word list is scored as a set, never by a verdict on it
     folder = fixture_run(tmp_path / "run", records, info={})
     files = write_report(folder)
     text = files.report.read_text()

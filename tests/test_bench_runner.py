@@ -679,6 +679,37 @@ def test_a_run_is_judged_again_and_a_new_judge_does_not_block_resuming(tmp_path:
     assert run(other, out, lenient, patterns=["lc", "rag"]).written == 8
 
 
+def test_answers_scored_as_a_set_are_not_judged(tmp_path: Path) -> None:
+    from marginalia.bench.judge import ModelJudge
+    from marginalia.bench.rejudge import rejudge
+
+    out = tmp_path / "run"
+    lenient = ScriptedGenerator(lambda req: '{"correct": true}' if "You grade answers" in req.prompt
+                                else answering(req))
+    run(write_config(tmp_path, CONFIG + '\n[judge]\nmodel = "scripted"\n'), out, lenient, patterns=["lc", "rag"],
+        limit=1)
+    records = lines(out)
+    for r in records:  # as word-list answers judged by a run made before the rule
+        if r["pattern"] == "lc":
+            r["scoring"] = "set"
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    summary = rejudge(out, ModelJudge(ScriptedGenerator(default='{"correct": false}', name="strict")),
+                      err=io.StringIO())
+    assert summary.judged == 4
+    assert all(r["judge"] is None if r["pattern"] == "lc" else r["judge"]["by"] == "strict" for r in lines(out))
+    # nor judged while a run answers them
+    cwe = ('name = "cwe"\nmodel = "scripted"\nembedder = "hashing"\n[[tasks]]\ndataset = "cwe"\nlengths = [300]\n'
+           'limit = 2\n[[patterns]]\nkind = "lc"\n[judge]\nmodel = "scripted"\n')
+    def grading() -> int:
+        return sum("You grade answers" in r.prompt for r in lenient.requests)
+
+    before = grading()
+    run_benchmark(load_config(write_config(tmp_path, cwe, "cwe.toml")), out=tmp_path / "cwe", generator=lenient,
+                  embedder=HashingEmbedder(), err=io.StringIO())
+    assert [(r["scoring"], r["judge"]) for r in lines(tmp_path / "cwe")] == [("set", None)] * 2
+    assert grading() == before
+
+
 def test_bench_judge_command(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                              monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "run"

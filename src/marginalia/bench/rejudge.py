@@ -29,7 +29,8 @@ class RejudgeSummary:
 
 def rejudge(folder: Path, judge: Judge, *, err: TextIO | None = None, progress: bool = True,
             save_every: int = 20) -> RejudgeSummary:
-    """Judge every answered result of a run folder again with ``judge``, replacing the stored verdicts.
+    """Judge every answered result of a run folder again with ``judge``, replacing the stored verdicts; answers
+    scored as a set (a word list, CWE) are not judged, and a verdict stored on one is removed.
 
     Results this judge already judged (its name in the verdict) are kept, so an interrupted call resumes;
     results.jsonl is rewritten atomically every ``save_every`` verdicts and at the end (a kill loses at
@@ -51,7 +52,10 @@ def rejudge(folder: Path, judge: Judge, *, err: TextIO | None = None, progress: 
             raise UserError(f"{len(textless)} answers of {folder} were imported without their texts and not "
                             f"judged by {judge.name}, which cannot judge them now; judge a run with this judge "
                             "before exporting it, on the machine that has its texts")
-        todo = [i for i, r in enumerate(records) if r.get("status") == "ok"
+        for r in records:  # a word list is scored as a set: a verdict on it (from before this rule) goes
+            if r.get("scoring") == "set" and r.get("judge"):
+                r["judge"] = None
+        todo = [i for i, r in enumerate(records) if r.get("status") == "ok" and r.get("scoring") != "set"
                 and (r.get("judge") or {}).get("by") != judge.name]
         kept = sum(r.get("status") == "ok" for r in records) - len(todo)
         bar = Progress(len(todo), 0, stream, progress)

@@ -148,15 +148,15 @@ def position(record: dict[str, Any]) -> float | None:
 
 
 def primary_metric(records: Iterable[dict[str, Any]]) -> str:
-    """``judge`` when any answered record has a verdict, else the first preferred score the metrics gave:
+    """``judge`` when any answered QA record has a verdict, else the first preferred score the metrics gave:
     ``contains`` for QA items, F1 for set items (word lists), whose ``contains`` is only recall."""
     keys: list[str] = []
     scoring = "qa"
     for r in records:
         if r.get("status") != "ok":
             continue
-        if (r.get("judge") or {}).get("verdict") in ("correct", "wrong"):
-            return "judge"
+        if r.get("scoring") != "set" and (r.get("judge") or {}).get("verdict") in ("correct", "wrong"):
+            return "judge"  # (a word list is scored as a set: a verdict on one, from an older run, is not read)
         if r.get("scoring") == "set":
             scoring = "set"
         for k in r.get("scores") or {}:

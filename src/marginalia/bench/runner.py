@@ -588,7 +588,7 @@ def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: 
                       margins_kept=sum(m.relevant for m in answer.margins))
         if samples is not None:
             record["samples"] = samples
-        if judge is not None:
+        if judge is not None and item.scoring != "set":  # a word list is scored as a set, not judged
             t_judge = time.perf_counter()
             verdict = judge.judge(item.question, item.answers, answer.text)
             record["judge"] = {**verdict.to_dict(), "by": judge.name,
