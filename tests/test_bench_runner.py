@@ -695,7 +695,7 @@ def test_answers_scored_as_a_set_are_not_judged(tmp_path: Path) -> None:
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     summary = rejudge(out, ModelJudge(ScriptedGenerator(default='{"correct": false}', name="strict")),
                       err=io.StringIO())
-    assert summary.judged == 4
+    assert (summary.judged, summary.kept) == (4, 0)  # the set-scored answers are neither judged nor kept
     assert all(r["judge"] is None if r["pattern"] == "lc" else r["judge"]["by"] == "strict" for r in lines(out))
     # nor judged while a run answers them
     cwe = ('name = "cwe"\nmodel = "scripted"\nembedder = "hashing"\n[[tasks]]\ndataset = "cwe"\nlengths = [300]\n'

@@ -57,7 +57,7 @@ def rejudge(folder: Path, judge: Judge, *, err: TextIO | None = None, progress: 
                 r["judge"] = None
         todo = [i for i, r in enumerate(records) if r.get("status") == "ok" and r.get("scoring") != "set"
                 and (r.get("judge") or {}).get("by") != judge.name]
-        kept = sum(r.get("status") == "ok" for r in records) - len(todo)
+        kept = sum(r.get("status") == "ok" and r.get("scoring") != "set" for r in records) - len(todo)
         bar = Progress(len(todo), 0, stream, progress)
         bar.log(f"judging {len(todo)} answers in {folder} with {judge.name} ({kept} judged by it before)")
         try:
