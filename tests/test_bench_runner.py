@@ -697,6 +697,14 @@ def test_answers_scored_as_a_set_are_not_judged(tmp_path: Path) -> None:
                       err=io.StringIO())
     assert (summary.judged, summary.kept) == (4, 0)  # the set-scored answers are neither judged nor kept
     assert all(r["judge"] is None if r["pattern"] == "lc" else r["judge"]["by"] == "strict" for r in lines(out))
+    # carried without its texts, the run is judged again without asking for the word lists' texts
+    from marginalia.bench.export import export_run, import_run
+
+    export_run(out, tmp_path / "copy")
+    import_run(tmp_path / "copy", tmp_path / "carried")
+    again = rejudge(tmp_path / "carried", ModelJudge(ScriptedGenerator(default='{"correct": false}', name="strict")),
+                    err=io.StringIO())
+    assert (again.judged, again.kept) == (0, 4)
     # nor judged while a run answers them
     cwe = ('name = "cwe"\nmodel = "scripted"\nembedder = "hashing"\n[[tasks]]\ndataset = "cwe"\nlengths = [300]\n'
            'limit = 2\n[[patterns]]\nkind = "lc"\n[judge]\nmodel = "scripted"\n')

@@ -310,6 +310,12 @@ def disagreement(correct: bool | None, scores: Mapping[str, float]) -> str | Non
 _VERDICTS: dict[Any, bool] = {"correct": True, "wrong": False}
 
 
+def judges(scoring: str | None) -> bool:
+    """Whether a model judge grades answers of this scoring: QA answers, yes; a word list (``set``) is scored
+    as a set, never judged (a small judge calls nearly any list right)."""
+    return scoring != "set"
+
+
 def disagreement_line(record: Mapping[str, Any]) -> dict[str, Any] | None:
     """The disagreements.jsonl line of a judged result whose verdict contradicts its lexical scores."""
     verdict = (record.get("judge") or {}).get("verdict")

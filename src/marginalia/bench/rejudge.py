@@ -13,7 +13,7 @@ from typing import TextIO
 from ..errors import UserError
 from ..files import atomic_write_json, atomic_write_lines
 from .folder import DISAGREEMENTS, JUDGE_ADVICE, RESULTS, RUN_INFO, locked, read_results, timestamp
-from .judge import Judge, disagreement_line
+from .judge import Judge, disagreement_line, judges
 from .progress import Progress
 
 
@@ -46,18 +46,17 @@ def rejudge(folder: Path, judge: Judge, *, err: TextIO | None = None, progress: 
         records = read_results(path, repair=True)
         if not records:
             raise UserError(f"{folder} has no results to judge; run the benchmark first")
-        textless = [r for r in records if r.get("status") == "ok" and "text_free" in r
-                    and (r.get("judge") or {}).get("by") != judge.name]
+        for r in records:  # a verdict on a word list (from before `judges`) goes
+            if not judges(r.get("scoring")) and r.get("judge"):
+                r["judge"] = None
+        judged = [i for i, r in enumerate(records) if r.get("status") == "ok" and judges(r.get("scoring"))]
+        todo = [i for i in judged if (records[i].get("judge") or {}).get("by") != judge.name]
+        textless = [i for i in todo if "text_free" in records[i]]
         if textless:  # judging only the rest would score the run's two parts differently
             raise UserError(f"{len(textless)} answers of {folder} were imported without their texts and not "
                             f"judged by {judge.name}, which cannot judge them now; judge a run with this judge "
                             "before exporting it, on the machine that has its texts")
-        for r in records:  # a word list is scored as a set: a verdict on it (from before this rule) goes
-            if r.get("scoring") == "set" and r.get("judge"):
-                r["judge"] = None
-        todo = [i for i, r in enumerate(records) if r.get("status") == "ok" and r.get("scoring") != "set"
-                and (r.get("judge") or {}).get("by") != judge.name]
-        kept = sum(r.get("status") == "ok" and r.get("scoring") != "set" for r in records) - len(todo)
+        kept = len(judged) - len(todo)
         bar = Progress(len(todo), 0, stream, progress)
         bar.log(f"judging {len(todo)} answers in {folder} with {judge.name} ({kept} judged by it before)")
         try:

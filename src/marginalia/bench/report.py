@@ -19,6 +19,7 @@ from ..errors import MissingDependency, UserError
 from ..files import atomic_write_text
 from ..patterns.wim import REPEAT_REASON
 from .folder import DISAGREEMENTS, RESULTS, RUN_INFO, read_results, read_run_info, result_key, runs_dir
+from .judge import judges
 from .metrics import (
     METRICS,
     bearing_is_telling,
@@ -155,8 +156,8 @@ def primary_metric(records: Iterable[dict[str, Any]]) -> str:
     for r in records:
         if r.get("status") != "ok":
             continue
-        if r.get("scoring") != "set" and (r.get("judge") or {}).get("verdict") in ("correct", "wrong"):
-            return "judge"  # (a word list is scored as a set: a verdict on one, from an older run, is not read)
+        if judges(r.get("scoring")) and (r.get("judge") or {}).get("verdict") in ("correct", "wrong"):
+            return "judge"  # (a verdict on a word list, from an older run, is not read)
         if r.get("scoring") == "set":
             scoring = "set"
         for k in r.get("scores") or {}:

@@ -40,7 +40,7 @@ from .folder import (
     timestamp,
 )
 from .items import Item, TaskSpec
-from .judge import Judge, disagreement_line, make_model_judge, medoid
+from .judge import Judge, disagreement_line, judges, make_model_judge, medoid
 from .progress import Progress
 from .provenance import git_commit, machine_info
 
@@ -588,7 +588,7 @@ def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: 
                       margins_kept=sum(m.relevant for m in answer.margins))
         if samples is not None:
             record["samples"] = samples
-        if judge is not None and item.scoring != "set":  # a word list is scored as a set, not judged
+        if judge is not None and judges(item.scoring):
             t_judge = time.perf_counter()
             verdict = judge.judge(item.question, item.answers, answer.text)
             record["judge"] = {**verdict.to_dict(), "by": judge.name,
