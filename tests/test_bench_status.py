@@ -9,7 +9,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from marginalia.bench.status import ago, is_running, list_runs, planned_items, run_status, status_lines
+from marginalia.bench.folder import is_running
+from marginalia.bench.status import ago, list_runs, planned_items, run_status, status_lines
 from marginalia.cli import main as cli_main
 
 TASKS = [{"dataset": "squad", "name": "squad", "limit": 3, "lengths": [4096], "depths": [0.0, 0.5, 1.0],

@@ -89,7 +89,25 @@ def result_key(record: Mapping[str, Any]) -> Key:
     return (str(record["task"]), str(record["item_id"]), str(record["pattern"]))
 
 
+LOCK = ".lock"  # a run folder's lock file
 LOCK_WAIT_SECONDS = 1.0  # long beside a probe's hold of the lock, short beside a run's
+
+
+def _folder_lock(folder: Path, timeout: float) -> FileLock:
+    return FileLock(folder / LOCK, timeout=timeout, thread_local=False, is_singleton=False)
+
+
+def is_running(folder: Path) -> bool:
+    """Whether another process holds the run folder's lock (a run or a judge writing to it)."""
+    if not (folder / LOCK).exists():
+        return False
+    lock = _folder_lock(folder, 0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    lock.release()
+    return False
 
 
 @contextmanager
@@ -97,7 +115,7 @@ def locked(folder: Path, advice: str = "wait for it to finish or give --out DIR 
             ) -> Iterator[None]:
     """Hold the run folder's lock, so two processes never append to one results file. It waits a moment for the
     lock: ``bench runs`` takes it for an instant to see whether a run holds it."""
-    lock = FileLock(folder / ".lock", timeout=LOCK_WAIT_SECONDS, thread_local=False, is_singleton=False)
+    lock = _folder_lock(folder, LOCK_WAIT_SECONDS)
     try:
         lock.acquire()
     except Timeout:

@@ -8,10 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from ..errors import UserError
-from .folder import RESULTS, RUN_INFO, read_results, read_run_info, runs_dir
+from .folder import RESULTS, RUN_INFO, is_running, read_results, read_run_info, runs_dir
 
 
 @dataclass
@@ -41,19 +39,6 @@ class RunStatus:
                 "statuses": self.statuses, "last": self.last,
                 "tasks": [{"task": t.task, "planned": t.planned, "items": t.items, "answers": t.answers}
                           for t in self.tasks], "left_seconds": self.left_seconds, "problem": self.problem}
-
-
-def is_running(folder: Path) -> bool:
-    """Whether another process holds the run folder's lock (a run or a judge writing to it)."""
-    if not (folder / ".lock").exists():
-        return False
-    lock = FileLock(folder / ".lock", timeout=0, thread_local=False, is_singleton=False)
-    try:
-        lock.acquire()
-    except Timeout:
-        return True
-    lock.release()
-    return False
 
 
 def planned_items(task: dict[str, Any]) -> int | None:
