@@ -248,13 +248,13 @@ def make_examples(documents: Iterable[Document], label_model: Generator, path: s
     prompt = ClientPrompt(label_model, options.label_tokens)
     written = empty = seen = 0
     room = None if limit is None else max(limit - len(existing), 0)
-    fetchers = [memory.excluding([doc.doc_id, doc.source]) if memory is not None else None for doc, _ in planned]
+    texts = [(doc, memory.excluding([doc.doc_id, doc.source]) if memory is not None else None, cuts)
+             for doc, cuts in planned]
     # the texts in turn, a cut of each: a limit (or a run stopped early) leaves every text its share
-    turns = [(n, cuts[k]) for k in range(max(len(cuts) for _, cuts in planned))
-             for n, (_, cuts) in enumerate(planned) if k < len(cuts)]
+    turns = [(doc, fetch, cuts[k]) for k in range(max(len(cuts) for _, cuts in planned))
+             for doc, fetch, cuts in texts if k < len(cuts)]
     with out.open("a", encoding="utf-8") as f:
-        for n, cut in turns:
-            doc, fetch = planned[n][0], fetchers[n]
+        for doc, fetch, cut in turns:
             seen += 1
             key = f"{doc.doc_id[:16]}:{cut.offset}"
             if key in done_ids or (room is not None and written >= room):

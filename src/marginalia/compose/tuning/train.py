@@ -144,8 +144,7 @@ def label_loss(model: Any, rows: Sequence[Row], batch_size: int, pad_id: int, to
 def learning_rate(step: int, options: TuneOptions) -> float:
     """The learning rate of optimizer step ``step`` (1-based) under ``options.schedule``: it rises over the
     warmup steps, then falls towards zero, which it would reach one step after the last (linear, cosine), or
-    stays (constant). A pure function of
-    the step, so a resumed tuning takes up the schedule where it stopped."""
+    stays (constant). A pure function of the step, so a resumed tuning takes up the schedule where it stopped."""
     peak, warmup, steps = options.learning_rate, options.warmup_steps, options.steps
     if step <= warmup:
         return peak * step / (warmup + 1)
