@@ -24,7 +24,9 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
+
+from marginalia.options import TuneOptions
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import ROOT, command_line, git_commit, load_note, machine, write_section  # noqa: E402
@@ -60,8 +62,9 @@ def main() -> None:
     ap.add_argument("--modules", default="q_proj,k_proj,v_proj,o_proj",
                     help="the layers that get adapters, comma-separated, or all-linear")
     ap.add_argument("--learning-rate", type=float, default=3e-4)
-    ap.add_argument("--schedule", choices=("linear", "cosine", "constant"), default="linear",
-                    help="the learning rate over the steps (default: linear decay)")
+    schedule = TuneOptions.model_fields["schedule"]
+    ap.add_argument("--schedule", choices=get_args(schedule.annotation), default=schedule.default,
+                    help=f"the learning rate over the steps (default: {schedule.default})")
     ap.add_argument("--warmup-steps", type=int, default=0)
     ap.add_argument("--held-out", type=float, default=0.15)
     ap.add_argument("--label-tokens", type=int, default=44,
@@ -80,7 +83,7 @@ def main() -> None:
     from marginalia import app
     from marginalia.compose.tuning import read_examples, relabel_examples
     from marginalia.home import resolve_home
-    from marginalia.options import ComposeOptions, TuneDataOptions, TuneOptions
+    from marginalia.options import ComposeOptions, TuneDataOptions
 
     t_start = time.perf_counter()
     load_before = os.getloadavg()
