@@ -5,8 +5,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from marginalia.bench import jobs as jobs_module
@@ -145,3 +150,72 @@ def test_workers_take_the_longest_contexts_first_in_the_runs_order_among_equals(
 
     items = [item("a", 4000), item("b", 8000), item("c", 4000), item("d", 16000), item("e", 8000)]
     assert [items[i][1].id for i in job_order(items)] == ["d", "b", "e", "a", "c"]
+
+
+# A run long enough to be stopped midway: the workers are answering when the signal comes.
+LONG_CONFIG = CONFIG.replace("limit = 5", "limit = 3000")
+RUN_IN_CHILD = "import sys; from marginalia.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[psutil.Process]]:
+    """`bench run --jobs 2` in a child process, once both workers have written an answer; with its workers."""
+    config_path = tmp_path / "jobs.toml"
+    config_path.write_text(LONG_CONFIG, encoding="utf-8")
+    results = tmp_path / "run" / "results.jsonl"
+    proc = subprocess.Popen([sys.executable, "-c", RUN_IN_CHILD, "bench", "run", str(config_path), "--out",
+                             str(tmp_path / "run"), "--jobs", "2", "--no-report", "-q"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        lines = results.read_text(encoding="utf-8").count("\n") if results.exists() else 0
+        workers = [p for p in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+        if lines >= 2 and len(workers) == 2:
+            return proc, workers
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"the run ended or never answered: {proc.stderr.read().decode() if proc.stderr else ''}")
+
+
+def _gone(processes: list[psutil.Process], seconds: float) -> list[psutil.Process]:
+    """The processes still running after waiting up to ``seconds`` for them (an ended one that nobody has
+    reaped yet, a zombie, has ended)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = []
+        for p in processes:
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+@two_cores
+def test_sigterm_to_the_parent_stops_its_workers_and_keeps_their_answers(tmp_path: Path) -> None:
+    proc, workers = _start_long_run(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=90)
+    alive = _gone(workers, 5)
+    for p in alive:
+        p.kill()
+    assert not alive, "a worker outlived its parent"
+    assert proc.returncode == 130, stderr.decode()
+    assert "interrupted; every finished answer is saved" in stderr.decode()
+    keys = _keys(tmp_path / "run")  # every line reads back whole, none twice
+    assert 2 <= len(keys) < 6000 and len(set(keys)) == len(keys)
+
+
+@two_cores
+def test_workers_stop_themselves_when_their_parent_is_killed(tmp_path: Path) -> None:
+    proc, workers = _start_long_run(tmp_path)
+    proc.kill()  # SIGKILL: the parent cannot stop them itself
+    proc.wait(timeout=10)
+    alive = _gone(workers, 30)
+    for p in alive:
+        p.kill()
+    assert not alive, "a worker went on answering after its parent was killed"
+    lines = (tmp_path / "run" / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    assert 2 <= len(lines) < 6000

@@ -8,6 +8,9 @@ the same items and takes them in turn from one shared counter (the longest conte
 with all its patterns (which may share a reading), is answered by one worker; lines are appended under a
 file lock. Progress, logs and each worker's summary come back over a queue, and the parent draws one
 progress bar.
+
+Stopping: Ctrl-C or SIGTERM to the parent stops the workers the same way (each ends at once, keeping the
+answers it finished), and a worker whose parent is gone (killed with SIGKILL, say) stops itself.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import os
 import queue
 import signal
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -32,6 +37,8 @@ from .runner import JobLink, RunSummary, prepare, run_benchmark, sayer
 
 #: how long the parent waits for its workers to stop after Ctrl-C before it ends them
 STOP_SECONDS = 60.0
+#: how often a worker checks that its parent is still there
+ORPHAN_CHECK_SECONDS = 1.0
 
 
 def available_cores() -> list[int]:
@@ -101,12 +108,14 @@ def run_jobs(config: RunConfig, jobs: int, *, home: str | Path | None = None, ou
         options = {"home": home, "out": str(folder), "limit": limit, "patterns": patterns, "tasks": tasks}
         lock_file = str(folder / ".append.lock")
         workers = [ctx.Process(target=_work, name=f"marginalia-bench-job-{k}",
-                               args=(k, jobs, groups[k], config, options, counter, events, lock_file))
+                               args=(k, jobs, groups[k], config, options, counter, events, lock_file,
+                                     os.getpid()))
                    for k in range(jobs)]
         for worker in workers:
             worker.start()
         try:
-            outcome = _follow(workers, events, stream, progress, say)
+            with _terminate_as_interrupt():
+                outcome = _follow(workers, events, stream, progress, say)
         except BaseException:
             _stop(workers)
             raise
@@ -191,9 +200,28 @@ def _ended(code: int | None) -> str:
     return f"its process ended with exit code {code}"
 
 
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises KeyboardInterrupt (as Ctrl-C does), so the parent stops its workers
+    before it ends instead of leaving them running. Only the main thread can set a handler: elsewhere
+    (a caller's thread) SIGTERM keeps its own behaviour."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _stop(workers: Sequence[Any]) -> None:
-    """Ctrl-C reached the parent (and, from a terminal, the workers too): let each worker stop as a run does
-    on Ctrl-C (its finished answers are on disk), then end any that do not."""
+    """Ctrl-C or SIGTERM reached the parent (Ctrl-C from a terminal reaches the workers too): let each worker
+    stop as a run does on Ctrl-C (its finished answers are on disk), then end any that do not."""
     deadline = time.monotonic() + 2.0
     for worker in workers:
         worker.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -210,9 +238,22 @@ def _stop(workers: Sequence[Any]) -> None:
             worker.terminate()
 
 
+def _watch_parent(parent: int, orphaned: threading.Event) -> None:
+    """Interrupt this worker (as Ctrl-C would) once its parent process ``parent`` is gone: a worker whose
+    parent was killed outright stops instead of answering on alone."""
+    while os.getppid() == parent:
+        time.sleep(ORPHAN_CHECK_SECONDS)
+    orphaned.set()
+    os.kill(os.getpid(), signal.SIGINT)
+
+
 def _work(index: int, count: int, cores: list[int], config: RunConfig, options: dict[str, Any], counter: Any,
-          events: Any, lock_file: str) -> None:
-    """One worker: held to its cores (and as many threads), it answers the items it takes."""
+          events: Any, lock_file: str, parent: int) -> None:
+    """One worker: held to its cores (and as many threads), it answers the items it takes until they run out,
+    Ctrl-C, or its parent (process id ``parent``) is gone."""
+    orphaned = threading.Event()
+    threading.Thread(target=_watch_parent, args=(parent, orphaned), name="marginalia-bench-parent-watch",
+                     daemon=True).start()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):  # before torch is imported
         os.environ[var] = str(len(cores))
     os.sched_setaffinity(0, cores)  # llama.cpp takes a thread per core this process may use
@@ -229,7 +270,10 @@ def _work(index: int, count: int, cores: list[int], config: RunConfig, options: 
                                 job=link)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the report short
-        events.put(("stopped", index))
+        if orphaned.is_set():  # nobody reads the queue: do not wait at exit to flush it
+            events.cancel_join_thread()
+        else:
+            events.put(("stopped", index))
     except UserError as exc:
         events.put(("failed", index, "user", str(exc)))
     except MarginaliaError as exc:
