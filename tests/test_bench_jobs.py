@@ -154,7 +154,6 @@ def test_workers_take_the_longest_contexts_first_in_the_runs_order_among_equals(
 
 # A run long enough to be stopped midway: the workers are answering when the signal comes.
 LONG_CONFIG = CONFIG.replace("limit = 5", "limit = 3000")
-RUN_IN_CHILD = "import sys; from marginalia.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[psutil.Process]]:
@@ -162,7 +161,7 @@ def _start_long_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[psuti
     config_path = tmp_path / "jobs.toml"
     config_path.write_text(LONG_CONFIG, encoding="utf-8")
     results = tmp_path / "run" / "results.jsonl"
-    proc = subprocess.Popen([sys.executable, "-c", RUN_IN_CHILD, "bench", "run", str(config_path), "--out",
+    proc = subprocess.Popen([sys.executable, "-m", "marginalia.cli", "bench", "run", str(config_path), "--out",
                              str(tmp_path / "run"), "--jobs", "2", "--no-report", "-q"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
