@@ -66,6 +66,8 @@ from compose_tuning import span  # noqa: E402
 DATA = ROOT.parent / "shared" / "data"
 EVAL_MODEL = Path.home() / ".cache" / "marginalia-eval" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 PLOT = ROOT / "benchmarks" / "compose_freshness.png"
+#: a completion with fewer than this share of its words distinct loops (`looping`)
+LOOPING = 0.6
 #: words of the prefix's end that retrieval searches with
 QUERY_WORDS = 60
 #: characters of earlier text a prefix keeps before its paragraph (cut at a paragraph start)
@@ -266,18 +268,31 @@ def model_identity(spec: str) -> str:
     return f"{spec}@{max((f.stat().st_mtime for f in files), default=0.0):.0f}"
 
 
+def looping(text: str) -> bool:
+    """Whether a completion repeats itself: fewer than `LOOPING` of its words distinct (10 words or more)."""
+    words = text.split()
+    return len(words) >= 10 and len(set(words)) < LOOPING * len(words)
+
+
 def run_row(client: Any, items: Sequence[Item], records: Sequence[dict[str, Any]], memory_of: str | None,
             tokens: int, identity: str, done: dict[str, dict[str, Any]],
             path: Path) -> tuple[list[str], list[list[float]]]:
     """Each item's completion and the label's token log-probabilities, under one client and memory. Each item's
-    pair is appended to ``path`` as it is made (``done``: those read from it), so a run that stops is resumed."""
+    pair is appended to ``path`` as it is made (``done``: those read from it), so a run that stops is resumed.
+    The log-probabilities do not depend on the decoding: those of a greedy run are reused under a loop guard."""
     predictions, logprobs = [], []
+    guard = client.params.no_repeat_ngram
     for item, record in zip(items, records, strict=True):
-        key = hashlib.sha256(json.dumps([identity, memory_of, record["key"], tokens]).encode()).hexdigest()[:20]
+        plain = hashlib.sha256(json.dumps([identity, memory_of, record["key"], tokens]).encode()).hexdigest()[:20]
+        key = hashlib.sha256(json.dumps([identity, memory_of, record["key"], tokens, f"no-repeat-{guard}"])
+                             .encode()).hexdigest()[:20] if guard else plain
         if key not in done:
             memory = items_from(record[memory_of]) if memory_of else ()
             text = client.complete(item.prefix, max_new_tokens=tokens, memory=memory).text()
-            lps = client.score(item.prefix, record["label"], memory=memory) if record["label"].strip() else []
+            if plain in done:
+                lps = done[plain]["logprobs"]
+            else:
+                lps = client.score(item.prefix, record["label"], memory=memory) if record["label"].strip() else []
             done[key] = {"key": key, "prediction": text, "logprobs": lps}
             with path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(done[key]) + "\n")
@@ -366,6 +381,8 @@ def plot(thresholds: list[int], rates: list[float], gleus: list[float], path: Pa
 
 
 def main() -> None:
+    from marginalia.options import ComposeOptions
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--wiki", type=int, default=16, help="WikiText items (in domain)")
@@ -378,6 +395,9 @@ def main() -> None:
     ap.add_argument("--client", default="smollm2", help="the client model spec")
     ap.add_argument("--tuned-client", default=None, help="an instruction-tuned client model spec (its row is "
                                                         "not run without it)")
+    ap.add_argument("--no-repeat-ngram", type=int, default=ComposeOptions().no_repeat_ngram,
+                    help="the clients' loop guard: no run of this many tokens written twice in a completion (0: "
+                         "plain greedy; default: the compose default); the labels stay plain greedy")
     ap.add_argument("--hits", type=int, default=2, help="chunks retrieved per memory request")
     ap.add_argument("--threads", type=int, default=1,
                     help="llama.cpp threads per model (1 decodes faster than 2 on a machine busy with other work)")
@@ -507,7 +527,7 @@ def main() -> None:
                   if it.source and x["doc_id"] in excluded(it))
 
     client = CompletionClient(client_gen.fork(keep_cache=False), standby=client_gen.fork(keep_cache=False),
-                              suggestion_tokens=args.tokens)
+                              suggestion_tokens=args.tokens, no_repeat_ngram=args.no_repeat_ngram)
     tuned = None
     if args.tuned_client:
         from marginalia.models.base import CachingGenerator
@@ -515,7 +535,8 @@ def main() -> None:
         tuned_gen = app.load_model(args.tuned_client, home=home)
         if not isinstance(tuned_gen, CachingGenerator):
             sys.exit(f"the tuned client {args.tuned_client} keeps no KV cache; give an in-process model")
-        tuned = CompletionClient(tuned_gen, standby=tuned_gen.fork(keep_cache=False), suggestion_tokens=args.tokens)
+        tuned = CompletionClient(tuned_gen, standby=tuned_gen.fork(keep_cache=False), suggestion_tokens=args.tokens,
+                                 no_repeat_ngram=args.no_repeat_ngram)
     memory_of = {"vanilla": None, "chunks": "chunks", "takeaways": "takeaways", "margins": "margins",
                  "tuned-bare": None, "tuned": "takeaways"}
     completions_path = home / "client-cache.jsonl"  # completions and label scores, per client, row and item
@@ -669,6 +690,11 @@ def main() -> None:
                    "|---:|---:|---:|---:|---:|",
                    *[f"| {r['threshold']} | {r['rate']:.1f} | {r['requests']} | {r['typed']} | {r['gleu']:.1f} |"
                      for r in fresh_rows]]
+    guard_note = f" with no run of {args.no_repeat_ngram} tokens twice" if args.no_repeat_ngram else ""
+    loop_lines = []
+    for dataset, rows in predictions_kept.items():
+        counts = [f"{row} {sum(looping(p) for p in preds)}" for row, preds in rows.items()]
+        loop_lines.append(f"- {dataset} ({len(labels_of[dataset])} items): " + ", ".join(counts) + ".")
     wiki_n = sum(1 for it in items if it.dataset == "wikitext")
     enron_n = len(items) - wiki_n
     body = "\n".join([
@@ -676,7 +702,7 @@ def main() -> None:
         + (": the Enron items' memory from the other e-mails" if mail_files else ""),
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · client: {args.client} on llama.cpp "
-        f"(greedy, {args.tokens} new tokens, stops at a line end) · eval model (labels and memory): "
+        f"(greedy{guard_note}, {args.tokens} new tokens, stops at a line end; the labels plain greedy) · eval model (labels and memory): "
         f"{args.eval_model.name} on llama.cpp · tuned client: {args.tuned_client or 'none given'} · "
         f"machine: {machine()} · {load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min "
         f"(eval model on {made} new items: {eval_seconds / 60:.1f} min; client rows {rows_s / 60:.1f} min; "
@@ -699,6 +725,10 @@ def main() -> None:
         "",
         *tables,
         *verdicts,
+        "",
+        f"**Completions that loop** (fewer than {LOOPING:.0%} of their words distinct), per row:",
+        "",
+        *loop_lines,
         "",
         "**What the labels take from the memory.** A word unit (`marginalia.patterns.grounding.units`: "
         "lower-cased, lightly stemmed, stopwords dropped) that a label adds to its prefix and that its takeaways "

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from benchmark_scripts import load
+from marginalia.models.base import GenerationParams
 
 
 def article(i: int, paragraphs: int) -> dict[str, str]:
@@ -41,6 +42,8 @@ def test_utility_rows_resume_from_the_completions_kept(tmp_path: Path) -> None:
     cu = load("compose_utility")
 
     class Client:
+        params = GenerationParams()
+
         def __init__(self) -> None:
             self.asked: list[str] = []
 
@@ -116,3 +119,36 @@ def test_enron_items_name_their_own_email_when_the_mail_is_the_collection(tmp_pa
     assert [it.source for it in cu.enron_items(rows, 5, seed=0)] == ["", ""]  # the WikiText collection: none
     # the same cuts either way, so both corpora's rows answer the same prefixes
     assert [it.prefix for it in items] == [it.prefix for it in cu.enron_items(rows, 5, seed=0)]
+
+
+def test_a_completion_loops_when_few_of_its_words_are_distinct() -> None:
+    cu = load("compose_utility")
+    assert cu.looping("of heavy, " + "heavy, " * 12)
+    assert cu.looping("The storm was so strong. " * 3)
+    assert not cu.looping("The storm destroyed 55 houses and damaged many others on Grand Bahama.")
+    assert not cu.looping("no no no no")  # too short to tell
+
+
+def test_a_guarded_row_reuses_the_greedy_rows_label_scores(tmp_path: Path) -> None:
+    cu = load("compose_utility")
+
+    class Client:
+        def __init__(self, guard: int) -> None:
+            self.params = GenerationParams(no_repeat_ngram=guard)
+            self.scored = 0
+
+        def complete(self, prefix: str, max_new_tokens: int, memory: object) -> object:
+            return type("Suggestion", (), {"text": lambda _self: f"guard {self.params.no_repeat_ngram}"})()
+
+        def score(self, prefix: str, label: str, memory: object) -> list[float]:
+            self.scored += 1
+            return [-1.5]
+
+    items = [cu.Item("wikitext", "w1:0", "", "The ferry")]
+    records = [{"key": "k1", "label": " sails at"}]
+    done: dict = {}
+    path = tmp_path / "client-cache.jsonl"
+    plain, guarded = Client(0), Client(3)
+    assert cu.run_row(plain, items, records, None, 4, "smollm2", done, path) == (["guard 0"], [[-1.5]])
+    assert cu.run_row(guarded, items, records, None, 4, "smollm2", done, path) == (["guard 3"], [[-1.5]])
+    assert plain.scored == 1 and guarded.scored == 0 and len(done) == 2  # its own completion, the scores reused

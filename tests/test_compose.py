@@ -379,6 +379,21 @@ def test_a_trailing_blank_is_left_to_the_model_and_dropped_from_the_suggestion()
     assert gen.requests[-1].prefix.endswith("The ferry")
 
 
+def test_the_loop_guard_goes_with_every_suggestion_or_is_refused_at_once() -> None:
+    gen = ScriptedGenerator(default=" sails at dawn")
+    client = CompletionClient(gen, suggestion_tokens=4, no_repeat_ngram=3)
+    client.complete("The ferry", max_new_tokens=2).text()
+    assert gen.requests[-1].params.no_repeat_ngram == 3 and gen.requests[-1].params.max_new_tokens == 2
+    assert gen.requests[-1].params.stop == ("\n",)
+    plain = ScriptedGenerator(default=" sails")
+    plain.supports_copy = False  # as a server backend: it cannot mask tokens
+    with pytest.raises(UserError, match="no run of tokens twice"):
+        CompletionClient(plain, no_repeat_ngram=3)
+    with pytest.raises(UserError, match="a run length in tokens"):
+        CompletionClient(ScriptedGenerator(), no_repeat_ngram=-1)
+    CompletionClient(plain)  # without the guard it is fine
+
+
 def test_a_given_memory_serves_one_completion_and_leaves_the_memory_in_use() -> None:
     gen = ScriptedGenerator(default=" sails at dawn")
     client = CompletionClient(gen, suggestion_tokens=4)

@@ -163,6 +163,26 @@ def test_distinct_pieces_write_no_piece_twice(smollm2_llamacpp: Any) -> None:
     assert distinct and len(set(distinct)) == len(distinct), distinct
 
 
+def test_no_repeat_ngram_breaks_a_greedy_loop(smollm2_llamacpp: Any) -> None:
+    from marginalia.models.repeats import repeating
+
+    gen = smollm2_llamacpp.fork(keep_cache=False)
+    prompt = gen.tokenizer.encode("Fruit list: apple, apple, apple, apple,")
+
+    def written(params: GenerationParams) -> list[int]:
+        gen.rollback(0)
+        gen.prefill(prompt)
+        list(gen.generate_from_cache([], params, commit=True))
+        return list(gen.cached_ids[len(prompt):])
+
+    def repeats(ids: list[int]) -> bool:
+        return any(ids[i] in repeating(ids[:i], 3) for i in range(len(ids)))
+
+    assert repeats(written(GenerationParams(max_new_tokens=24)))  # greedy, it loops
+    guarded = written(GenerationParams(max_new_tokens=24, no_repeat_ngram=3))
+    assert guarded and not repeats(guarded), gen.tokenizer.decode(guarded)
+
+
 def test_key_cache_precision_is_a_choice() -> None:
     from marginalia.errors import UserError
     from marginalia.models.llamacpp_backend import LlamaCppGenerator

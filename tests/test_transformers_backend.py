@@ -415,3 +415,22 @@ def test_a_yielding_thread_pauses_before_every_forward_in_small_slices(make_tiny
     assert paused == list(range(0, len(ids), YIELD_STEP))  # one pause before each slice, at its start
     logits, _ = full_forward(model, ids)
     assert torch.allclose(gen._pending_logits(), logits, atol=1e-4)  # slices read the same
+
+
+def test_no_repeat_ngram_writes_no_run_twice(tiny: Any) -> None:
+    from marginalia.models.repeats import repeating
+
+    def runs_repeat(ids: list[int], n: int) -> bool:
+        return any(ids[i] in repeating(ids[:i], n) for i in range(len(ids)))
+
+    prompt = ids_of(tiny, A_TEXT)
+
+    def written(params: GenerationParams) -> list[int]:
+        tiny.rollback(0)
+        tiny.prefill(prompt)
+        list(tiny.generate_from_cache([], params, commit=True))
+        return list(tiny.cached_ids[len(prompt):])
+
+    assert runs_repeat(written(GenerationParams(max_new_tokens=40)), 2)  # the random tiny model loops
+    guarded = written(GenerationParams(max_new_tokens=40, no_repeat_ngram=2))
+    assert len(guarded) == 40 and not runs_repeat(guarded, 2), guarded

@@ -448,7 +448,7 @@ def compose(collection: Collection | str, options: ComposeOptions | None = None,
         BackendError: a model failed while loading.
     """
     from .compose import MEMORY_MODES, CompletionClient, Composer, forks_share_cache
-    from .models.base import CachingGenerator
+    from .models.base import CachingGenerator, GenerationParams
 
     options = options if options is not None else ComposeOptions()
     store = open_collection(collection, home=home) if isinstance(collection, str) else collection
@@ -456,6 +456,7 @@ def compose(collection: Collection | str, options: ComposeOptions | None = None,
     if not isinstance(generator, CachingGenerator):
         raise UserError(f"composition needs a client model whose KV cache it can reuse between keystrokes; "
                         f"{generator.name} does not offer one")
+    generator.check_first_choices(GenerationParams(no_repeat_ngram=options.no_repeat_ngram))  # before loading more
     load = loader or (lambda spec: load_model(spec, home=home))
     if standby is None and forks_share_cache(generator):
         standby = _load_role(load, generator.name, "a second copy of the client model")
@@ -463,7 +464,8 @@ def compose(collection: Collection | str, options: ComposeOptions | None = None,
         memory_generator = _load_role(load, options.memory_model or generator.name, "the memory model")
     if memory_generator is generator or memory_generator is standby:
         raise UserError("the memory model writes beside the client: give it a model object of its own")
-    client = CompletionClient(generator, standby=standby, suggestion_tokens=options.suggestion_tokens)
+    client = CompletionClient(generator, standby=standby, suggestion_tokens=options.suggestion_tokens,
+                              no_repeat_ngram=options.no_repeat_ngram)
     memory = MEMORY_MODES[options.memory_mode](
         store, memory_generator, hits=options.hits, search=options.search, min_similarity=options.min_similarity,
         exclude={*excluded, *exclude}, item_tokens=options.item_tokens)

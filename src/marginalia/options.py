@@ -226,6 +226,10 @@ class ComposeOptions(Options):
         default=60.0, gt=0.0,
         description="seconds a memory request may take; past it, suggestions go on without its memory")
     suggestion_tokens: int = Field(default=15, gt=0, description="the most tokens per suggestion")
+    no_repeat_ngram: int = Field(
+        default=0, ge=0,
+        description="no run of this many tokens is written twice in one suggestion (a loop guard for greedy "
+                    "decoding; needs an in-process client model); 0: plain greedy suggestions")
     debounce: float = Field(default=0.15, ge=0.0, le=5.0,
                             description="seconds of no typing before a suggestion is written")
     give_way: bool = Field(

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import ContextOverflow, UserError
 from ..models.base import CachingGenerator, GenerationParams, Generator, Usage, close_stream
@@ -172,6 +172,8 @@ class CompletionClient:
         on_event: called with `MemoryPrepared`, `MemorySwapped` and `Suggested` events.
         prefill_step: tokens a completion prefills per step (see the module doc).
         background_step: tokens the background preparation prefills per step.
+        no_repeat_ngram: above 0, no run of this many tokens is written twice in one suggestion (a loop guard
+            for greedy decoding, `marginalia.models.repeats`); 0 writes plain greedy suggestions.
 
     Raises:
         UserError: the generator keeps no KV cache, the standby is another model, or forks share a cache and
@@ -180,7 +182,8 @@ class CompletionClient:
 
     def __init__(self, generator: Generator, *, standby: Generator | None = None, suggestion_tokens: int = 15,
                  stop: Sequence[str] = ("\n",), on_event: Callable[[ComposeEvent], None] | None = None,
-                 prefill_step: int = PREFILL_STEP, background_step: int = BACKGROUND_STEP) -> None:
+                 prefill_step: int = PREFILL_STEP, background_step: int = BACKGROUND_STEP,
+                 no_repeat_ngram: int = 0) -> None:
         if not isinstance(generator, CachingGenerator):
             raise UserError(f"composition needs a client model whose KV cache it can reuse between keystrokes; "
                             f"{generator.name} does not offer one")
@@ -204,6 +207,9 @@ class CompletionClient:
         self.on_event = on_event
         self.prefill_step = prefill_step
         self.background_step = background_step
+        self.params = GenerationParams(max_new_tokens=suggestion_tokens, stop=self.stop,
+                                       no_repeat_ngram=no_repeat_ngram)
+        generator.check_first_choices(self.params)  # refuses a guard the client model cannot enforce
         self.prompt = ClientPrompt(generator, suggestion_tokens)
         self._prefix = self.prompt.prefix
         self._fg = threading.Lock()  # one completion at a time, on the active cache
@@ -313,7 +319,7 @@ class CompletionClient:
                 _, whole = cache.sync(target, self.prefill_step, stop=lambda: completion.cancelled)
                 if whole and not completion.cancelled:
                     stream = cache.gen.generate_from_cache(
-                        [], GenerationParams(max_new_tokens=max_new_tokens, stop=self.stop))
+                        [], replace(self.params, max_new_tokens=max_new_tokens))
                     try:
                         for delta in stream:
                             if first is None:

@@ -23,6 +23,7 @@ from typing import Any, Literal, TypedDict
 from ..errors import BackendError, ContextOverflow, UserError
 from .copying import CopyState
 from .ledger import PrefillLedger
+from .repeats import NoRepeat
 
 
 class Message(TypedDict):
@@ -53,6 +54,9 @@ class GenerationParams:
     copy_also: tuple[str, ...] = ()
     #: No piece between joining marks written twice (implied by ``copy_from``); the same contract.
     distinct_pieces: bool = False
+    #: When above 0, no run of this many tokens generated twice in one generation (`marginalia.models.repeats`:
+    #: a loop guard for greedy decoding); the same contract.
+    no_repeat_ngram: int = 0
 
 
 @dataclass
@@ -231,9 +235,12 @@ class Generator(ABC):
             raise UserError(f"{self.name} cannot restrict the first generated token to one of "
                             f"{', '.join(params.first_choices)}; use a backend that can (an in-process "
                             "model, or an openai: server in mode=completions)")
-        if (params.copy_from is not None or params.distinct_pieces) and not self.supports_copy:
-            raise UserError(f"{self.name} cannot restrict what it generates (to copies from a text, or to no "
-                            "piece twice); use an in-process model (gguf: or hf:)")
+        if params.no_repeat_ngram < 0:
+            raise UserError(f"no_repeat_ngram is a run length in tokens (0 for none), not {params.no_repeat_ngram}")
+        if (params.copy_from is not None or params.distinct_pieces or params.no_repeat_ngram) \
+                and not self.supports_copy:
+            raise UserError(f"{self.name} cannot restrict what it generates (to copies from a text, to no "
+                            "piece twice, or to no run of tokens twice); use an in-process model (gguf: or hf:)")
 
     def copy_state(self, params: GenerationParams) -> CopyState | None:
         """A fresh `CopyState` for one generation under ``params`` (None without copy decoding or distinct
@@ -241,6 +248,11 @@ class Generator(ABC):
         if params.copy_from is None and not params.distinct_pieces:
             return None
         return CopyState(params.copy_from, self.tokenizer.decode, also=params.copy_also)
+
+    @staticmethod
+    def repeat_guard(params: GenerationParams) -> NoRepeat | None:
+        """A fresh `NoRepeat` for one generation under ``params`` (None without ``no_repeat_ngram``)."""
+        return NoRepeat(params.no_repeat_ngram) if params.no_repeat_ngram > 0 else None
 
 
 @dataclass(frozen=True)
@@ -398,8 +410,9 @@ class CachingGenerator(Generator):
             raise BackendError("each branch needs a non-empty suffix and an end within the cache")
         self.check_fits(max(ends) + len(suffix_ids) + params.max_new_tokens, what="a branch")
         self.check_first_choices(params)
-        if params.copy_from is not None or params.distinct_pieces:
-            raise BackendError("branches are not copy-decoded; write such texts one after another")
+        if params.copy_from is not None or params.distinct_pieces or params.no_repeat_ngram:
+            raise BackendError("branches are not copy-decoded nor guarded against repeats; write such texts one "
+                               "after another")
 
     def _decode_branches(self, ends: Sequence[int], suffix: Sequence[int], params: GenerationParams,
                          finished: Callable[[str], bool] | None,

@@ -34,6 +34,7 @@ from ..errors import BackendError, MissingDependency, UserError
 from .base import YIELD_STEP, CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer, step_pause
 from .copying import CopyState
 from .ledger import common_prefix
+from .repeats import NoRepeat
 
 #: cached-key precisions: name -> ggml type id (llama_cpp.GGML_TYPE_F16, GGML_TYPE_Q8_0)
 KEY_CACHE_TYPES = {"f16": 1, "q8_0": 8}
@@ -545,13 +546,15 @@ class LlamaCppGenerator(CachingGenerator):
 
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         rng = np.random.default_rng(params.seed if params.seed is not None else 0)
-        copying = self.copy_state(params)
+        copying, guard = self.copy_state(params), self.repeat_guard(params)
         logits = self._constrain(self._pending_logits(), params, True, copying)
         while True:
-            token = _sample(logits, params, rng)
+            token = _sample(_unrepeated(logits, guard), params, rng)
             yield token
             if copying is not None:
                 copying.feed(token)
+            if guard is not None:
+                guard.feed(token)
             self._sync()
             logits = self._constrain(self._eval([token]), params, False, copying)
             self._ids.append(token)
@@ -560,6 +563,16 @@ class LlamaCppGenerator(CachingGenerator):
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
     z = logits.astype(np.float64) - np.max(logits)
     return np.asarray(z - np.log(np.sum(np.exp(z))))
+
+
+def _unrepeated(logits: np.ndarray, guard: NoRepeat | None) -> np.ndarray:
+    """``logits`` with the tokens that would repeat a run masked out (unless nothing else is left)."""
+    banned = guard.banned() if guard is not None else []
+    if not banned:
+        return logits
+    masked = logits.copy()
+    masked[banned] = -np.inf
+    return masked if np.isfinite(masked).any() else logits
 
 
 def _keep(logits: np.ndarray, allowed: Any) -> np.ndarray:

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import BackendError, MissingDependency
 from .base import YIELD_STEP, CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer, step_pause
 from .copying import CopyState
+from .repeats import NoRepeat
 
 HF_INSTALL = "pip install torch==2.13.0 && pip install 'marginalia[hf]'"
 
@@ -370,6 +371,15 @@ class TransformersGenerator(CachingGenerator):
         """Mask all but the first token of each choice."""
         return self._keep(logits, sorted({ids[0] for c in choices if (ids := self._tokenizer.encode(c))}))
 
+    def _unrepeated(self, logits: Any, guard: NoRepeat | None) -> Any:
+        """``logits`` with the tokens that would repeat a run masked out (unless nothing else is left)."""
+        banned = guard.banned() if guard is not None else []
+        if not banned:
+            return logits
+        masked = logits.clone()
+        masked[banned] = float("-inf")
+        return masked if bool(self.torch.isfinite(masked).any()) else logits
+
     def _keep(self, logits: Any, allowed: list[int]) -> Any:
         """``logits`` with every token but ``allowed`` masked out."""
         masked = self.torch.full_like(logits, float("-inf"))
@@ -395,11 +405,14 @@ class TransformersGenerator(CachingGenerator):
 
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         rng = self._rng(params)
-        copying = self.copy_state(params)
+        copying, guard = self.copy_state(params), self.repeat_guard(params)
         logits = self._constrain(self._pending_logits(), params, True, copying)
         while True:
+            logits = self._unrepeated(logits, guard)
             token = self._sample(logits.cpu() if rng is not None else logits, params, rng)
             yield token
             if copying is not None:
                 copying.feed(token)
+            if guard is not None:
+                guard.feed(token)
             logits = self._constrain(self._forward([token]), params, False, copying)
