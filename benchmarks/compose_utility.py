@@ -381,7 +381,7 @@ def plot(thresholds: list[int], rates: list[float], gleus: list[float], path: Pa
 
 
 def main() -> None:
-    from marginalia.options import ComposeOptions
+    from marginalia.options import NO_REPEAT_NGRAM
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
@@ -395,9 +395,10 @@ def main() -> None:
     ap.add_argument("--client", default="smollm2", help="the client model spec")
     ap.add_argument("--tuned-client", default=None, help="an instruction-tuned client model spec (its row is "
                                                         "not run without it)")
-    ap.add_argument("--no-repeat-ngram", type=int, default=ComposeOptions().no_repeat_ngram,
+    ap.add_argument("--no-repeat-ngram", type=int, default=NO_REPEAT_NGRAM,
                     help="the clients' loop guard: no run of this many tokens written twice in a completion (0: "
-                         "plain greedy; default: the compose default); the labels stay plain greedy")
+                         "plain greedy; default: the compose default for in-process models); the labels stay "
+                         "plain greedy")
     ap.add_argument("--hits", type=int, default=2, help="chunks retrieved per memory request")
     ap.add_argument("--threads", type=int, default=1,
                     help="llama.cpp threads per model (1 decodes faster than 2 on a machine busy with other work)")

@@ -147,6 +147,29 @@ def test_the_memory_model_is_loaded_by_its_spec(town: tuple[Any, list[str]]) -> 
     assert loaded == ["scripted:note", "client-spec"]  # the client's spec when none is given
 
 
+def test_the_loop_guard_defaults_to_what_the_client_model_can_enforce(town: tuple[Any, list[str]]) -> None:
+    from marginalia.options import NO_REPEAT_NGRAM
+
+    store, _ = town
+    masking, server = ScriptedGenerator(), ScriptedGenerator()
+    server.supports_copy = False  # as an openai: client, which cannot mask tokens
+
+    def guard(options: ComposeOptions, generator: ScriptedGenerator) -> int:
+        composer = app.compose(store, options, generator=generator, memory_generator=ScriptedGenerator())
+        composer.close()
+        return composer.client.params.no_repeat_ngram
+
+    assert guard(ComposeOptions(), masking) == NO_REPEAT_NGRAM > 0
+    assert guard(ComposeOptions(), server) == 0
+    assert guard(ComposeOptions(no_repeat_ngram=0), masking) == 0
+    assert guard(ComposeOptions(no_repeat_ngram=5), masking) == 5
+    loaded: list[str] = []
+    with pytest.raises(UserError, match="no run of tokens twice"):  # refused before the memory model loads
+        app.compose(store, ComposeOptions(no_repeat_ngram=3), generator=server,
+                    loader=lambda spec: loaded.append(spec) or ScriptedGenerator())
+    assert loaded == []
+
+
 # -- the command -----------------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import BackendError, NotFound, UserError
 from .models.base import Generator
 from .options import (
+    NO_REPEAT_NGRAM,
     ChunkingOptions,
     CollectionOptions,
     ComposeOptions,
@@ -456,7 +457,10 @@ def compose(collection: Collection | str, options: ComposeOptions | None = None,
     if not isinstance(generator, CachingGenerator):
         raise UserError(f"composition needs a client model whose KV cache it can reuse between keystrokes; "
                         f"{generator.name} does not offer one")
-    generator.check_first_choices(GenerationParams(no_repeat_ngram=options.no_repeat_ngram))  # before loading more
+    guard = options.no_repeat_ngram
+    if guard is None:  # the default: guard where the model can mask tokens, as a server cannot
+        guard = NO_REPEAT_NGRAM if generator.supports_copy else 0
+    generator.check_first_choices(GenerationParams(no_repeat_ngram=guard))  # before loading more
     load = loader or (lambda spec: load_model(spec, home=home))
     if standby is None and forks_share_cache(generator):
         standby = _load_role(load, generator.name, "a second copy of the client model")
@@ -465,7 +469,7 @@ def compose(collection: Collection | str, options: ComposeOptions | None = None,
     if memory_generator is generator or memory_generator is standby:
         raise UserError("the memory model writes beside the client: give it a model object of its own")
     client = CompletionClient(generator, standby=standby, suggestion_tokens=options.suggestion_tokens,
-                              no_repeat_ngram=options.no_repeat_ngram)
+                              no_repeat_ngram=guard)
     memory = MEMORY_MODES[options.memory_mode](
         store, memory_generator, hits=options.hits, search=options.search, min_similarity=options.min_similarity,
         exclude={*excluded, *exclude}, item_tokens=options.item_tokens)

@@ -33,6 +33,9 @@ ANSWER_STYLES: tuple[str, ...] = get_args(AnswerStyle)
 #: on the development data (benchmarks/relevance_check.py: a multi-hop answer's sentence holds only its own hop's
 #: share of the question's words)
 TOPIC_THRESHOLD = 0.25
+#: the composition client's loop guard where its model can mask tokens (`ComposeOptions.no_repeat_ngram`;
+#: benchmarks/compose_utility.py measures it)
+NO_REPEAT_NGRAM = 3
 
 
 class Options(BaseModel):
@@ -226,10 +229,11 @@ class ComposeOptions(Options):
         default=60.0, gt=0.0,
         description="seconds a memory request may take; past it, suggestions go on without its memory")
     suggestion_tokens: int = Field(default=15, gt=0, description="the most tokens per suggestion")
-    no_repeat_ngram: int = Field(
-        default=0, ge=0,
+    no_repeat_ngram: int | None = Field(
+        default=None, ge=0,
         description="no run of this many tokens is written twice in one suggestion (a loop guard for greedy "
-                    "decoding; needs an in-process client model); 0: plain greedy suggestions")
+                    "decoding; needs an in-process client model); 0: plain greedy suggestions; default: "
+                    f"{NO_REPEAT_NGRAM} where the client model can mask tokens (in-process), else 0")
     debounce: float = Field(default=0.15, ge=0.0, le=5.0,
                             description="seconds of no typing before a suggestion is written")
     give_way: bool = Field(
