@@ -891,3 +891,10 @@ def test_wim_over_http_counts_the_context_the_server_evaluated(server: FakeServe
     assert blind.stats.prompt_cache_unreported > 0
     assert blind.stats.reprefilled_context_tokens == blind.stats.prefilled_context_tokens - blind.stats.context_tokens
     assert blind.stats.reprefilled_context_tokens > blind.stats.context_tokens
+
+
+def test_a_loop_guard_is_refused_not_ignored(server: FakeServer, make_gen: Callable[..., Any]) -> None:
+    gen = make_gen()
+    with pytest.raises(UserError, match="no run of tokens twice"):
+        gen.generate("The harbour", GenerationParams(max_new_tokens=4, no_repeat_ngram=3))
+    assert server.posts() == []

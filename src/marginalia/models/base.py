@@ -230,7 +230,8 @@ class Generator(ABC):
             raise ContextOverflow(needed, self.context_window, what)
 
     def check_first_choices(self, params: GenerationParams) -> None:
-        """Refuse a constrained first token or copy decoding this backend cannot enforce (never ignore it)."""
+        """Refuse a constrained first token, copy decoding or a loop guard this backend cannot enforce (never
+        ignore it)."""
         if params.first_choices and not self.supports_first_choices:
             raise UserError(f"{self.name} cannot restrict the first generated token to one of "
                             f"{', '.join(params.first_choices)}; use a backend that can (an in-process "
