@@ -244,6 +244,8 @@ def main() -> None:
                     help="also write every suggestion's record (JSON lines: tokens prefilled and written, times) here")
     ap.add_argument("--no-give-way", dest="give_way", action="store_false",
                     help="the memory model does not pause while a suggestion is written (both share the CPU)")
+    ap.add_argument("--no-repeat-ngram", type=int, default=None, metavar="N",
+                    help="the client's loop guard (default: the compose default; 0: plain greedy)")
     ap.add_argument("--embedder", default="minilm")
     ap.add_argument("--baseline-every", type=int, default=2, help="a baseline completion at every n-th word end")
     args = ap.parse_args()
@@ -294,7 +296,7 @@ def main() -> None:
     n_chunks = sum(d.n_chunks for d in store.documents())
     print(f"indexed {len(report.indexed)} documents, {n_chunks} chunks in {index_s:.0f} s", flush=True)
     options = ComposeOptions(threshold=args.threshold, memory_mode=args.memory_mode, suggestion_tokens=15,
-                             give_way=args.give_way,
+                             give_way=args.give_way, no_repeat_ngram=args.no_repeat_ngram,
                              debounce=0.0)
     if memory_file is None:
         memory_gen = load(args.memory_model)
@@ -349,7 +351,9 @@ def main() -> None:
     body_md = "\n".join([
         "## Composition latency (`benchmarks/compose_latency.py`)",
         "",
-        f"Command: `{command_line()}` · commit {git_commit()} · client: SmolLM2-135M on llama.cpp in process · "
+        f"Command: `{command_line()}` · commit {git_commit()} · client: SmolLM2-135M on llama.cpp in process "
+        + (f"(no run of {guard} tokens twice per suggestion) · " if (guard := composer.client.params.no_repeat_ngram)
+           else "(plain greedy) · ")
         + ("memory model: the same weights, loaded again" if args.memory_model == "smollm2" else
            f"memory model: {Path(args.memory_model).name}") + " (in the same process, sharing its CPU"
         + (f", {args.memory_threads} thread{'s' if args.memory_threads > 1 else ''}" if args.memory_threads else "")
