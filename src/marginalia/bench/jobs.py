@@ -251,6 +251,9 @@ def _work(index: int, count: int, cores: list[int], config: RunConfig, options: 
           events: Any, lock_file: str, parent: int) -> None:
     """One worker: held to its cores (and as many threads), it answers the items it takes until they run out,
     Ctrl-C, or its parent (process id ``parent``) is gone."""
+    # the parent stops a worker with SIGINT: a run started in the background (`nohup ... &`) hands its
+    # workers SIGINT ignored, so take Python's own handler back
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     orphaned = threading.Event()
     threading.Thread(target=_watch_parent, args=(parent, orphaned), name="marginalia-bench-parent-watch",
                      daemon=True).start()
