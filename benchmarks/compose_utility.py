@@ -283,9 +283,9 @@ def run_row(client: Any, items: Sequence[Item], records: Sequence[dict[str, Any]
     predictions, logprobs = [], []
     guard = client.params.no_repeat_ngram
     for item, record in zip(items, records, strict=True):
-        plain = hashlib.sha256(json.dumps([identity, memory_of, record["key"], tokens]).encode()).hexdigest()[:20]
-        key = hashlib.sha256(json.dumps([identity, memory_of, record["key"], tokens, f"no-repeat-{guard}"])
-                             .encode()).hexdigest()[:20] if guard else plain
+        what = [identity, memory_of, record["key"], tokens]
+        plain = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:20]
+        key = hashlib.sha256(json.dumps([*what, f"no-repeat-{guard}"]).encode()).hexdigest()[:20] if guard else plain
         if key not in done:
             memory = items_from(record[memory_of]) if memory_of else ()
             text = client.complete(item.prefix, max_new_tokens=tokens, memory=memory).text()
