@@ -170,6 +170,21 @@ def test_the_loop_guard_defaults_to_what_the_client_model_can_enforce(town: tupl
     assert loaded == []
 
 
+def test_a_composer_notes_an_openmp_runtime_loaded_too_early(town: tuple[Any, list[str]],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from marginalia import openmp
+
+    store, _ = town
+    notices = []
+    for state in ("set", "late"):
+        monkeypatch.setattr(openmp, "state", state)
+        composer = app.compose(store, generator=ScriptedGenerator(), memory_generator=ScriptedGenerator())
+        composer.close()
+        notices.append(composer.notices)
+    assert notices[0] == []
+    assert len(notices[1]) == 1 and "OMP_WAIT_POLICY" in notices[1][0]
+
+
 # -- the command -----------------------------------------------------------------------------------------
 
 

@@ -18,14 +18,18 @@ Options: `WimOptions`, `LcOptions`, `RagOptions`, `CollectionOptions`, `Chunking
 `TuneDataOptions`, `TuneOptions`.
 Lower layers: `make_pattern`, `segment_text`.
 
-Importing the package is cheap (no torch); backends load when a model is asked for.
+Importing the package is cheap (no torch); backends load when a model is asked for. It sets how the OpenMP
+runtime waits (`marginalia.openmp`) unless the environment already says.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import openmp as _openmp
+
 __version__ = "0.1.0"
+_openmp.state = _openmp.tune_wait()
 
 _APP = ("load_model", "load_embedder", "read_file", "ask_text", "ask_file", "reader", "document_cache",
         "ask_collection", "collection_reader", "index_paths", "generate_questions", "compose", "tuning_data",

@@ -8,6 +8,7 @@ Every way of reading takes its options record (`WimOptions`, `LcOptions`, `RagOp
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import BackendError, NotFound, UserError
 from .models.base import Generator
+from .openmp import late_notice
 from .options import (
     NO_REPEAT_NGRAM,
     ChunkingOptions,
@@ -29,6 +31,8 @@ from .options import (
     WimOptions,
 )
 from .records import Chunk, Document, Section
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .compose import Composer
@@ -473,9 +477,14 @@ def compose(collection: Collection | str, options: ComposeOptions | None = None,
     memory = MEMORY_MODES[options.memory_mode](
         store, memory_generator, hits=options.hits, search=options.search, min_similarity=options.min_similarity,
         exclude={*excluded, *exclude}, item_tokens=options.item_tokens)
-    return Composer(client, memory, threshold=options.threshold, memory_size=options.memory_size,
-                    memory_timeout=options.memory_timeout, debounce=options.debounce, listeners=listeners,
-                    give_way=options.give_way)
+    composer = Composer(client, memory, threshold=options.threshold, memory_size=options.memory_size,
+                        memory_timeout=options.memory_timeout, debounce=options.debounce, listeners=listeners,
+                        give_way=options.give_way)
+    notice = late_notice()
+    if notice is not None:  # said once per composer, as a failing memory model is
+        log.warning(notice)
+        composer.notices.append(notice)
+    return composer
 
 
 def compose_sources(store: Collection, exclude: Sequence[str] = ()) -> set[str]:
