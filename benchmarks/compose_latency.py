@@ -246,6 +246,9 @@ def main() -> None:
                     help="the memory model does not pause while a suggestion is written (both share the CPU)")
     ap.add_argument("--no-repeat-ngram", type=int, default=None, metavar="N",
                     help="the client's loop guard (default: the compose default; 0: plain greedy)")
+    ap.add_argument("--background", choices=("idle", "nice"), default="idle",
+                    help="the scheduling of composition's background threads: the idle class (the default), or "
+                         "only nicer in the normal class (to compare)")
     ap.add_argument("--embedder", default="minilm")
     ap.add_argument("--baseline-every", type=int, default=2, help="a baseline completion at every n-th word end")
     args = ap.parse_args()
@@ -264,8 +267,11 @@ def main() -> None:
         if not memory_file.is_file():
             ap.error(f"no GGUF file at {memory_file}; check --memory-model")
 
-    from marginalia import app
+    from marginalia import app, openmp
+    from marginalia.compose import threads
     from marginalia.options import ComposeOptions
+
+    threads.IDLE_CLASS = args.background == "idle"
 
     t_start = time.perf_counter()
     load_before = os.getloadavg()
@@ -358,7 +364,10 @@ def main() -> None:
            f"memory model: {Path(args.memory_model).name}") + " (in the same process, sharing its CPU"
         + (f", {args.memory_threads} thread{'s' if args.memory_threads > 1 else ''}" if args.memory_threads else "")
         + "; " + ("it pauses while a suggestion is written" if args.give_way else "it does not pause for suggestions")
-        + ") · "
+        + ") · background threads: "
+        + ("idle scheduling class" if threads.IDLE_CLASS else f"nice {threads.BACKGROUND_NICE}, normal class")
+        + " · OpenMP waiting: " + {"set": "marginalia's", "user": "the environment's", "late": "libgomp's (set too late)"}[
+            openmp.state] + " · "
         f"memory: {args.memory_mode}, threshold {args.threshold} token edits, "
         f"{options.hits} chunks per request · embedder {args.embedder} · machine: {machine()} · "
         f"{load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",

@@ -666,24 +666,26 @@ def test_real_smollm2_reuses_its_cache_and_swaps_memory_in(smollm2_llamacpp: Any
     composer.close()
 
 
-def test_background_threads_run_nicer_than_the_caller() -> None:
+def test_background_threads_run_in_the_idle_class_and_nicer_than_the_caller() -> None:
     import os
     import sys
 
     from marginalia.compose.threads import BACKGROUND_NICE, start_background
 
     if not sys.platform.startswith("linux"):
-        pytest.skip("threads have nice values of their own on Linux")
-    seen: list[int] = []
+        pytest.skip("threads have scheduling classes and nice values of their own on Linux")
+    seen: list[tuple[int, int]] = []
 
     def probe() -> None:  # and a background thread started by a background thread
-        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        tid = threading.get_native_id()
+        seen.append((os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)))
         if len(seen) == 1:
             start_background(probe, "probe-2").join(5)
 
     start_background(probe, "probe").join(5)
     main = os.getpriority(os.PRIO_PROCESS, os.getpid())
-    assert seen == [min(19, main + BACKGROUND_NICE)] * 2
+    assert seen == [(os.SCHED_IDLE, min(19, main + BACKGROUND_NICE))] * 2
+    assert os.sched_getscheduler(threading.get_native_id()) != os.SCHED_IDLE  # the caller's class is its own
 
 
 def test_a_closed_composer_is_joined_once_its_memory_request_returns() -> None:

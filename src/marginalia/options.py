@@ -239,7 +239,8 @@ class ComposeOptions(Options):
     give_way: bool = Field(
         default=True,
         description="the memory model pauses while a suggestion is being written, so that a refresh does not "
-                    "slow suggestions down (memory comes later while the writer types); off: both share the CPU")
+                    "slow suggestions down (memory comes later while the writer types); off: it goes on with the "
+                    "CPU the suggestions leave it")
 
 
 class TuneDataOptions(Options):

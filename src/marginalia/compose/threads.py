@@ -1,11 +1,14 @@
 """Background threads of composition (the memory requests, the preparation of new memory): daemon threads
 that run at a lower scheduling priority than the completions the writer waits for.
 
-On Linux a thread has a nice value of its own, and the threads a model starts to compute (llama.cpp's
-workers) inherit it, so the model work done in the background yields the CPU to a completion. A lower
-priority still lets the background take its share of two cores, and a completion's compute threads wait
-for each other at every layer, so one slowed thread slows all: the background can also pause before each
-model step until no completion is running (``pause``).
+On Linux a thread has a scheduling policy and a nice value of its own, and the threads a model starts to
+compute (llama.cpp's workers) inherit them. Background threads run in the idle class (``SCHED_IDLE``): they
+get a core only when nothing else wants it. A nicer thread of the normal class still takes its share of the
+cores now and then, and a completion's compute threads wait for each other at every layer, so one held-up
+thread holds up all: that share made a suggestion written during a memory refresh slower (BENCHMARKS.md,
+``compose_latency_nice``). The price: on a machine kept busy by other work, memory comes late or not at all
+(the memory timeout then says so). Where the idle class is not offered, the threads are made nicer instead.
+The background also pauses before each model step until no completion is running (``pause``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ log = logging.getLogger(__name__)
 
 #: how much nicer than the process the background threads are
 BACKGROUND_NICE = 10
+#: whether background threads go to the idle scheduling class (a benchmark turns it off to compare)
+IDLE_CLASS = True
 
 
 def start_background(target: Callable[[], None], name: str,
@@ -39,15 +44,23 @@ def start_background(target: Callable[[], None], name: str,
 
 
 def lower_priority() -> None:
-    """Make the calling thread `BACKGROUND_NICE` nicer than the main thread (Linux; elsewhere nothing
-    happens)."""
+    """Put the calling thread in the idle scheduling class, and make it `BACKGROUND_NICE` nicer than the main
+    thread (what counts where the idle class is missing or refused); on platforms without either, nothing
+    happens."""
     setpriority = getattr(os, "setpriority", None)
     if setpriority is None or not hasattr(threading, "get_native_id"):
         return
+    tid = threading.get_native_id()
     try:
-        tid = threading.get_native_id()
         # relative to the main thread's, so a background thread started by another one is not nicer still
         nice = min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + BACKGROUND_NICE)
         setpriority(os.PRIO_PROCESS, tid, max(nice, os.getpriority(os.PRIO_PROCESS, tid)))
     except OSError as exc:  # not allowed here: run at the usual priority
         log.debug("could not lower a background thread's priority: %s", exc)
+    idle = getattr(os, "SCHED_IDLE", None)
+    if idle is None or not IDLE_CLASS:
+        return
+    try:
+        os.sched_setscheduler(tid, idle, os.sched_param(0))
+    except OSError as exc:
+        log.debug("could not put a background thread in the idle scheduling class: %s", exc)
