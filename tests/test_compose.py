@@ -174,6 +174,7 @@ def test_a_failing_memory_model_leaves_memory_as_it_was_and_gives_one_notice() -
     failed = [e for e in events if e.kind == "memory_failed"]
     assert len(failed) == 2 and not any(e.timed_out for e in failed)
     assert "memory model is down" in failed[0].notice and failed[1].notice == ""
+    assert "busy machine" not in failed[0].notice  # a failure is not a matter of time
     assert coord.memory == () and coord.version == 0
     # what the failed requests carried is asked for again
     assert gate.calls[1].query == "one two three four"
@@ -195,6 +196,7 @@ def test_a_request_past_its_time_is_dropped_and_the_next_waits_for_it() -> None:
     wait_for(lambda: any(e.kind == "memory_failed" for e in events))
     failed = next(e for e in events if e.kind == "memory_failed")
     assert failed.timed_out and "0.05 s" in failed.notice
+    assert "busy machine" in failed.notice and "longer memory timeout" in failed.notice  # what to do about it
     coord.observe("one two three four", [1, 2, 3, 4])
     time.sleep(0.05)
     assert len(gate.calls) == 1 and coord.in_flight is not None  # still one in flight

@@ -218,8 +218,10 @@ class AugmentationCoordinator:
             # the text the failed request carried is asked for again with the next one
             if self._sent_text == request.context:
                 self._sent_text = self._good_text
+        why = ("; memory is written only on CPU time that nothing else on this machine wants, so a busy "
+               "machine or a slow memory model needs a longer memory timeout") if timed_out else ""
         notice = ("memory could not be refreshed (" + message + "); suggestions go on with the memory "
-                  "they have") if first else ""
+                  "they have" + why) if first else ""
         self._emit(MemoryFailed(request.id, message, timed_out, notice))
 
     def _emit(self, event: ComposeEvent) -> None:
