@@ -5,8 +5,10 @@ perplexity before and after.
 
 The retrieval corpus is every article of the data file, indexed into a collection; each prefix's own article
 is never among its memory's sources. Only the articles of ``--articles`` are cut (by default
-all but the first eight, which are left unseen for evaluating the tuned client). The examples file is
-resumable: run the same command again after a crash and it goes on.
+all but the first eight, which are left unseen for evaluating the tuned client). ``--squad FILE`` adds
+more Wikipedia text to tune on: the articles of a SQuAD JSON file (each one's paragraphs in order) are cut
+too and join the retrieval collection. The examples file is resumable: run the same command again after a
+crash and it goes on (or with a larger ``--limit`` to add examples).
 
     python benchmarks/compose_tuning.py [--limit 69] [--steps 30] [--memory-model smollm2] [--out DIR]
 
@@ -73,12 +75,17 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=25,
                     help="measure the held-out label loss every N steps and keep the best step (0: keep the last)")
     ap.add_argument("--home", type=Path, default=None, help="marginalia's home (default: the usual one)")
+    ap.add_argument("--squad", type=Path, default=None,
+                    help="also cut the articles of this SQuAD JSON file (paragraphs joined), e.g. "
+                         "../shared/data/squad-v1.1-dev.part1.json")
     ap.add_argument("--out", type=Path, default=None,
                     help="the tuned model's folder (default: <home>/tuned/compose-client-wikitext)")
     ap.add_argument("--data-only", action="store_true", help="make (or extend) the examples, do not train")
     args = ap.parse_args()
     if not args.data.is_file():
         sys.exit(f"no data at {args.data}; give --data")
+    if args.squad is not None and not args.squad.is_file():
+        sys.exit(f"no SQuAD file at {args.squad}; check --squad")
 
     from marginalia import app
     from marginalia.compose.tuning import read_examples, relabel_examples
@@ -101,6 +108,14 @@ def main() -> None:
         paths.append(path)
     chosen = span(args.articles, len(articles))
     tuning_paths = [paths[i] for i in chosen]
+    squad = json.loads(args.squad.read_text("utf-8"))["data"] if args.squad is not None else []
+    for i, article in enumerate(squad):
+        path = docs / f"squad-{i:02d}.md"
+        text = f"# {article['title'].replace('_', ' ')}\n\n" + "\n\n".join(p["context"] for p in article["paragraphs"])
+        if not path.is_file() or path.read_text("utf-8") != text:
+            path.write_text(text, "utf-8")
+        paths.append(path)
+        tuning_paths.append(path)
 
     def load(spec: str) -> Any:
         return app.load_model(spec, home=home, backend="llamacpp" if spec.startswith(("gguf:", "smollm2")) else "auto")
@@ -188,7 +203,9 @@ def main() -> None:
         f"Command: `{command_line()}` · commit {git_commit()} · labels by {args.label_model.split('/')[-1]} "
         f"(greedy, at most {data_options.label_tokens} tokens, ended at a line break) on llama.cpp · memory: "
         f"{compose.memory_mode} by {args.memory_model.split('/')[-1]}, {compose.hits} chunks "
-        f"per prefix from a collection of all {len(articles)} WikiText articles of the data file ({n_chunks} "
+        f"per prefix from a collection of all {len(articles)} WikiText articles of the data file"
+        + (f" and the {len(squad)} articles of {args.squad.name}" if args.squad is not None else "")
+        + f" ({n_chunks} "
         f"chunks; a prefix's own article excluded) · client: {args.client} on transformers, fp32, CPU · machine: "
         f"{machine()} · {load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",
         "",
@@ -196,7 +213,9 @@ def main() -> None:
         f"each cut's context its title and up to {data_options.max_words} words before it (at least "
         f"{data_options.min_words} into the article; {data_options.cuts} cuts per article and run; the file holds "
         f"{min(per_article.values())}-{max(per_article.values())} per article from its runs; articles "
-        f"0-{chosen.start - 1} never cut, left for evaluation). {len(examples)} examples"
+        f"0-{chosen.start - 1} never cut, left for evaluation"
+        + (f"; the {len(squad)} Wikipedia articles of {args.squad.name} cut the same way" if args.squad else "")
+        + f"). {len(examples)} examples"
         + (f", {len(per_label)} of them the prefixes and memory of `{relabelled_from.name}` labelled again "
            f"({sum(per_label) / 60:.0f} min, median {statistics.median(per_label):.1f} s per label; "
            f"{relabelled} by this run)" if per_label and relabelled_from is not None else "")

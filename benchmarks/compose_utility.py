@@ -220,9 +220,13 @@ def chunk_items(hits: Sequence[Any]) -> list[Any]:
 
 
 def items_from(records: Sequence[dict[str, Any]]) -> tuple[Any, ...]:
+    """Cached memory items, less the takeaways memory drops now (those saying their passage holds nothing,
+    which the cache of an earlier version may hold; the label was written with them, and they hold no fact)."""
     from marginalia.compose import MemoryItem
+    from marginalia.compose.memory import empty_takeaway
 
-    return tuple(MemoryItem(**{**r, "section_path": tuple(r["section_path"])}) for r in records)
+    items = (MemoryItem(**{**r, "section_path": tuple(r["section_path"])}) for r in records)
+    return tuple(m for m in items if m.kind != "takeaway" or not empty_takeaway(m.text))
 
 
 def eval_record(item: Item, takeaway: Any, margin: Any, label_client: Any, tokens: int) -> dict[str, Any]:
@@ -283,11 +287,13 @@ def run_row(client: Any, items: Sequence[Item], records: Sequence[dict[str, Any]
     predictions, logprobs = [], []
     guard = client.params.no_repeat_ngram
     for item, record in zip(items, records, strict=True):
+        memory = items_from(record[memory_of]) if memory_of else ()
         what = [identity, memory_of, record["key"], tokens]
+        if memory_of and len(memory) < len(record[memory_of]):
+            what.append("without-empty-takeaways")  # a completion with the memory as it is now, made again
         plain = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:20]
         key = hashlib.sha256(json.dumps([*what, f"no-repeat-{guard}"]).encode()).hexdigest()[:20] if guard else plain
         if key not in done:
-            memory = items_from(record[memory_of]) if memory_of else ()
             text = client.complete(item.prefix, max_new_tokens=tokens, memory=memory).text()
             if plain in done:
                 lps = done[plain]["logprobs"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from benchmark_scripts import load
 from marginalia.models.base import GenerationParams
@@ -66,6 +69,42 @@ def test_utility_rows_resume_from_the_completions_kept(tmp_path: Path) -> None:
     other = Client()  # the same path tuned again is another client: nothing is taken from the first's
     cu.run_row(other, items[:1], records[:1], None, 8, "client@2", cu.load_cache(path), path)
     assert other.asked == ["text 0"]
+
+
+def test_cached_takeaways_that_say_nothing_are_dropped_and_their_completions_made_again(tmp_path: Path) -> None:
+    cu = load("compose_utility")
+
+    class Client:
+        params = GenerationParams()
+
+        def __init__(self) -> None:
+            self.memory: list[list[str]] = []
+
+        def complete(self, prefix: str, max_new_tokens: int, memory: Any) -> object:
+            self.memory.append([m.text for m in memory])
+            return type("Suggestion", (), {"text": lambda _self: "on"})()
+
+        def score(self, prefix: str, label: str, memory: object) -> list[float]:
+            return [-1.0]
+
+    def item(text: str) -> dict[str, Any]:
+        return {"text": text, "source": "b.md", "doc_id": "b", "section_path": [], "start": 0, "end": 9,
+                "kind": "takeaway"}
+
+    items = [cu.Item("wikitext", f"k{i}", "", f"text {i}") for i in range(2)]
+    records = [{"key": "r0", "label": "x", "takeaways": [item("The ferry sails at dawn.")]},
+               {"key": "r1", "label": "x", "takeaways": [item("The passage does not mention anything that helps."),
+                                                          item("The harbour opens at six.")]}]
+    path = tmp_path / "client-cache.jsonl"
+    # the cache of an earlier version: both completions made with the memory as cached
+    old = {}
+    for record in records:
+        key = hashlib.sha256(json.dumps(["c@1", "takeaways", record["key"], 8]).encode()).hexdigest()[:20]
+        old[key] = {"key": key, "prediction": "old", "logprobs": [-2.0]}
+    client = Client()
+    got = cu.run_row(client, items, records, "takeaways", 8, "c@1", old, path)
+    assert got[0] == ["old", "on"]  # the first item's memory is as it was: its completion is kept
+    assert client.memory == [["The harbour opens at six."]]
 
 
 def test_the_tuned_over_vanilla_ratio_interval_is_paired() -> None:

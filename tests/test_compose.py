@@ -284,6 +284,47 @@ def test_a_chunk_the_text_already_holds_word_for_word_is_not_memory() -> None:
     assert hits and all(h.source != "draft.md" for h in hits)
 
 
+@pytest.mark.parametrize("note", [
+    "The passage does not mention anything that helps me go on writing.",
+    "The passage does not provide any fact that would help me go on writing.",
+    "This text doesn't say anything about the ferry.",
+    "The passage has no information about the formation of the 2nd Division.",
+    "Nothing in the passage helps.",
+    "No relevant fact.",
+    "NONE",
+    "ferry",
+])
+def test_a_takeaway_saying_its_passage_has_nothing_is_empty(note: str) -> None:
+    from marginalia.compose.memory import empty_takeaway
+
+    assert empty_takeaway(note)
+
+
+@pytest.mark.parametrize("note", [
+    "The passage of the Reform Act did not end the dispute.",
+    "Kershaw did not play in 2010.",
+    "Nothing Compares 2 U was released in 1990.",
+    "The text was first printed in 1851.",
+])
+def test_a_takeaway_with_a_fact_is_kept_even_with_a_no_in_it(note: str) -> None:
+    from marginalia.compose.memory import empty_takeaway
+
+    assert not empty_takeaway(note)
+
+
+def test_takeaways_that_say_nothing_never_reach_memory() -> None:
+    store = FakeCollection()
+
+    def respond(req: Request) -> str:
+        if "Traders" in req.prompt:
+            return "The passage does not mention anything that helps me go on writing."
+        return "The ferry sails twice a day."
+
+    items = TakeawayMemory(store, ScriptedGenerator(respond), hits=3, exclude={"draft.md"})(
+        request("ferry market Ostervik"))
+    assert [i.text for i in items] == ["The ferry sails twice a day."]
+
+
 def test_takeaways_are_written_per_chunk_and_span_their_chunk() -> None:
     store = FakeCollection()
 

@@ -38,6 +38,7 @@ from marginalia.compose.tuning import (  # noqa: E402
     training_row,
     tune,
 )
+from marginalia.compose.tuning.data import SCHEMA  # noqa: E402
 
 WORDS = ("the harbour opens at dawn and the ferry sails to Lindholm twice a day while traders sell wool "
          "honey and rye bread in the square before the rain").split()
@@ -177,6 +178,21 @@ def test_examples_refuse_other_settings_empty_input_and_short_texts(tmp_path: Pa
     assert TuningExample.from_dict(json.loads(json.dumps(example.to_dict()))) == example
     with pytest.raises(UserError, match="schema"):
         TuningExample.from_dict({**example.to_dict(), "schema": 99})
+
+
+def test_an_older_examples_takeaways_that_say_nothing_are_not_tuned_with() -> None:
+    def item(text: str, kind: str) -> dict[str, object]:
+        return {"text": text, "source": "b.md", "doc_id": "b", "section_path": [], "start": 0, "end": 9,
+                "kind": kind}
+
+    line = {"id": "a:1", "source": "a.md", "doc_id": "a", "offset": 1, "context": "The ferry", "label": " sails",
+            "reference": " sails", "label_model": "scripted", "label_tokens": 15, "seconds": 1.0, "schema": SCHEMA,
+            "memory": [item("The passage does not mention anything that helps.", "takeaway"),
+                       item("The ferry sails twice a day.", "takeaway"),
+                       item("The passage does not mention the ferry.", "margin")]}  # a margin is a copied span
+    example = TuningExample.from_dict(line)
+    assert [m.text for m in example.memory] == ["The ferry sails twice a day.",
+                                                 "The passage does not mention the ferry."]
 
 
 def test_relabelling_keeps_prefixes_and_memory_and_resumes(tmp_path: Path) -> None:

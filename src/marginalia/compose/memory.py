@@ -43,6 +43,21 @@ SELF_MATCH_CHARS = 40
 #: long draft in the collection can fill the first two pages of hits on its own)
 SEARCH_ROUNDS = 3
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|note:|fact:)\s*", re.IGNORECASE)
+#: a takeaway saying that its passage holds nothing to help, which small models write instead of NONE ("The
+#: passage does not mention anything that helps."); "The passage of the bill did not ..." is a fact, kept
+_SAYS_NOTHING = re.compile(
+    r"^\W*(?:the|this)\s+(?:given\s+)?(?:passage|text|excerpt|article|document|section|chunk)\s+"
+    r"(?:(?:does|did|do|has|had|is)n[’']t\b"
+    r"|(?:does|did|do|has|had|contains?|provides?|mentions?|says|gives|is|offers?|includes?)\b[^.]*?"
+    r"(?:\bnot\b|\bno\b|\bnothing\b))"
+    r"|^\W*(?:there\s+is\s+)?nothing\s+(?:in|from|here|that|which|to)\b"
+    r"|^\W*no\s+(?:fact|information|details?|relevant)\b", re.IGNORECASE)
+
+
+def empty_takeaway(note: str) -> bool:
+    """Whether a takeaway holds no fact: blank, NONE, one word, or a sentence saying the passage has nothing
+    that helps (memory keeps none of these)."""
+    return is_empty_margin(note) or len(note.split()) < 2 or bool(_SAYS_NOTHING.search(note))
 
 
 class MemoryGenerator(ABC):
@@ -135,7 +150,7 @@ class TakeawayMemory(MemoryGenerator):
                 {"role": "user", "content": render("compose_takeaway", text=text, where=where, passage=hit.text)},
             ], params)
             note = _BULLET.sub("", reply.strip().splitlines()[0] if reply.strip() else "").strip().strip('"')
-            if is_empty_margin(note) or len(note.split()) < 2:
+            if empty_takeaway(note):
                 continue
             item = MemoryItem(note, hit.source, hit.doc_id, hit.section_path, hit.start, hit.end, "takeaway",
                               _score(hit))

@@ -27,7 +27,7 @@ from ...models.base import GenerationParams, Generator, close_stream
 from ...options import TuneDataOptions
 from ...records import Document
 from ..events import MemoryItem, MemoryRequest
-from ..memory import MemoryGenerator
+from ..memory import MemoryGenerator, empty_takeaway
 from ..prompt import ClientPrompt
 
 #: the version of the examples' JSON lines
@@ -67,6 +67,9 @@ class TuningExample:
                             f"{SCHEMA}: make the data again")
         try:
             memory = tuple(MemoryItem(**{**m, "section_path": tuple(m["section_path"])}) for m in data["memory"])
+            # examples made before memory dropped takeaways that say their passage holds nothing may hold them:
+            # the client is never shown one now, so it is not tuned with one either
+            memory = tuple(m for m in memory if m.kind != "takeaway" or not empty_takeaway(m.text))
             return cls(**{**data, "memory": memory})
         except (KeyError, TypeError) as exc:
             raise UserError(f"not a tuning example: {exc}") from exc
