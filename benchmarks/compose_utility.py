@@ -219,16 +219,6 @@ def chunk_items(hits: Sequence[Any]) -> list[Any]:
     return [MemoryItem(h.text, h.source, h.doc_id, h.section_path, h.start, h.end, "margin") for h in hits]
 
 
-def items_from(records: Sequence[dict[str, Any]]) -> tuple[Any, ...]:
-    """Cached memory items, less the takeaways memory drops now (those saying their passage holds nothing,
-    which the cache of an earlier version may hold; the label was written with them, and they hold no fact)."""
-    from marginalia.compose import MemoryItem
-    from marginalia.compose.memory import empty_takeaway
-
-    items = (MemoryItem(**{**r, "section_path": tuple(r["section_path"])}) for r in records)
-    return tuple(m for m in items if m.kind != "takeaway" or not empty_takeaway(m.text))
-
-
 def eval_record(item: Item, takeaway: Any, margin: Any, label_client: Any, tokens: int) -> dict[str, Any]:
     """The eval model's memory (takeaways and margins) for an item, its label, and the retrieved chunks."""
     request = query_request(item.prefix)
@@ -284,13 +274,17 @@ def run_row(client: Any, items: Sequence[Item], records: Sequence[dict[str, Any]
     """Each item's completion and the label's token log-probabilities, under one client and memory. Each item's
     pair is appended to ``path`` as it is made (``done``: those read from it), so a run that stops is resumed.
     The log-probabilities do not depend on the decoding: those of a greedy run are reused under a loop guard."""
+    from marginalia.compose.memory import items_from_records
+
     predictions, logprobs = [], []
     guard = client.params.no_repeat_ngram
     for item, record in zip(items, records, strict=True):
-        memory = items_from(record[memory_of]) if memory_of else ()
+        # cached memory is read as memory is made now: a takeaway saying its passage holds nothing is dropped
+        # (the label was written with it; it holds no fact), and the completion is made again without it
+        memory = items_from_records(record[memory_of]) if memory_of else ()
         what = [identity, memory_of, record["key"], tokens]
         if memory_of and len(memory) < len(record[memory_of]):
-            what.append("without-empty-takeaways")  # a completion with the memory as it is now, made again
+            what.append("without-empty-takeaways")
         plain = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:20]
         key = hashlib.sha256(json.dumps([*what, f"no-repeat-{guard}"]).encode()).hexdigest()[:20] if guard else plain
         if key not in done:

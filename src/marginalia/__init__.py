@@ -26,10 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import openmp as _openmp
+from . import openmp  # noqa: F401  (sets how OpenMP waits, before any backend loads)
 
 __version__ = "0.1.0"
-_openmp.state = _openmp.tune_wait()
 
 _APP = ("load_model", "load_embedder", "read_file", "ask_text", "ask_file", "reader", "document_cache",
         "ask_collection", "collection_reader", "index_paths", "generate_questions", "compose", "tuning_data",

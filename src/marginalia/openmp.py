@@ -26,10 +26,6 @@ WAIT_DEFAULTS = {"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": "300000"}
 
 State = Literal["set", "user", "late"]
 
-#: what `tune_wait` found on import: "set" (the defaults took effect), "user" (the environment had its own),
-#: "late" (an OpenMP runtime was loaded before marginalia was imported, so it kept its own defaults)
-state: State = "user"
-
 
 def runtime_loaded(maps: Path = Path("/proc/self/maps")) -> bool:
     """Whether this process has loaded GNU libgomp already (Linux; elsewhere False)."""
@@ -46,6 +42,11 @@ def tune_wait(environ: MutableMapping[str, str] = os.environ, loaded: bool | Non
     environ.update(WAIT_DEFAULTS)
     late = runtime_loaded() if loaded is None else loaded
     return "late" if late else "set"
+
+
+#: what `tune_wait` found on import: "set" (the defaults took effect), "user" (the environment had its own),
+#: "late" (an OpenMP runtime was loaded before marginalia was imported, so it kept its own defaults)
+state: State = tune_wait()
 
 
 def late_notice() -> str | None:

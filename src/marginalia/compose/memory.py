@@ -20,7 +20,7 @@ import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..index.policy import Searchable
 from ..index.schema import Hit
@@ -58,6 +58,17 @@ def empty_takeaway(note: str) -> bool:
     """Whether a takeaway holds no fact: blank, NONE, one word, or a sentence saying the passage has nothing
     that helps (memory keeps none of these)."""
     return is_empty_margin(note) or len(note.split()) < 2 or bool(_SAYS_NOTHING.search(note))
+
+
+def items_from_records(records: Iterable[dict[str, Any]]) -> tuple[MemoryItem, ...]:
+    """Memory items from their JSON records (``asdict``), less the takeaways memory no longer keeps
+    (`empty_takeaway`), which records written by an earlier version may hold.
+
+    Raises:
+        KeyError, TypeError: a record that is not a memory item.
+    """
+    items = (MemoryItem(**{**r, "section_path": tuple(r["section_path"])}) for r in records)
+    return tuple(m for m in items if m.kind != "takeaway" or not empty_takeaway(m.text))
 
 
 class MemoryGenerator(ABC):

@@ -27,7 +27,7 @@ from ...models.base import GenerationParams, Generator, close_stream
 from ...options import TuneDataOptions
 from ...records import Document
 from ..events import MemoryItem, MemoryRequest
-from ..memory import MemoryGenerator, empty_takeaway
+from ..memory import MemoryGenerator, items_from_records
 from ..prompt import ClientPrompt
 
 #: the version of the examples' JSON lines
@@ -66,11 +66,9 @@ class TuningExample:
             raise UserError(f"a tuning example of schema {data.get('schema')!r}; this marginalia reads schema "
                             f"{SCHEMA}: make the data again")
         try:
-            memory = tuple(MemoryItem(**{**m, "section_path": tuple(m["section_path"])}) for m in data["memory"])
-            # examples made before memory dropped takeaways that say their passage holds nothing may hold them:
-            # the client is never shown one now, so it is not tuned with one either
-            memory = tuple(m for m in memory if m.kind != "takeaway" or not empty_takeaway(m.text))
-            return cls(**{**data, "memory": memory})
+            # the client is never shown a takeaway that says its passage holds nothing, so it is not tuned
+            # with one either (examples made before memory dropped them may hold some)
+            return cls(**{**data, "memory": items_from_records(data["memory"])})
         except (KeyError, TypeError) as exc:
             raise UserError(f"not a tuning example: {exc}") from exc
 
