@@ -108,10 +108,17 @@ def main() -> None:
         paths.append(path)
     chosen = span(args.articles, len(articles))
     tuning_paths = [paths[i] for i in chosen]
-    squad = json.loads(args.squad.read_text("utf-8"))["data"] if args.squad is not None else []
-    for i, article in enumerate(squad):
+    squad, squad_texts = [], []
+    if args.squad is not None:
+        try:
+            squad = json.loads(args.squad.read_text("utf-8"))["data"]
+            squad_texts = [f"# {article['title'].replace('_', ' ')}\n\n"
+                           + "\n\n".join(p["context"] for p in article["paragraphs"]) for article in squad]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+            sys.exit(f"{args.squad} is not a SQuAD JSON file (UTF-8, data[].title and data[].paragraphs[].context): "
+                     f"{type(exc).__name__}: {exc}")
+    for i, text in enumerate(squad_texts):
         path = docs / f"squad-{i:02d}.md"
-        text = f"# {article['title'].replace('_', ' ')}\n\n" + "\n\n".join(p["context"] for p in article["paragraphs"])
         if not path.is_file() or path.read_text("utf-8") != text:
             path.write_text(text, "utf-8")
         paths.append(path)
