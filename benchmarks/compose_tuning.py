@@ -221,7 +221,7 @@ def main() -> None:
         f"{data_options.min_words} into the article; {data_options.cuts} cuts per article and run; the file holds "
         f"{min(per_article.values())}-{max(per_article.values())} per article from its runs; articles "
         f"0-{chosen.start - 1} never cut, left for evaluation"
-        + (f"; the {len(squad)} Wikipedia articles of {args.squad.name} cut the same way" if args.squad else "")
+        + (f"; the {len(squad)} Wikipedia articles of {args.squad.name} cut the same way" if args.squad is not None else "")
         + f"). {len(examples)} examples"
         + (f", {len(per_label)} of them the prefixes and memory of `{relabelled_from.name}` labelled again "
            f"({sum(per_label) / 60:.0f} min, median {statistics.median(per_label):.1f} s per label; "
