@@ -380,6 +380,27 @@ def plot(thresholds: list[int], rates: list[float], gleus: list[float], path: Pa
 # -- main ----------------------------------------------------------------------------------------------------
 
 
+def memory_share(draws: Sequence[tuple[set[str], set[str]]]) -> float | None:
+    """Of the labels' new word units (see `memory_draw`), the share their memory holds (None: no labels)."""
+    new_units = sum(len(new) for new, _ in draws)
+    return sum(len(got) for _, got in draws) / new_units if new_units else None
+
+
+def paper_order(gleu: dict[str, float], share: float | None) -> str:
+    """Whether the paper's order holds on the rows' mean GLEU: each memory row above the vanilla client, the
+    tuned client + memory above each of them. The pairs that break it are named, with the share of the labels'
+    new words their memory holds (`memory_share`), which bounds what memory can give a client."""
+    pairs = [("vanilla", row) for row in ("chunks", "takeaways", "margins")]
+    pairs += [(row, "tuned") for row in ("chunks", "takeaways", "margins")]
+    broken = [f"{low} {gleu[low]:.1f} >= {high} {gleu[high]:.1f}" for low, high in pairs
+              if low in gleu and high in gleu and gleu[low] >= gleu[high]]
+    if not broken:
+        return " The paper's order (vanilla < client + memory < tuned client + memory) holds on the means."
+    why = (f"; the labels take {100 * share:.0f}% of their new word units from their memory (below), all that "
+           "memory can add to a client's words" if share is not None else "")
+    return f" The paper's order does not hold: {', '.join(broken)}{why}."
+
+
 def main() -> None:
     from marginalia.options import NO_REPEAT_NGRAM
 
@@ -642,7 +663,9 @@ def main() -> None:
             continue
         line = (f"- {dataset}: GLEU ordering {ordering(dataset)}; the best client + memory row has "
                 f"{times(best_memory, vanilla['gleu']):.2f}x the vanilla client's GLEU ({vanilla['gleu']:.1f} -> "
-                f"{best_memory:.1f}).")
+                f"{best_memory:.1f})." + paper_order(
+                    {row: results[f"{dataset}/{row}"]["gleu"] for row in ROWS if f"{dataset}/{row}" in results},
+                    memory_share(drawn_of.get(dataset) or [])))
         against = []
         for row in ("chunks", "takeaways", "margins"):
             if row in predictions_kept[dataset]:

@@ -191,3 +191,23 @@ def test_a_guarded_row_reuses_the_greedy_rows_label_scores(tmp_path: Path) -> No
     assert cu.run_row(plain, items, records, None, 4, "smollm2", done, path) == (["guard 0"], [[-1.5]])
     assert cu.run_row(guarded, items, records, None, 4, "smollm2", done, path) == (["guard 3"], [[-1.5]])
     assert plain.scored == 1 and guarded.scored == 0 and len(done) == 2  # its own completion, the scores reused
+
+
+def test_paper_order_names_the_pairs_that_break_it():
+    cu = load("compose_utility")
+    held = cu.paper_order({"vanilla": 8.0, "chunks": 9.0, "takeaways": 10.0, "margins": 9.5, "tuned": 16.0}, 0.3)
+    assert "holds" in held and "does not" not in held
+    broken = cu.paper_order({"vanilla": 8.3, "chunks": 8.5, "takeaways": 8.0, "margins": 7.9, "tuned": 14.7},
+                            0.08)
+    assert "does not hold" in broken
+    assert "vanilla 8.3 >= takeaways 8.0" in broken and "vanilla 8.3 >= margins 7.9" in broken
+    assert "chunks" not in broken.split(":")[1].split(";")[0]  # chunks beat vanilla and lost to tuned: not named
+    assert "8% of their new word units" in broken
+    # rows not run are not judged
+    assert "holds" in cu.paper_order({"vanilla": 8.0, "takeaways": 9.0}, None)
+
+
+def test_memory_share_counts_new_units_their_memory_holds():
+    cu = load("compose_utility")
+    assert cu.memory_share([({"a", "b", "c", "d"}, {"a"}), ({"e"}, set())]) == 0.2
+    assert cu.memory_share([]) is None
