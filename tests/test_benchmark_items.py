@@ -203,6 +203,14 @@ def test_paper_order_names_the_pairs_that_break_it():
     assert "vanilla 8.3 >= takeaways 8.0" in broken and "vanilla 8.3 >= margins 7.9" in broken
     assert "chunks" not in broken.split(":")[1].split(";")[0]  # chunks beat vanilla and lost to tuned: not named
     assert "8% of their new word units" in broken
+    # the margins row, which the paper has not, is judged in its own sentence
+    assert "margins" not in broken.split(". The WiM margins row")[0]
+    mixed = cu.paper_order({"vanilla": 8.3, "chunks": 8.5, "takeaways": 9.6, "margins": 7.9, "tuned": 17.3}, 0.08)
+    assert "The paper's order (vanilla < client + chunks or takeaways < tuned client + memory) holds" in mixed
+    assert "The WiM margins row (not in the paper) breaks the same order: vanilla 8.3 >= margins 7.9" in mixed
+    assert "8% of their new word units" in mixed
+    placed = cu.paper_order({"vanilla": 8.0, "takeaways": 9.0, "margins": 8.5, "tuned": 16.0}, 0.1)
+    assert "margins row (not in the paper) falls in the same order" in placed and "does not" not in placed
     # rows not run are not judged
     assert "holds" in cu.paper_order({"vanilla": 8.0, "takeaways": 9.0}, None)
 
