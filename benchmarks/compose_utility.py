@@ -107,20 +107,20 @@ def _cut(paragraph: str, rng: random.Random) -> str | None:
 
 def wikitext_items(articles: list[dict[str, Any]], files: list[Path], chosen: range, n: int,
                    seed: int) -> list[Item]:
-    """``n`` prefixes from the articles ``chosen`` (indices), taken a paragraph per article in turn, as few per
-    article as ``n`` allows."""
+    """``n`` prefixes from the articles ``chosen`` (indices), a paragraph per article in turn (each article's
+    paragraphs in a random order), so that no article gives more than the count needs; an article whose
+    paragraphs run out leaves its turn to the others."""
     rng = random.Random(seed)
-    per_article = -(-n // max(1, len(chosen)))
-    picks: dict[int, tuple[list[str], list[int]]] = {}  # article -> its paragraphs, the ones cut (distinct)
+    picks: dict[int, tuple[list[str], list[int]]] = {}  # article -> its paragraphs, the order they are cut in
     for i in chosen:
         paragraphs = clean(articles[i]["text"]).split("\n\n")
         body = [j for j, p in enumerate(paragraphs) if not p.startswith("#") and len(p.split()) >= 60]
-        picks[i] = (paragraphs, sorted(rng.sample(body, min(per_article, len(body)))))
+        picks[i] = (paragraphs, rng.sample(body, len(body)))
     items: list[Item] = []
-    for round_ in range(per_article):
+    for round_ in range(max((len(order) for _, order in picks.values()), default=0)):
         for i in chosen:
             paragraphs, cut_at = picks[i]
-            if len(cut_at) <= round_:
+            if len(cut_at) <= round_ or len(items) >= n:
                 continue
             j = cut_at[round_]
             cut = _cut(paragraphs[j], rng)
@@ -132,7 +132,7 @@ def wikitext_items(articles: list[dict[str, Any]], files: list[Path], chosen: ra
                 before = before[at + 2:] if at >= 0 else before[-PREFIX_CHARS:]
             prefix = f"# {articles[i]['title']}\n\n" + (before + "\n\n" if before else "") + cut
             items.append(Item("wikitext", f"wiki{i}:p{j}", str(files[i]), prefix))
-    return items[:n]
+    return items
 
 
 def detokenize_email(text: str) -> str:
@@ -744,7 +744,7 @@ def main() -> None:
         "",
         "Items: " + " and ".join(
             ([f"{wiki_n} WikiText prefixes (in domain; from articles {args.wiki_articles}, which the tuning left "
-              "out, as few per article as the count allows, each cut 40-70% into a paragraph of 60+ words, after "
+              "out, a paragraph per article in turn, each cut 40-70% into a paragraph of 60+ words, after "
               f"up to {PREFIX_CHARS} characters of the text before it)"] if has_wiki else [])
             + ([f"{enron_n} Enron e-mail prefixes (out of domain; each cut 40-70% into the e-mail's body)"]
                if has_enron else []))

@@ -29,6 +29,12 @@ def test_wikitext_items_are_distinct_cuts_of_the_chosen_articles_only() -> None:
     assert all(item.prefix.startswith(f"# Article {item.key[4]}") for item in items)
     # asking for more than the chosen articles hold gives what they hold, never another article's text
     assert len(cu.wikitext_items(articles, files, range(2, 4), 20, seed=0)) == 6
+    # when the short articles run out, the long one fills the count, still no paragraph twice
+    more = [item.key for item in cu.wikitext_items(articles, files, range(2, 5), 12, seed=0)]
+    assert len(more) == 12 == len(set(more))
+    assert sum(k.startswith("wiki4:") for k in more) == 6
+    # the first items are one per article in turn
+    assert [k.split(":")[0] for k in more[:3]] == ["wiki2", "wiki3", "wiki4"]
 
 
 def test_a_benchmark_says_the_machine_was_shared_only_when_it_was_busy_before() -> None:
