@@ -119,8 +119,10 @@ def wikitext_items(articles: list[dict[str, Any]], files: list[Path], chosen: ra
     items: list[Item] = []
     for round_ in range(max((len(order) for _, order in picks.values()), default=0)):
         for i in chosen:
+            if len(items) >= n:
+                return items
             paragraphs, cut_at = picks[i]
-            if len(cut_at) <= round_ or len(items) >= n:
+            if len(cut_at) <= round_:
                 continue
             j = cut_at[round_]
             cut = _cut(paragraphs[j], rng)
