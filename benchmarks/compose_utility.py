@@ -711,7 +711,7 @@ def main() -> None:
         from_memory = sum(len(got) for _, got in draws)
         drawing = [i for i, (_, got) in enumerate(draws) if got]
         line = (f"- {dataset}: of the labels' {new_units} new word units (not in their prefix), {from_memory} "
-                f"({100 * from_memory / max(1, new_units):.0f}%) are in their takeaways memory; {len(drawing)} of "
+                f"({100 * (memory_share(draws) or 0.0):.0f}%) are in their takeaways memory; {len(drawing)} of "
                 f"{len(draws)} labels take any from it.")
         if drawing:
             gleus = []
