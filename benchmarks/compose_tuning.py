@@ -72,6 +72,10 @@ def main() -> None:
     ap.add_argument("--label-tokens", type=int, default=44,
                     help="the most tokens of a label (compose_utility.py's --tokens, so the client learns the "
                          "length it is measured on)")
+    ap.add_argument("--label-guard", type=int, default=0,
+                    help="the label model writes no run of this many tokens twice in a label (numbers apart; 0: "
+                         "plain greedy); a new guard labels the prefixes and memory of the largest examples file "
+                         "again into a file of its own")
     ap.add_argument("--eval-every", type=int, default=25,
                     help="measure the held-out label loss every N steps and keep the best step (0: keep the last)")
     ap.add_argument("--home", type=Path, default=None, help="marginalia's home (default: the usual one)")
@@ -139,7 +143,8 @@ def main() -> None:
 
     # one file per label length; a new length first relabels the largest file of the same label model (the
     # same prefixes and memory, only the labels written again), then cuts more as any run does
-    examples_path = work / f"examples-{args.label_tokens}tok.jsonl"
+    guard_name = f"-guard{args.label_guard}" if args.label_guard else ""
+    examples_path = work / f"examples-{args.label_tokens}tok{guard_name}.jsonl"
     relabelled_from, relabelled = None, 0
     t0 = time.perf_counter()
     last = [t0]
@@ -155,14 +160,14 @@ def main() -> None:
     if others:
         relabelled_from = max(others, key=lambda path: len(others[path]))
         from_other = {e.id for e in others[relabelled_from]}
-        report = relabel_examples(relabelled_from, label_model, examples_path, args.label_tokens, limit=args.limit,
-                                  progress=progress)
+        report = relabel_examples(relabelled_from, label_model, examples_path, args.label_tokens,
+                                  label_guard=args.label_guard, limit=args.limit, progress=progress)
         relabelled = report.written
         if relabelled:
             print(f"{relabelled} examples of {relabelled_from.name} labelled again with at most "
                   f"{args.label_tokens} tokens in {report.seconds:.0f} s", flush=True)
     data_options = TuneDataOptions(cuts=args.cuts, min_words=20, max_words=args.max_words,
-                                   label_tokens=args.label_tokens, reference_words=15)
+                                   label_tokens=args.label_tokens, reference_words=15, label_guard=args.label_guard)
     compose = ComposeOptions(hits=args.hits)
     t0 = time.perf_counter()
 
@@ -208,7 +213,8 @@ def main() -> None:
         "## Instruction tuning of the composition client (`benchmarks/compose_tuning.py`)",
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · labels by {args.label_model.split('/')[-1]} "
-        f"(greedy, at most {data_options.label_tokens} tokens, ended at a line break) on llama.cpp · memory: "
+        f"(greedy{f', no run of {args.label_guard} tokens twice' if args.label_guard else ''}, at most "
+        f"{data_options.label_tokens} tokens, ended at a line break) on llama.cpp · memory: "
         f"{compose.memory_mode} by {args.memory_model.split('/')[-1]}, {compose.hits} chunks "
         f"per prefix from a collection of all {len(articles)} WikiText articles of the data file"
         + (f" and the {len(squad)} articles of {args.squad.name}" if args.squad is not None else "")

@@ -203,9 +203,15 @@ def shared_runs(texts: dict[str, str], words: int = SHARED_RUN) -> dict[str, set
 # -- the eval model's memory and labels, cached --------------------------------------------------------
 
 
-def item_key(item: Item, eval_name: str, tokens: int, hits: int, corpus: str = "wikitext") -> str:
+def item_key(item: Item, eval_name: str, tokens: int, hits: int, corpus: str = "wikitext", label_guard: int = 0) -> str:
+    """The cache key of an item's memory and label (a label guard of 0 and the WikiText corpus leave the keys of
+    earlier versions as they were)."""
     fields = [CACHE_VERSION, item.dataset, item.key, item.prefix, eval_name, tokens, hits]
-    raw = json.dumps(fields if corpus == "wikitext" else [*fields, corpus])
+    if corpus != "wikitext":
+        fields.append(corpus)
+    if label_guard:
+        fields.append(f"label-guard-{label_guard}")
+    raw = json.dumps(fields)
     return hashlib.sha256(raw.encode()).hexdigest()[:20]
 
 
@@ -219,6 +225,16 @@ def chunk_items(hits: Sequence[Any]) -> list[Any]:
     from marginalia.compose import MemoryItem
 
     return [MemoryItem(h.text, h.source, h.doc_id, h.section_path, h.start, h.end, "margin") for h in hits]
+
+
+def relabel(item: Item, record: dict[str, Any], label_client: Any, tokens: int) -> dict[str, Any]:
+    """``record`` (`eval_record`) with a new label by ``label_client``, on the same takeaways memory."""
+    from marginalia.compose.memory import items_from_records
+
+    t0 = time.perf_counter()
+    takeaways = items_from_records(record["takeaways"])
+    label = label_client.complete(item.prefix, max_new_tokens=tokens, memory=takeaways).text()
+    return {**record, "label": label, "seconds": {**record["seconds"], "label": round(time.perf_counter() - t0, 2)}}
 
 
 def eval_record(item: Item, takeaway: Any, margin: Any, label_client: Any, tokens: int) -> dict[str, Any]:
@@ -288,7 +304,9 @@ def run_row(client: Any, items: Sequence[Item], records: Sequence[dict[str, Any]
         if memory_of and len(memory) < len(record[memory_of]):
             what.append("without-empty-takeaways")
         plain = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:20]
-        key = hashlib.sha256(json.dumps([*what, f"no-repeat-{guard}"]).encode()).hexdigest()[:20] if guard else plain
+        # "numbers-free": the guard lets tokens of digits and blanks repeat (completions made before are redone)
+        key = hashlib.sha256(json.dumps([*what, f"no-repeat-{guard}-numbers-free"]).encode()).hexdigest()[:20] \
+            if guard else plain
         if key not in done:
             text = client.complete(item.prefix, max_new_tokens=tokens, memory=memory).text()
             if plain in done:
@@ -430,8 +448,12 @@ def main() -> None:
                                                         "not run without it)")
     ap.add_argument("--no-repeat-ngram", type=int, default=NO_REPEAT_NGRAM,
                     help="the clients' loop guard: no run of this many tokens written twice in a completion (0: "
-                         "plain greedy; default: the compose default for in-process models); the labels stay "
-                         "plain greedy")
+                         "plain greedy; default: the compose default for in-process models); the labels follow "
+                         "--label-guard")
+    ap.add_argument("--label-guard", type=int, default=0,
+                    help="the eval model writes no run of this many tokens twice in a label (numbers apart; 0: "
+                         "plain greedy); an item labelled without the guard keeps its memory, only its label "
+                         "is written again")
     ap.add_argument("--hits", type=int, default=2, help="chunks retrieved per memory request")
     ap.add_argument("--threads", type=int, default=1,
                     help="llama.cpp threads per model (1 decodes faster than 2 on a machine busy with other work)")
@@ -535,14 +557,24 @@ def main() -> None:
                                  n_threads=args.threads, n_branches=0)
     # no memory is ever prepared in the background here, so a fork sharing the context can stand by
     label_client = CompletionClient(eval_gen.fork(keep_cache=False), standby=eval_gen.fork(keep_cache=False),
-                                    suggestion_tokens=args.tokens)
+                                    suggestion_tokens=args.tokens, no_repeat_ngram=args.label_guard)
     cache_path = home / "eval-cache.jsonl"
     cache = load_cache(cache_path)
     records: list[dict[str, Any]] = []
-    eval_seconds, made = 0.0, 0
+    eval_seconds, made, relabelled = 0.0, 0, 0
     for n, item in enumerate(items, 1):
-        key = item_key(item, eval_gen.name, args.tokens, args.hits,
-                       args.enron_corpus if item.dataset == "enron" else "wikitext")
+        corpus = args.enron_corpus if item.dataset == "enron" else "wikitext"
+        key = item_key(item, eval_gen.name, args.tokens, args.hits, corpus, args.label_guard)
+        plain = item_key(item, eval_gen.name, args.tokens, args.hits, corpus)
+        if key not in cache and plain in cache:  # the memory is made: only the label is written again
+            t0 = time.perf_counter()
+            record = {**relabel(item, cache[plain], label_client, args.tokens), "key": key}
+            eval_seconds += time.perf_counter() - t0
+            relabelled += 1
+            with cache_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+            cache[key] = record
+            print(f"[{n}/{len(items)}] {item.key}: relabelled label={record['label'][:60]!r}", flush=True)
         if key not in cache:
             common = {"hits": args.hits, "search": options.search, "min_similarity": options.min_similarity,
                       "exclude": excluded(item), "item_tokens": options.item_tokens}
@@ -730,6 +762,7 @@ def main() -> None:
     loop_lines = []
     for dataset, rows in predictions_kept.items():
         counts = [f"{row} {sum(looping(p) for p in preds)}" for row, preds in rows.items()]
+        counts.append(f"the labels themselves {sum(looping(label) for label in labels_of[dataset])}")
         loop_lines.append(f"- {dataset} ({len(labels_of[dataset])} items): " + ", ".join(counts) + ".")
     wiki_n = sum(1 for it in items if it.dataset == "wikitext")
     enron_n = len(items) - wiki_n
@@ -738,10 +771,13 @@ def main() -> None:
         + (": the Enron items' memory from the other e-mails" if mail_files else ""),
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · client: {args.client} on llama.cpp "
-        f"(greedy{guard_note}, {args.tokens} new tokens, stops at a line end; the labels plain greedy) · eval model (labels and memory): "
+        f"(greedy{guard_note}, {args.tokens} new tokens, stops at a line end; the labels "
+        f"{f'greedy with no run of {args.label_guard} tokens twice' if args.label_guard else 'plain greedy'}) · "
+        "eval model (labels and memory): "
         f"{args.eval_model.name} on llama.cpp · tuned client: {args.tuned_client or 'none given'} · "
         f"machine: {machine()} · {load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min "
-        f"(eval model on {made} new items: {eval_seconds / 60:.1f} min; client rows {rows_s / 60:.1f} min; "
+        f"(eval model on {made} new items{f' and {relabelled} new labels' if relabelled else ''}: "
+        f"{eval_seconds / 60:.1f} min; client rows {rows_s / 60:.1f} min; "
         f"freshness replay {fresh_s / 60:.1f} min)",
         "",
         "Items: " + " and ".join(

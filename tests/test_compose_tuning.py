@@ -225,6 +225,30 @@ def test_relabelling_keeps_prefixes_and_memory_and_resumes(tmp_path: Path) -> No
         relabel_examples(tmp_path / "ex6.jsonl", longer, tmp_path / "ex12.jsonl", 20)
 
 
+def test_labels_can_be_written_under_a_loop_guard(tmp_path: Path) -> None:
+    docs = [doc(text_of(80), "a.md")]
+    guarded = TuneDataOptions(cuts=2, min_words=10, max_words=60, label_tokens=6, reference_words=6, label_guard=4)
+    gen = ScriptedGenerator(default=" next")
+    make_examples(docs, gen, tmp_path / "g4.jsonl", guarded)
+    assert {r.params.no_repeat_ngram for r in gen.requests} == {4}
+    assert {e.label_guard for e in read_examples(tmp_path / "g4.jsonl")} == {4}
+    # a file is labelled one way: plain greedy labels are not added to guarded ones, nor the other way round
+    with pytest.raises(UserError, match="with at most 6 tokens, no run of 4 tokens twice; give another file"):
+        make_examples(docs, gen, tmp_path / "g4.jsonl", guarded.model_copy(update={"label_guard": 0}))
+    plain = ScriptedGenerator(default=" next")
+    make_examples(docs, plain, tmp_path / "g0.jsonl", guarded.model_copy(update={"label_guard": 0}))
+    assert {r.params.no_repeat_ngram for r in plain.requests} == {0}
+    with pytest.raises(UserError, match="plain greedy; give another file"):
+        relabel_examples(tmp_path / "g4.jsonl", gen, tmp_path / "g0.jsonl", 6, label_guard=3)
+    report = relabel_examples(tmp_path / "g0.jsonl", gen, tmp_path / "g3.jsonl", 6, label_guard=3)
+    assert report.written == 2 and gen.requests[-1].params.no_repeat_ngram == 3
+    assert {e.label_guard for e in read_examples(tmp_path / "g3.jsonl")} == {3}
+    # examples written before the guard existed read as plain greedy
+    line = json.loads((tmp_path / "g0.jsonl").read_text().splitlines()[0])
+    del line["label_guard"]
+    assert TuningExample.from_dict(line).label_guard == 0
+
+
 def test_app_tuning_data_draws_memory_from_a_collection_never_from_the_text(hermetic: Path, tmp_path: Path) -> None:
     pytest.importorskip("lancedb")
     from marginalia.index.embedders import HashingEmbedder

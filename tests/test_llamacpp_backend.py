@@ -183,6 +183,25 @@ def test_no_repeat_ngram_breaks_a_greedy_loop(smollm2_llamacpp: Any) -> None:
     assert guarded and not repeats(guarded), gen.tokenizer.decode(guarded)
 
 
+def test_the_default_guard_lets_numbers_repeat(smollm2_llamacpp: Any) -> None:
+    from marginalia.options import NO_REPEAT_NGRAM
+
+    gen = smollm2_llamacpp
+    for text in (" from 2005 to 2006, and again in 2007", " between 1,000 and 2,000 people"):
+        guard = gen.repeat_guard(GenerationParams(no_repeat_ngram=NO_REPEAT_NGRAM))
+        for token in gen.tokenizer.encode(text):  # the digits are tokens of their own here
+            assert token not in guard.banned(), (text, gen.tokenizer.decode(guard.written))
+            guard.feed(token)
+    # the words of a loop are still banned
+    guard = gen.repeat_guard(GenerationParams(no_repeat_ngram=NO_REPEAT_NGRAM))
+    loop = gen.tokenizer.encode(" in the town, in the town, in the town")
+    banned = []
+    for token in loop:
+        banned += [token] if token in guard.banned() else []
+        guard.feed(token)
+    assert banned and all(gen.tokenizer.decode([t]).strip() for t in banned)
+
+
 def test_key_cache_precision_is_a_choice() -> None:
     from marginalia.errors import UserError
     from marginalia.models.llamacpp_backend import LlamaCppGenerator

@@ -34,7 +34,7 @@ ANSWER_STYLES: tuple[str, ...] = get_args(AnswerStyle)
 #: share of the question's words)
 TOPIC_THRESHOLD = 0.25
 #: the composition client's loop guard where its model can mask tokens (`ComposeOptions.no_repeat_ngram`;
-#: benchmarks/compose_utility.py measures it)
+#: benchmarks/loop_guard.py measures what it cuts, benchmarks/compose_utility.py what it does to suggestions)
 NO_REPEAT_NGRAM = 3
 
 
@@ -258,6 +258,10 @@ class TuneDataOptions(Options):
     reference_words: int = Field(
         default=15, gt=0, description="words of the true continuation kept beside each label (for comparison; "
                                       "not trained on)")
+    label_guard: int = Field(
+        default=0, ge=0,
+        description="the larger model writes no run of this many tokens twice in a label (the client's loop "
+                    "guard, numbers apart), so that the client is not tuned on loops; 0: plain greedy labels")
 
 
 class TuneOptions(Options):

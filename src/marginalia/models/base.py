@@ -250,10 +250,12 @@ class Generator(ABC):
             return None
         return CopyState(params.copy_from, self.tokenizer.decode, also=params.copy_also)
 
-    @staticmethod
-    def repeat_guard(params: GenerationParams) -> NoRepeat | None:
-        """A fresh `NoRepeat` for one generation under ``params`` (None without ``no_repeat_ngram``)."""
-        return NoRepeat(params.no_repeat_ngram) if params.no_repeat_ngram > 0 else None
+    def repeat_guard(self, params: GenerationParams) -> NoRepeat | None:
+        """A fresh `NoRepeat` for one generation under ``params`` (None without ``no_repeat_ngram``); it lets
+        numbers repeat (this model's tokens of digits and blanks)."""
+        if params.no_repeat_ngram <= 0:
+            return None
+        return NoRepeat(params.no_repeat_ngram, self.tokenizer.decode)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ class TuningExample:
     label_model: str
     label_tokens: int
     seconds: float = 0.0  # memory and label, together
+    label_guard: int = 0  # the label model's loop guard (`TuneDataOptions.label_guard`; 0: plain greedy)
     schema: int = field(default=SCHEMA)
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,11 +127,12 @@ def cut_text(text: str, cuts: int, min_words: int, max_words: int, reference_wor
 
 
 def label_continuation(generator: Generator, prompt: ClientPrompt, context: str, memory: Sequence[MemoryItem],
-                       tokens: int) -> str:
+                       tokens: int, guard: int = 0) -> str:
     """The larger model's greedy continuation of the client's prompt for ``context`` and ``memory``: at most
-    ``tokens`` tokens, ended after a line break (kept: the client learns where a suggestion ends)."""
+    ``tokens`` tokens, ended after a line break (kept: the client learns where a suggestion ends); ``guard``:
+    no run of that many tokens written twice (numbers apart, `marginalia.models.repeats`)."""
     ids = prompt.for_text(context, memory)
-    stream = generator.stream_prompt(ids, GenerationParams(max_new_tokens=tokens))
+    stream = generator.stream_prompt(ids, GenerationParams(max_new_tokens=tokens, no_repeat_ngram=guard))
     text = ""
     try:
         for delta in stream:
@@ -176,12 +178,13 @@ def _read(path: Path) -> tuple[list[TuningExample], bool]:
     return out, torn
 
 
-def _open_output(out: Path, label_model: str, label_tokens: int, advice: str) -> list[TuningExample]:
+def _open_output(out: Path, label_model: str, label_tokens: int, label_guard: int,
+                 advice: str) -> list[TuningExample]:
     """The examples already in the output file ``out`` (a torn last line is cut off; a missing file's folder
     is made).
 
     Raises:
-        UserError: ``out`` holds examples of another label model or label length.
+        UserError: ``out`` holds examples of another label model, label length or label guard.
     """
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -190,9 +193,11 @@ def _open_output(out: Path, label_model: str, label_tokens: int, advice: str) ->
     if torn:
         atomic_write_lines(out, [e.to_dict() for e in existing])
     for example in existing[:1]:
-        if (example.label_model, example.label_tokens) != (label_model, label_tokens):
+        if (example.label_model, example.label_tokens, example.label_guard) != (label_model, label_tokens,
+                                                                                label_guard):
+            guard = f", no run of {example.label_guard} tokens twice" if example.label_guard else ", plain greedy"
             raise UserError(f"{out} holds examples labelled by {example.label_model} with at most "
-                            f"{example.label_tokens} tokens; {advice}")
+                            f"{example.label_tokens} tokens{guard}; {advice}")
     return existing
 
 
@@ -236,8 +241,9 @@ def make_examples(documents: Iterable[Document], label_model: Generator, path: s
     if not docs:
         raise UserError("no texts to make tuning examples from; give files or folders of documents")
     out = Path(path).expanduser()
-    existing = _open_output(out, label_model.name, options.label_tokens,
-                            "give another file, or the same label model and --label-tokens to add to it")
+    existing = _open_output(out, label_model.name, options.label_tokens, options.label_guard,
+                            "give another file, or the same label model, --label-tokens and --label-guard to add "
+                            "to it")
     done_ids = {e.id for e in existing}
     planned = [(doc, cut_text(doc.text, options.cuts, options.min_words, options.max_words,
                               options.reference_words)) for doc in docs]
@@ -264,10 +270,11 @@ def make_examples(documents: Iterable[Document], label_model: Generator, path: s
                 continue
             t1 = time.perf_counter()
             items = tuple(fetch(MemoryRequest(seen, cut.context, cut.context, 0))) if fetch else ()
-            text = label_continuation(label_model, prompt, cut.context, items, options.label_tokens)
+            text = label_continuation(label_model, prompt, cut.context, items, options.label_tokens,
+                                      options.label_guard)
             example = TuningExample(key, doc.source, doc.doc_id, cut.offset, cut.context, items, text,
                                     cut.reference, label_model.name, options.label_tokens,
-                                    round(time.perf_counter() - t1, 3))
+                                    round(time.perf_counter() - t1, 3), options.label_guard)
             append_line(f, example.to_dict())
             done_ids.add(key)
             written += 1
@@ -279,22 +286,24 @@ def make_examples(documents: Iterable[Document], label_model: Generator, path: s
 
 
 def relabel_examples(source: str | Path, label_model: Generator, path: str | Path, label_tokens: int, *,
-                     limit: int | None = None, progress: Callable[[int, int], None] | None = None) -> DataReport:
-    """Label the examples of ``source`` again, with ``label_model`` and at most ``label_tokens`` tokens, into
-    the JSONL file ``path``: the same prefixes and memory (nothing is retrieved or compressed again), a new
-    label each. Resumable like `make_examples`: examples already in ``path`` are skipped, and ``path`` can
-    then be extended with `make_examples` (same label model and label length).
+                     label_guard: int = 0, limit: int | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> DataReport:
+    """Label the examples of ``source`` again, with ``label_model``, at most ``label_tokens`` tokens and the
+    loop guard ``label_guard`` (see `label_continuation`), into the JSONL file ``path``: the same prefixes and
+    memory (nothing is retrieved or compressed again), a new label each. Resumable like `make_examples`:
+    examples already in ``path`` are skipped, and ``path`` can then be extended with `make_examples` (same
+    label model, label length and guard).
 
     Raises:
         UserError: ``source`` is missing or not tuning data, ``path`` is ``source``, or ``path`` holds examples
-            of another label model or length.
+            of another label model, length or guard.
     """
     t0 = time.perf_counter()
     src, out = Path(source).expanduser(), Path(path).expanduser()
     if out.exists() and out.resolve() == src.resolve():
         raise UserError(f"{out} is the file to relabel; give another output file")
     examples = read_examples(src)
-    existing = _open_output(out, label_model.name, label_tokens, "give another file")
+    existing = _open_output(out, label_model.name, label_tokens, label_guard, "give another file")
     done_ids = {e.id for e in existing}
     prompt = ClientPrompt(label_model, label_tokens)
     room = None if limit is None else max(limit - len(existing), 0)
@@ -303,9 +312,10 @@ def relabel_examples(source: str | Path, label_model: Generator, path: str | Pat
         for seen, example in enumerate(examples, 1):
             if example.id not in done_ids and (room is None or written < room):
                 t1 = time.perf_counter()
-                text = label_continuation(label_model, prompt, example.context, example.memory, label_tokens)
+                text = label_continuation(label_model, prompt, example.context, example.memory, label_tokens,
+                                          label_guard)
                 new = replace(example, label=text, label_model=label_model.name, label_tokens=label_tokens,
-                              seconds=round(time.perf_counter() - t1, 3))
+                              seconds=round(time.perf_counter() - t1, 3), label_guard=label_guard)
                 append_line(f, new.to_dict())
                 done_ids.add(example.id)
                 written += 1
