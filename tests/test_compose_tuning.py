@@ -243,6 +243,13 @@ def test_labels_can_be_written_under_a_loop_guard(tmp_path: Path) -> None:
     report = relabel_examples(tmp_path / "g0.jsonl", gen, tmp_path / "g3.jsonl", 6, label_guard=3)
     assert report.written == 2 and gen.requests[-1].params.no_repeat_ngram == 3
     assert {e.label_guard for e in read_examples(tmp_path / "g3.jsonl")} == {3}
+    server = ScriptedGenerator(default=" next")
+    server.supports_copy = False  # as a server backend: it cannot mask tokens, so nothing is labelled
+    with pytest.raises(UserError, match="no run of tokens twice"):
+        make_examples(docs, server, tmp_path / "server.jsonl", guarded)
+    with pytest.raises(UserError, match="no run of tokens twice"):
+        relabel_examples(tmp_path / "g0.jsonl", server, tmp_path / "server.jsonl", 6, label_guard=3)
+    assert not server.requests and not (tmp_path / "server.jsonl").exists()
     # examples written before the guard existed read as plain greedy
     line = json.loads((tmp_path / "g0.jsonl").read_text().splitlines()[0])
     del line["label_guard"]

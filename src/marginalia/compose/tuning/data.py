@@ -232,8 +232,8 @@ def make_examples(documents: Iterable[Document], label_model: Generator, path: s
         progress: ``(done, total)`` over the cuts.
 
     Raises:
-        UserError: no documents, none long enough to cut, or a file made with another label model or label
-            length.
+        UserError: no documents, none long enough to cut, a file made with another label model, label length
+            or guard, or a guard the label model cannot enforce (a server).
     """
     options = options or TuneDataOptions()
     t0 = time.perf_counter()
@@ -241,6 +241,7 @@ def make_examples(documents: Iterable[Document], label_model: Generator, path: s
     if not docs:
         raise UserError("no texts to make tuning examples from; give files or folders of documents")
     out = Path(path).expanduser()
+    label_model.check_first_choices(GenerationParams(no_repeat_ngram=options.label_guard))  # a server refuses it
     existing = _open_output(out, label_model.name, options.label_tokens, options.label_guard,
                             "give another file, or the same label model, --label-tokens and --label-guard to add "
                             "to it")
@@ -295,14 +296,15 @@ def relabel_examples(source: str | Path, label_model: Generator, path: str | Pat
     label model, label length and guard).
 
     Raises:
-        UserError: ``source`` is missing or not tuning data, ``path`` is ``source``, or ``path`` holds examples
-            of another label model, length or guard.
+        UserError: ``source`` is missing or not tuning data, ``path`` is ``source``, ``path`` holds examples
+            of another label model, length or guard, or the label model cannot enforce the guard (a server).
     """
     t0 = time.perf_counter()
     src, out = Path(source).expanduser(), Path(path).expanduser()
     if out.exists() and out.resolve() == src.resolve():
         raise UserError(f"{out} is the file to relabel; give another output file")
     examples = read_examples(src)
+    label_model.check_first_choices(GenerationParams(no_repeat_ngram=label_guard))  # a server refuses it
     existing = _open_output(out, label_model.name, label_tokens, label_guard, "give another file")
     done_ids = {e.id for e in existing}
     prompt = ClientPrompt(label_model, label_tokens)
