@@ -566,24 +566,19 @@ def main() -> None:
         corpus = args.enron_corpus if item.dataset == "enron" else "wikitext"
         key = item_key(item, eval_gen.name, args.tokens, args.hits, corpus, args.label_guard)
         plain = item_key(item, eval_gen.name, args.tokens, args.hits, corpus)
-        if key not in cache and plain in cache:  # the memory is made: only the label is written again
-            t0 = time.perf_counter()
-            record = {**relabel(item, cache[plain], label_client, args.tokens), "key": key}
-            eval_seconds += time.perf_counter() - t0
-            relabelled += 1
-            with cache_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
-            cache[key] = record
-            print(f"[{n}/{len(items)}] {item.key}: relabelled label={record['label'][:60]!r}", flush=True)
         if key not in cache:
-            common = {"hits": args.hits, "search": options.search, "min_similarity": options.min_similarity,
-                      "exclude": excluded(item), "item_tokens": options.item_tokens}
-            takeaway = TakeawayMemory(store_of[item.dataset], eval_gen, **common)
-            margin = MarginMemory(store_of[item.dataset], eval_gen.fork(keep_cache=False), **common)
             t0 = time.perf_counter()
-            record = {"key": key, **eval_record(item, takeaway, margin, label_client, args.tokens)}
+            if plain in cache:  # the memory is made (a label guard is new): only the label is written again
+                record = {**relabel(item, cache[plain], label_client, args.tokens), "key": key}
+                relabelled += 1
+            else:
+                common = {"hits": args.hits, "search": options.search, "min_similarity": options.min_similarity,
+                          "exclude": excluded(item), "item_tokens": options.item_tokens}
+                takeaway = TakeawayMemory(store_of[item.dataset], eval_gen, **common)
+                margin = MarginMemory(store_of[item.dataset], eval_gen.fork(keep_cache=False), **common)
+                record = {"key": key, **eval_record(item, takeaway, margin, label_client, args.tokens)}
+                made += 1
             eval_seconds += time.perf_counter() - t0
-            made += 1
             with cache_path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
             cache[key] = record
