@@ -139,7 +139,6 @@ def main() -> None:
                               suggestion_tokens=max(lengths))
     base = client.params
     looped: dict[tuple[str, int, int], int] = {}
-    made: dict[tuple[str, int], int] = {}
     for name, its in items.items():
         for it in its:  # every guard and length in turn on one prefix: its prompt is prefilled once
             for length in lengths:
@@ -147,7 +146,6 @@ def main() -> None:
                     client.params = replace(base, max_new_tokens=length, no_repeat_ngram=n)
                     text = client.complete(it.prefix, max_new_tokens=length).text()
                     looped[name, length, n] = looped.get((name, length, n), 0) + loops(text)
-                    made[name, length] = made.get((name, length), 0) + (n == ngrams[0])
         print(f"{name}: " + ", ".join(f"{length} tokens n={n} {looped[name, length, n]}" for length in lengths
                                       for n in ngrams) + f" of {len(its)} loop", flush=True)
     load_after = os.getloadavg()
@@ -165,8 +163,8 @@ def main() -> None:
     human_rows = [f"| {name} | {length} | " + " | ".join(human_cell(name, length, n) for n in guards) + " |"
                   for name in texts for length in lengths]
     client_rows = [f"| {name} | {length} | " + " | ".join(
-        pct(looped[name, length, n], made[name, length]) for n in ngrams) + " |"
-        for name in items for length in lengths]
+        pct(looped[name, length, n], len(its)) for n in ngrams) + " |"
+        for name, its in items.items() for length in lengths]
     body = "\n".join([
         "## The composition client's loop guard (`benchmarks/loop_guard.py`)"
         + (f": {model_name}" if args.model != "smollm2" else ""),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-_DIGITS = re.compile(r"[\d\s]*\d[\d\s]*|\s+")
+_DIGITS = re.compile(r"[\d\s]+")
 
 
 def repeating(tokens: Sequence[int], n: int) -> set[int]:
