@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from marginalia.compose import threads
 from marginalia.errors import BackendError
 from marginalia.index.embedders import HashingEmbedder
 from marginalia.models.base import GenerationParams
@@ -37,6 +38,15 @@ pytest.importorskip("lancedb")
 pytest.importorskip("rapidfuzz")
 
 from fastapi.testclient import TestClient  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def normal_class_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory threads in the normal class, only nicer: these tests wait on memory work, which in the idle class
+    gets no core while any other process wants one (a loaded machine would fail them; test_compose.py covers
+    the idle class)."""
+    monkeypatch.setattr(threads, "IDLE_CLASS", False)
+
 
 TEXT = "The night ferry to Brackwater"
 #: refresh memory after a few tokens, from every chunk, with no wait before suggesting
