@@ -49,8 +49,6 @@ import argparse
 import hashlib
 import json
 import os
-import random
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -60,6 +58,15 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import ROOT, command_line, git_commit, load_note, machine, write_section  # noqa: E402
+from compose_items import (  # noqa: E402
+    PREFIX_CHARS,
+    SHARED_RUN,
+    Item,
+    detokenize_email,
+    enron_items,
+    shared_runs,
+    wikitext_items,
+)
 from compose_latency import clean  # noqa: E402
 from compose_tuning import span  # noqa: E402
 
@@ -70,8 +77,6 @@ PLOT = ROOT / "benchmarks" / "compose_freshness.png"
 LOOPING = 0.6
 #: words of the prefix's end that retrieval searches with
 QUERY_WORDS = 60
-#: characters of earlier text a prefix keeps before its paragraph (cut at a paragraph start)
-PREFIX_CHARS = 700
 CACHE_VERSION = 3  # 2: margins asked as a request to help continue the passage, no topicality asked;
 #                    3: a takeaway two chunks of one document yield is held once
 ROWS = ("vanilla", "chunks", "takeaways", "margins", "tuned-bare", "tuned")
@@ -83,121 +88,6 @@ ROW_NAMES = {
     "tuned-bare": "instruction-tuned client, no memory",
     "tuned": "instruction-tuned client + memory (takeaways)",
 }
-
-
-@dataclass(frozen=True)
-class Item:
-    dataset: str  # "wikitext" or "enron"
-    key: str  # the document's id and the cut
-    source: str  # the document's file in the collection ("" for an e-mail: not in it)
-    prefix: str
-
-
-# -- test items ------------------------------------------------------------------------------------------
-
-
-def _cut(paragraph: str, rng: random.Random) -> str | None:
-    """The paragraph up to a word end 40-70% into it (None when it is too short to leave 20 words after)."""
-    ws = paragraph.split(" ")
-    if len(ws) < 60:
-        return None
-    k = rng.randint(int(0.4 * len(ws)), int(0.7 * len(ws)))
-    return " ".join(ws[:k])
-
-
-def wikitext_items(articles: list[dict[str, Any]], files: list[Path], chosen: range, n: int,
-                   seed: int) -> list[Item]:
-    """``n`` prefixes from the articles ``chosen`` (indices), a paragraph per article in turn (each article's
-    paragraphs in a random order), so that no article gives more than the count needs; an article whose
-    paragraphs run out leaves its turn to the others."""
-    rng = random.Random(seed)
-    picks: dict[int, tuple[list[str], list[int]]] = {}  # article -> its paragraphs, the order they are cut in
-    for i in chosen:
-        paragraphs = clean(articles[i]["text"]).split("\n\n")
-        body = [j for j, p in enumerate(paragraphs) if not p.startswith("#") and len(p.split()) >= 60]
-        picks[i] = (paragraphs, rng.sample(body, len(body)))
-    items: list[Item] = []
-    for round_ in range(max((len(order) for _, order in picks.values()), default=0)):
-        for i in chosen:
-            if len(items) >= n:
-                return items
-            paragraphs, cut_at = picks[i]
-            if len(cut_at) <= round_:
-                continue
-            j = cut_at[round_]
-            cut = _cut(paragraphs[j], rng)
-            if cut is None:
-                continue
-            before = "\n\n".join(paragraphs[:j])
-            if len(before) > PREFIX_CHARS:
-                at = before.find("\n\n", len(before) - PREFIX_CHARS)
-                before = before[at + 2:] if at >= 0 else before[-PREFIX_CHARS:]
-            prefix = f"# {articles[i]['title']}\n\n" + (before + "\n\n" if before else "") + cut
-            items.append(Item("wikitext", f"wiki{i}:p{j}", str(files[i]), prefix))
-    return items
-
-
-def detokenize_email(text: str) -> str:
-    """The Enron release's spaced tokens closed up a little (``we ' ll`` -> ``we'll``, ``a , b`` -> ``a, b``)."""
-    text = re.sub(r" ' (s|t|ll|re|ve|d|m)\b", r"'\1", text)
-    text = re.sub(r" ([,.;:!?)])", r"\1", text)
-    return text.replace("( ", "(")
-
-
-#: a header line of an e-mail quoted or forwarded inside another
-_HEADER = re.compile(r"^\s*(from|to|cc|bcc|subject|date|sent|message - id|importance)\s*:", re.IGNORECASE)
-#: forwarding marks, separator rules, and "name 10 / 31 / 2000 07 : 21 am" stamps above a quoted reply
-_MARK = re.compile(r"forwarded|original message|- - - -|\d+ / \d+ / \d+\s+\d+\s?:\s?\d+", re.IGNORECASE)
-
-
-def email_body(text: str) -> str:
-    """The e-mail's own writing: its longest run of lines (by characters) holding no header line of a
-    forwarded or quoted message, no forwarding mark and no reply stamp."""
-    runs: list[list[str]] = [[]]
-    for line in text.split("\n"):
-        if not line.strip():
-            continue
-        if _HEADER.match(line) or _MARK.search(line):
-            runs.append([])
-        else:
-            runs[-1].append(line.strip())
-    return max((" ".join(run) for run in runs), key=len)
-
-
-def enron_items(rows: list[dict[str, Any]], n: int, seed: int, files: dict[str, Path] | None = None) -> list[Item]:
-    """``n`` prefixes of e-mail bodies; ``files``: each e-mail's file in a collection (by id), which becomes the
-    item's source (left out of its memory)."""
-    rng = random.Random(seed)
-    items = []
-    for row in rows:
-        text = detokenize_email(row["text"])
-        cut = _cut(" ".join(email_body(text).split()), rng)
-        if cut is None:
-            continue
-        source = str(files[str(row["id"])]) if files else ""
-        items.append(Item("enron", f"enron{row['id']}", source, cut[-PREFIX_CHARS:].lstrip()))
-        if len(items) >= n:
-            break
-    return items
-
-
-#: words in a run two e-mails share when one quotes or copies the other
-SHARED_RUN = 10
-
-
-def shared_runs(texts: dict[str, str], words: int = SHARED_RUN) -> dict[str, set[str]]:
-    """For each text (by key), the other texts that share a run of ``words`` words with it (lower-cased)."""
-    seen: dict[tuple[str, ...], set[str]] = {}
-    for key, text in texts.items():
-        ws = text.lower().split()
-        for i in range(len(ws) - words + 1):
-            seen.setdefault(tuple(ws[i:i + words]), set()).add(key)
-    near: dict[str, set[str]] = {key: set() for key in texts}
-    for keys in seen.values():
-        if len(keys) > 1:
-            for key in keys:
-                near[key] |= keys - {key}
-    return near
 
 
 # -- the eval model's memory and labels, cached --------------------------------------------------------
@@ -397,7 +287,7 @@ def plot(thresholds: list[int], rates: list[float], gleus: list[float], path: Pa
     plt.close(fig)
 
 
-# -- main ----------------------------------------------------------------------------------------------------
+# -- the verdicts -------------------------------------------------------------------------------------------
 
 
 def memory_share(draws: Sequence[tuple[set[str], set[str]]]) -> float | None:
@@ -431,7 +321,10 @@ def paper_order(gleu: dict[str, float], share: float | None) -> str:
     return verdict
 
 
-def main() -> None:
+# -- the run, stage by stage: arguments, items, labels, rows, freshness ------------------------------------
+
+
+def parse_args() -> argparse.Namespace:
     from marginalia.options import NO_REPEAT_NGRAM
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -464,36 +357,54 @@ def main() -> None:
     ap.add_argument("--enron-corpus", choices=("wikitext", "mail"), default="wikitext",
                     help="where the Enron items' memory comes from: the WikiText collection, or the other e-mails")
     ap.add_argument("--section", default="compose_utility", help="the BENCHMARKS.md section written")
-    ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
-    args = ap.parse_args()
-    plot_path = PLOT if args.section == "compose_utility" else PLOT.with_name(f"{args.section}_freshness.png")
-    wiki_path, enron_path = args.data / "wikitext-test-articles.part1.jsonl", args.data / "enron-ham.part1.jsonl"
-    for path in (wiki_path, enron_path, args.eval_model):
-        if not path.is_file():
-            sys.exit(f"{path} is missing; give --data or --eval-model")
+    ap.add_argument("--no-write", action="store_true",
+                    help="print the section, leave BENCHMARKS.md and its plot alone (the plot goes to the home)")
+    return ap.parse_args()
 
+
+@dataclass
+class Corpus:
+    """The test items, and the collections their memory comes from."""
+
+    items: list[Item]
+    store_of: dict[str, Any]  # per dataset, the collection its memory is retrieved from
+    ids_of: dict[str, str]  # a collection file's resolved path -> its document id
+    mail_files: dict[str, Path]  # e-mail id -> its file (only when the e-mails are the Enron items' collection)
+    near: dict[str, set[str]]  # e-mail id -> the e-mails quoting or copying it
+    description: str  # where memory comes from, in the section's words
+
+    def has(self, dataset: str) -> bool:
+        return any(it.dataset == dataset for it in self.items)
+
+    def count(self, dataset: str) -> int:
+        return sum(1 for it in self.items if it.dataset == dataset)
+
+    def excluded(self, item: Item) -> set[str]:
+        """What an item's memory must not come from: its own document, and e-mails quoting or copying it."""
+        sources = {item.source} | ({str(self.mail_files[k]) for k in self.near.get(item.key.removeprefix("enron"), ())}
+                                   if item.dataset == "enron" else set())
+        return {x for s in sources for x in (s, self.ids_of.get(s, ""))} - {""}
+
+
+def write_if_changed(path: Path, text: str) -> Path:
+    if not path.is_file() or path.read_text("utf-8") != text:
+        path.write_text(text, "utf-8")
+    return path.resolve()
+
+
+def load_corpus(args: argparse.Namespace, home: Path, count_tokens: Any) -> Corpus:
+    """The items (WikiText articles and e-mails written into files under ``home``) and their collections, indexed
+    with ``count_tokens`` (the client's tokenizer)."""
     from marginalia import app
-    from marginalia.compose import CompletionClient, MarginMemory, TakeawayMemory
-    from marginalia.home import resolve_home
-    from marginalia.models.llamacpp_backend import LlamaCppGenerator
-    from marginalia.options import ComposeOptions
 
-    t_start = time.perf_counter()
-    load_before = os.getloadavg()
-    home = resolve_home(args.home) / "bench-compose-utility"
+    wiki_path, enron_path = args.data / "wikitext-test-articles.part1.jsonl", args.data / "enron-ham.part1.jsonl"
     docs = home / "docs"
     docs.mkdir(parents=True, exist_ok=True)
     articles = [json.loads(line) for line in wiki_path.read_text("utf-8").splitlines() if line.strip()]
-    files = []
-    for i, article in enumerate(articles):
-        path = docs / f"wiki-{i:02d}.md"
-        text = f"# {article['title']}\n\n{clean(article['text'])}"
-        if not path.is_file() or path.read_text("utf-8") != text:
-            path.write_text(text, "utf-8")
-        files.append(path.resolve())
+    files = [write_if_changed(docs / f"wiki-{i:02d}.md", f"# {article['title']}\n\n{clean(article['text'])}")
+             for i, article in enumerate(articles)]
     emails = [json.loads(line) for line in enron_path.read_text("utf-8").splitlines() if line.strip()]
-    chosen = span(args.wiki_articles, len(articles))
-    items = wikitext_items(articles, files, chosen, args.wiki, args.seed)
+    items = wikitext_items(articles, files, span(args.wiki_articles, len(articles)), args.wiki, args.seed)
     if len(items) < args.wiki:
         sys.exit(f"--wiki {args.wiki}: articles {args.wiki_articles} give only {len(items)} prefixes; ask for fewer "
                  "or widen --wiki-articles (an article compose_tuning.py cut would flatter the tuned client)")
@@ -503,147 +414,157 @@ def main() -> None:
         mail_docs = home / "mail"
         mail_docs.mkdir(parents=True, exist_ok=True)
         texts = {str(row["id"]): detokenize_email(row["text"]) for row in emails}
-        for key, text in texts.items():
-            path = mail_docs / f"enron-{key}.txt"
-            if not path.is_file() or path.read_text("utf-8") != text:
-                path.write_text(text, "utf-8")
-            mail_files[key] = path.resolve()
+        mail_files = {key: write_if_changed(mail_docs / f"enron-{key}.txt", text) for key, text in texts.items()}
         near = shared_runs(texts)
     items += enron_items(emails, args.enron, args.seed, mail_files or None)
 
-    from marginalia.models.loaders import embedded_gguf
-
-    if args.client == "smollm2":
-        client_gen = LlamaCppGenerator(embedded_gguf(), name="smollm2", n_threads=args.threads, n_branches=0)
-    else:
-        client_gen = app.load_model(args.client, home=home, backend="llamacpp")
     t0 = time.perf_counter()
-    app.index_paths([docs], "wikitext", count_tokens=client_gen.tokenizer.count, home=home)
+    app.index_paths([docs], "wikitext", count_tokens=count_tokens, home=home)
     store = app.open_collection("wikitext", home=home)
     n_chunks = sum(d.n_chunks for d in store.documents())
     print(f"collection: {len(files)} articles, {n_chunks} chunks ({time.perf_counter() - t0:.0f} s)", flush=True)
     # every item's own article is excluded by its source; documents' ids are what memory generators see
     ids_of = {str(Path(d.source).resolve()): d.doc_id for d in store.documents()}
-    store_of = {"wikitext": store, "enron": store}
+    corpus = Corpus(items, {"wikitext": store, "enron": store}, ids_of, mail_files, near, "")
     wiki_corpus = f"a collection of the {len(files)} WikiText articles ({n_chunks} chunks)"
-    mail_corpus = ""
-    if mail_files:
-        app.index_paths([home / "mail"], "enron-mail", count_tokens=client_gen.tokenizer.count, home=home)
-        store_of["enron"] = app.open_collection("enron-mail", home=home)
-        mail_chunks = sum(d.n_chunks for d in store_of["enron"].documents())
-        ids_of.update({str(Path(d.source).resolve()): d.doc_id for d in store_of["enron"].documents()})
-        quoted = sum(1 for it in items if it.dataset == "enron" and near.get(it.key.removeprefix("enron")))
-        mail_corpus = (f"a collection of the {len(mail_files)} e-mails ({mail_chunks} chunks), never the item's own "
-                       f"e-mail nor one sharing a {SHARED_RUN}-word run with it (a reply quoting it, a copy: "
-                       f"{quoted} of the Enron items have one)")
-    has_wiki = any(it.dataset == "wikitext" for it in items)
-    has_enron = any(it.dataset == "enron" for it in items)
-    if not mail_corpus:
-        corpus_text = wiki_corpus + ", never from the WikiText item's own article"
-    elif has_wiki:
-        corpus_text = (f"{wiki_corpus} for the WikiText items (never the item's own article), and for the Enron "
-                       f"items from {mail_corpus}")
-    else:
-        corpus_text = mail_corpus
+    if not mail_files:
+        corpus.description = wiki_corpus + ", never from the WikiText item's own article"
+        return corpus
+    app.index_paths([home / "mail"], "enron-mail", count_tokens=count_tokens, home=home)
+    corpus.store_of["enron"] = mail = app.open_collection("enron-mail", home=home)
+    mail_chunks = sum(d.n_chunks for d in mail.documents())
+    ids_of.update({str(Path(d.source).resolve()): d.doc_id for d in mail.documents()})
+    quoted = sum(1 for it in items if it.dataset == "enron" and near.get(it.key.removeprefix("enron")))
+    mail_corpus = (f"a collection of the {len(mail_files)} e-mails ({mail_chunks} chunks), never the item's own "
+                   f"e-mail nor one sharing a {SHARED_RUN}-word run with it (a reply quoting it, a copy: "
+                   f"{quoted} of the Enron items have one)")
+    corpus.description = (f"{wiki_corpus} for the WikiText items (never the item's own article), and for the Enron "
+                          f"items from {mail_corpus}") if corpus.has("wikitext") else mail_corpus
+    return corpus
 
-    def excluded(item: Item) -> set[str]:
-        """What an item's memory must not come from: its own document, and e-mails quoting or copying it."""
-        sources = {item.source} | ({str(mail_files[k]) for k in near.get(item.key.removeprefix("enron"), ())}
-                                   if item.dataset == "enron" else set())
-        return {x for s in sources for x in (s, ids_of.get(s, ""))} - {""}
+
+@dataclass
+class Labelled:
+    """The eval model's memory and label per item (`eval_record`), and what making them cost this run."""
+
+    records: list[dict[str, Any]]
+    seconds: float
+    made: int  # items given memory and a label
+    relabelled: int  # items given only a new label (a new label guard)
+    drafted: int  # memory items from what an item must not draw on (0, or a leak)
+
+
+def label_items(args: argparse.Namespace, corpus: Corpus, eval_gen: Any, home: Path) -> Labelled:
+    """Each item's record: from the cache under ``home`` where it is there, else made by ``eval_gen`` and
+    appended to the cache at once (a run that stops goes on where it stopped)."""
+    from marginalia.compose import CompletionClient, MarginMemory, TakeawayMemory
+    from marginalia.options import ComposeOptions
 
     options = ComposeOptions()
-    eval_gen = LlamaCppGenerator(args.eval_model, name=f"gguf:{args.eval_model.name}", n_ctx=8192,
-                                 n_threads=args.threads, n_branches=0)
     # no memory is ever prepared in the background here, so a fork sharing the context can stand by
     label_client = CompletionClient(eval_gen.fork(keep_cache=False), standby=eval_gen.fork(keep_cache=False),
                                     suggestion_tokens=args.tokens, no_repeat_ngram=args.label_guard)
     cache_path = home / "eval-cache.jsonl"
     cache = load_cache(cache_path)
-    records: list[dict[str, Any]] = []
-    eval_seconds, made, relabelled = 0.0, 0, 0
-    for n, item in enumerate(items, 1):
-        corpus = args.enron_corpus if item.dataset == "enron" else "wikitext"
-        key = item_key(item, eval_gen.name, args.tokens, args.hits, corpus, args.label_guard)
-        plain = item_key(item, eval_gen.name, args.tokens, args.hits, corpus)
+    run = Labelled([], 0.0, 0, 0, 0)
+    for n, item in enumerate(corpus.items, 1):
+        source = args.enron_corpus if item.dataset == "enron" else "wikitext"
+        key = item_key(item, eval_gen.name, args.tokens, args.hits, source, args.label_guard)
+        plain = item_key(item, eval_gen.name, args.tokens, args.hits, source)
         if key not in cache:
             t0 = time.perf_counter()
             if plain in cache:  # the memory is made (a label guard is new): only the label is written again
                 record = {**relabel(item, cache[plain], label_client, args.tokens), "key": key}
-                relabelled += 1
+                run.relabelled += 1
             else:
                 common = {"hits": args.hits, "search": options.search, "min_similarity": options.min_similarity,
-                          "exclude": excluded(item), "item_tokens": options.item_tokens}
-                takeaway = TakeawayMemory(store_of[item.dataset], eval_gen, **common)
-                margin = MarginMemory(store_of[item.dataset], eval_gen.fork(keep_cache=False), **common)
+                          "exclude": corpus.excluded(item), "item_tokens": options.item_tokens}
+                takeaway = TakeawayMemory(corpus.store_of[item.dataset], eval_gen, **common)
+                margin = MarginMemory(corpus.store_of[item.dataset], eval_gen.fork(keep_cache=False), **common)
                 record = {"key": key, **eval_record(item, takeaway, margin, label_client, args.tokens)}
-                made += 1
-            eval_seconds += time.perf_counter() - t0
+                run.made += 1
+            run.seconds += time.perf_counter() - t0
             with cache_path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
             cache[key] = record
-            print(f"[{n}/{len(items)}] {item.key}: {record['seconds']} label={record['label'][:60]!r}", flush=True)
-        records.append(cache[key])
-    drafted = sum(1 for r, it in zip(records, items, strict=True) for x in r["takeaways"] + r["margins"] + r["chunks"]
-                  if it.source and x["doc_id"] in excluded(it))
+            print(f"[{n}/{len(corpus.items)}] {item.key}: {record['seconds']} label={record['label'][:60]!r}",
+                  flush=True)
+        run.records.append(cache[key])
+    run.drafted = sum(1 for r, it in zip(run.records, corpus.items, strict=True)
+                      for x in r["takeaways"] + r["margins"] + r["chunks"]
+                      if it.source and x["doc_id"] in corpus.excluded(it))
+    return run
 
-    client = CompletionClient(client_gen.fork(keep_cache=False), standby=client_gen.fork(keep_cache=False),
-                              suggestion_tokens=args.tokens, no_repeat_ngram=args.no_repeat_ngram)
-    tuned = None
-    if args.tuned_client:
-        from marginalia.models.base import CachingGenerator
 
-        tuned_gen = app.load_model(args.tuned_client, home=home)
-        if not isinstance(tuned_gen, CachingGenerator):
-            sys.exit(f"the tuned client {args.tuned_client} keeps no KV cache; give an in-process model")
-        tuned = CompletionClient(tuned_gen, standby=tuned_gen.fork(keep_cache=False), suggestion_tokens=args.tokens,
-                                 no_repeat_ngram=args.no_repeat_ngram)
-    memory_of = {"vanilla": None, "chunks": "chunks", "takeaways": "takeaways", "margins": "margins",
-                 "tuned-bare": None, "tuned": "takeaways"}
+#: the memory each row's client reads (None: none)
+MEMORY_OF = {"vanilla": None, "chunks": "chunks", "takeaways": "takeaways", "margins": "margins",
+             "tuned-bare": None, "tuned": "takeaways"}
+
+
+@dataclass
+class Rows:
+    """Each row's scores (by "dataset/row"), and per dataset its rows' completions, its labels and what the
+    labels draw from their memory (`memory_draw`)."""
+
+    results: dict[str, dict[str, Any]]
+    predictions: dict[str, dict[str, list[str]]]
+    labels: dict[str, list[str]]
+    draws: dict[str, list[tuple[set[str], set[str]]]]
+    seconds: float
+
+    def gleu(self, dataset: str) -> dict[str, float]:
+        return {row: self.results[f"{dataset}/{row}"]["gleu"] for row in ROWS if f"{dataset}/{row}" in self.results}
+
+
+def score_rows(args: argparse.Namespace, corpus: Corpus, records: Sequence[dict[str, Any]], client: Any,
+               tuned: Any, home: Path) -> Rows:
+    """Every row on the items with a label; completions cached per client, row and item under ``home``."""
     completions_path = home / "client-cache.jsonl"  # completions and label scores, per client, row and item
     completions = load_cache(completions_path)
-    results: dict[str, dict[str, Any]] = {}
-    predictions_kept: dict[str, dict[str, list[str]]] = {}
-    labels_of: dict[str, list[str]] = {}
-    drawn_of: dict[str, list[tuple[set[str], set[str]]]] = {}  # per label: its new units, those in its memory
-    t_rows = time.perf_counter()
+    rows = Rows({}, {}, {}, {}, 0.0)
+    t0 = time.perf_counter()
     for dataset in ("wikitext", "enron"):
-        labelled = [(it, r) for it, r in zip(items, records, strict=True)
+        labelled = [(it, r) for it, r in zip(corpus.items, records, strict=True)
                     if it.dataset == dataset and r["label"].strip()]
         ds_items, ds_records = [c[0] for c in labelled], [c[1] for c in labelled]
-        labels = labels_of[dataset] = [r["label"] for r in ds_records]
-        draws = [memory_draw(r["label"], it.prefix, [x["text"] for x in r["takeaways"]])
-                 for it, r in zip(ds_items, ds_records, strict=True)]
-        drawn_of[dataset] = draws
+        labels = rows.labels[dataset] = [r["label"] for r in ds_records]
+        rows.draws[dataset] = [memory_draw(r["label"], it.prefix, [x["text"] for x in r["takeaways"]])
+                               for it, r in zip(ds_items, ds_records, strict=True)]
         for row in ROWS:
             row_client = tuned if row.startswith("tuned") else client
             if row_client is None or not ds_items:
                 continue
             identity = model_identity(args.tuned_client if row.startswith("tuned") else args.client)
-            preds, lps = run_row(row_client, ds_items, ds_records, memory_of[row], args.tokens, identity,
+            preds, lps = run_row(row_client, ds_items, ds_records, MEMORY_OF[row], args.tokens, identity,
                                  completions, completions_path)
-            results[f"{dataset}/{row}"] = scores(preds, labels, lps, home)
+            result = rows.results[f"{dataset}/{row}"] = scores(preds, labels, lps, home)
             # how many items had any memory at all in this row (an empty memory is the vanilla prompt)
-            source = memory_of[row]
-            results[f"{dataset}/{row}"]["with_memory"] = sum(bool(r[source]) for r in ds_records) if source else 0
-            predictions_kept.setdefault(dataset, {})[row] = preds
-            print(f"{dataset} {row}: GLEU {results[f'{dataset}/{row}']['gleu']:.1f} "
-                  f"PPL {results[f'{dataset}/{row}']['ppl']:.1f}", flush=True)
-    rows_s = time.perf_counter() - t_rows
+            source = MEMORY_OF[row]
+            result["with_memory"] = sum(bool(r[source]) for r in ds_records) if source else 0
+            rows.predictions.setdefault(dataset, {})[row] = preds
+            print(f"{dataset} {row}: GLEU {result['gleu']:.1f} PPL {result['ppl']:.1f}", flush=True)
+    rows.seconds = time.perf_counter() - t0
+    return rows
 
-    # -- freshness vs cost
+
+def freshness(args: argparse.Namespace, corpus: Corpus, records: Sequence[dict[str, Any]], client: Any,
+              eval_gen: Any) -> tuple[list[dict[str, Any]], int]:
+    """Per threshold: memory requests per 1,000 typed tokens and GLEU, over the first ``--fresh-items`` labelled
+    WikiText items typed again token by token; and how many items that was."""
     from marginalia.bench import generation_metrics as gm
+    from marginalia.compose import TakeawayMemory
+    from marginalia.options import ComposeOptions
 
-    thresholds = [int(t) for t in args.thresholds.split(",")]
-    fresh = [(it, r) for it, r in zip(items, records, strict=True)
+    options = ComposeOptions()
+    store = corpus.store_of["wikitext"]
+    fresh = [(it, r) for it, r in zip(corpus.items, records, strict=True)
              if it.dataset == "wikitext" and r["label"].strip()][: args.fresh_items]
-    fresh_rows = []
-    t_fresh = time.perf_counter()
-    for threshold in thresholds if fresh else []:
+    out = []
+    for threshold in [int(t) for t in args.thresholds.split(",")] if fresh else []:
         typed = made_requests = 0
         preds, labels = [], []
         for item, record in fresh:
-            exclude = {item.source, ids_of.get(item.source, "")} - {""}
+            exclude = {item.source, corpus.ids_of.get(item.source, "")} - {""}
             retriever = TakeawayMemory(store, eval_gen, hits=args.hits, search=options.search,
                                        min_similarity=options.min_similarity, exclude=exclude)
 
@@ -655,85 +576,89 @@ def main() -> None:
             made_requests += n_requests
             preds.append(client.complete(item.prefix, max_new_tokens=args.tokens, memory=memory).text())
             labels.append(record["label"])
-        fresh_rows.append({"threshold": threshold, "rate": 1000 * made_requests / typed, "requests": made_requests,
-                           "typed": typed, "gleu": gm.gleu(preds, labels)})
-        print(f"threshold {threshold}: {fresh_rows[-1]}", flush=True)
-    fresh_s = time.perf_counter() - t_fresh
-    if fresh_rows:
-        plot(thresholds, [r["rate"] for r in fresh_rows], [r["gleu"] for r in fresh_rows], plot_path)
-    load_after = os.getloadavg()
+        out.append({"threshold": threshold, "rate": 1000 * made_requests / typed, "requests": made_requests,
+                    "typed": typed, "gleu": gm.gleu(preds, labels)})
+        print(f"threshold {threshold}: {out[-1]}", flush=True)
+    return out, len(fresh)
 
-    # -- the section
+
+# -- the section ----------------------------------------------------------------------------------------------
+
+
+def times(a: float, b: float) -> float:
+    return a / b if b else float("inf")
+
+
+def result_tables(corpus: Corpus, rows: Rows) -> list[str]:
     def fmt_row(dataset: str, row: str) -> str:
-        r = results.get(f"{dataset}/{row}")
+        r = rows.results.get(f"{dataset}/{row}")
         if r is None:
             why = "not run (no tuned client given)" if row.startswith("tuned") else "not run"
             return f"| {ROW_NAMES[row]} | {why} | | | | | | | | |"
         low, high = r["gleu_ci"]
         return (f"| {ROW_NAMES[row]} | {r['ppl']:.1f} | {r['gleu']:.1f} [{low:.1f}, {high:.1f}] | {r['meteor']:.1f} | "
                 f"{r['bleu4']:.1f} | {r['rouge1']:.1f} | {r['rougeL']:.1f} | {r['bertscore']:.1f} | {r['n']} | "
-                f"{r['with_memory'] if memory_of[row] else '–'} |")
+                f"{r['with_memory'] if MEMORY_OF[row] else '–'} |")
 
     tables = []
     for dataset, title in (("wikitext", "WikiText (in domain)"), ("enron", "Enron e-mails (out of domain)")):
-        if not any(it.dataset == dataset for it in items):
-            continue
-        tables += [f"**{title}**", "",
-                   "| row | PPL (labels) | GLEU [95% CI] | METEOR | BLEU-4 | ROUGE-1 | ROUGE-L | BERTScore F1 | n | "
-                   "with memory |",
-                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-                   *[fmt_row(dataset, row) for row in ROWS], ""]
+        if corpus.has(dataset):
+            tables += [f"**{title}**", "",
+                       "| row | PPL (labels) | GLEU [95% CI] | METEOR | BLEU-4 | ROUGE-1 | ROUGE-L | BERTScore F1 | n | "
+                       "with memory |",
+                       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+                       *[fmt_row(dataset, row) for row in ROWS], ""]
+    return tables
 
-    def ordering(dataset: str) -> str:
-        got = [row for row in ROWS if f"{dataset}/{row}" in results]
-        ranked = sorted(got, key=lambda row: -results[f"{dataset}/{row}"]["gleu"])
-        return " > ".join(ranked)
 
-    def times(a: float, b: float) -> float:
-        return a / b if b else float("inf")
-
+def verdict_lines(rows: Rows) -> list[str]:
+    """Per dataset: the GLEU ordering, the paper's order, each memory row against the vanilla client and the
+    tuned client's ratio against the goal, with paired intervals."""
     verdicts = []
     for dataset in ("wikitext", "enron"):
-        vanilla = results.get(f"{dataset}/vanilla")
-        tuned_r = results.get(f"{dataset}/tuned")
-        best_memory = max((results[f"{dataset}/{r}"]["gleu"] for r in ("takeaways", "margins")
-                           if f"{dataset}/{r}" in results), default=float("nan"))
+        vanilla = rows.results.get(f"{dataset}/vanilla")
         if vanilla is None:
             continue
-        line = (f"- {dataset}: GLEU ordering {ordering(dataset)}; the best client + memory row has "
-                f"{times(best_memory, vanilla['gleu']):.2f}x the vanilla client's GLEU ({vanilla['gleu']:.1f} -> "
-                f"{best_memory:.1f})." + paper_order(
-                    {row: results[f"{dataset}/{row}"]["gleu"] for row in ROWS if f"{dataset}/{row}" in results},
-                    memory_share(drawn_of.get(dataset) or [])))
+        gleu = rows.gleu(dataset)
+        kept = rows.predictions[dataset]
+        labels = rows.labels[dataset]
+        best_memory = max((gleu[r] for r in ("takeaways", "margins") if r in gleu), default=float("nan"))
+        line = (f"- {dataset}: GLEU ordering {' > '.join(sorted(gleu, key=lambda row: -gleu[row]))}; the best "
+                f"client + memory row has {times(best_memory, vanilla['gleu']):.2f}x the vanilla client's GLEU "
+                f"({vanilla['gleu']:.1f} -> {best_memory:.1f})." + paper_order(gleu, memory_share(rows.draws[dataset])))
         against = []
         for row in ("chunks", "takeaways", "margins"):
-            if row in predictions_kept[dataset]:
-                low, high = gleu_ratio_interval(predictions_kept[dataset][row], predictions_kept[dataset]["vanilla"],
-                                                labels_of[dataset])
-                against.append(f"{row} {times(results[f'{dataset}/{row}']['gleu'], vanilla['gleu']):.2f}x "
-                               f"[{low:.2f}, {high:.2f}]")
+            if row in kept:
+                low, high = gleu_ratio_interval(kept[row], kept["vanilla"], labels)
+                against.append(f"{row} {times(gleu[row], vanilla['gleu']):.2f}x [{low:.2f}, {high:.2f}]")
         if against:
             line += " Untuned client with memory over the vanilla client, GLEU (paired 95% interval): " + \
                 ", ".join(against) + "."
-        if tuned_r is not None:
-            ratio = times(tuned_r["gleu"], vanilla["gleu"])
-            low, high = gleu_ratio_interval(predictions_kept[dataset]["tuned"], predictions_kept[dataset]["vanilla"],
-                                            labels_of[dataset])
+        if "tuned" in gleu:
+            ratio = times(gleu["tuned"], vanilla["gleu"])
+            low, high = gleu_ratio_interval(kept["tuned"], kept["vanilla"], labels)
             line += (f" Tuned client + memory: {ratio:.2f}x the vanilla GLEU ({vanilla['gleu']:.1f} -> "
-                     f"{tuned_r['gleu']:.1f}; paired 95% interval of the ratio [{low:.2f}, {high:.2f}]): goal (at "
+                     f"{gleu['tuned']:.1f}; paired 95% interval of the ratio [{low:.2f}, {high:.2f}]): goal (at "
                      f"least 2x) {'met' if ratio >= 2 else 'not met'}.")
-            bare = results.get(f"{dataset}/tuned-bare")
-            if bare is not None:
-                line += (f" Without memory the tuned client has {times(bare['gleu'], vanilla['gleu']):.2f}x "
-                         f"({bare['gleu']:.1f}).")
+            if "tuned-bare" in gleu:
+                line += (f" Without memory the tuned client has {times(gleu['tuned-bare'], vanilla['gleu']):.2f}x "
+                         f"({gleu['tuned-bare']:.1f}).")
         else:
-            line += " The goal (the tuned client + memory at least doubles the vanilla GLEU) is not measured: no tuned client was given."
+            line += (" The goal (the tuned client + memory at least doubles the vanilla GLEU) is not measured: no "
+                     "tuned client was given.")
         verdicts.append(line)
-    draw_lines = []
-    for dataset in ("wikitext", "enron"):
-        if not drawn_of.get(dataset):
+    return verdicts
+
+
+def draw_lines(rows: Rows) -> list[str]:
+    """Per dataset: how much of what the labels add their memory holds, and each row's GLEU on the labels that
+    take any."""
+    from marginalia.bench import generation_metrics as gm
+
+    lines = []
+    for dataset, draws in rows.draws.items():
+        if not draws:
             continue
-        draws = drawn_of[dataset]
         new_units = sum(len(new) for new, _ in draws)
         from_memory = sum(len(got) for _, got in draws)
         drawing = [i for i, (_, got) in enumerate(draws) if got]
@@ -741,48 +666,51 @@ def main() -> None:
                 f"({100 * (memory_share(draws) or 0.0):.0f}%) are in their takeaways memory; {len(drawing)} of "
                 f"{len(draws)} labels take any from it.")
         if drawing:
-            gleus = []
-            for row in ROWS:
-                row_preds = predictions_kept.get(dataset, {}).get(row)
-                if row_preds is not None:
-                    sub = gm.gleu([row_preds[i] for i in drawing], [labels_of[dataset][i] for i in drawing])
-                    gleus.append(f"{row} {sub:.1f}")
+            labels = rows.labels[dataset]
+            gleus = [f"{row} {gm.gleu([preds[i] for i in drawing], [labels[i] for i in drawing]):.1f}"
+                     for row, preds in rows.predictions.get(dataset, {}).items()]
             line += " GLEU on them: " + ", ".join(gleus) + "."
-        draw_lines.append(line)
+        lines.append(line)
+    return lines
+
+
+def loop_lines(rows: Rows) -> list[str]:
+    lines = []
+    for dataset, by_row in rows.predictions.items():
+        counts = [f"{row} {sum(looping(p) for p in preds)}" for row, preds in by_row.items()]
+        counts.append(f"the labels themselves {sum(looping(label) for label in rows.labels[dataset])}")
+        lines.append(f"- {dataset} ({len(rows.labels[dataset])} items): " + ", ".join(counts) + ".")
+    return lines
+
+
+def section(args: argparse.Namespace, corpus: Corpus, labelled: Labelled, rows: Rows, fresh_rows: list[dict[str, Any]],
+            fresh_items: int, plot_path: Path, timing: str) -> str:
     fresh_table = ["| threshold (token edits) | memory requests / 1,000 typed tokens | requests | typed tokens | GLEU |",
                    "|---:|---:|---:|---:|---:|",
                    *[f"| {r['threshold']} | {r['rate']:.1f} | {r['requests']} | {r['typed']} | {r['gleu']:.1f} |"
                      for r in fresh_rows]]
     guard_note = f" with no run of {args.no_repeat_ngram} tokens twice" if args.no_repeat_ngram else ""
-    loop_lines = []
-    for dataset, rows in predictions_kept.items():
-        counts = [f"{row} {sum(looping(p) for p in preds)}" for row, preds in rows.items()]
-        counts.append(f"the labels themselves {sum(looping(label) for label in labels_of[dataset])}")
-        loop_lines.append(f"- {dataset} ({len(labels_of[dataset])} items): " + ", ".join(counts) + ".")
-    wiki_n = sum(1 for it in items if it.dataset == "wikitext")
-    enron_n = len(items) - wiki_n
-    body = "\n".join([
+    wiki_n, enron_n = corpus.count("wikitext"), corpus.count("enron")
+    plot_ref = plot_path.relative_to(ROOT).as_posix() if plot_path.is_relative_to(ROOT) else str(plot_path)
+    return "\n".join([
         "## Composition utility (`benchmarks/compose_utility.py`)"
-        + (": the Enron items' memory from the other e-mails" if mail_files else ""),
+        + (": the Enron items' memory from the other e-mails" if corpus.mail_files else ""),
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · client: {args.client} on llama.cpp "
         f"(greedy{guard_note}, {args.tokens} new tokens, stops at a line end; the labels "
         f"{f'greedy with no run of {args.label_guard} tokens twice' if args.label_guard else 'plain greedy'}) · "
         "eval model (labels and memory): "
         f"{args.eval_model.name} on llama.cpp · tuned client: {args.tuned_client or 'none given'} · "
-        f"machine: {machine()} · {load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min "
-        f"(eval model on {made} new items{f' and {relabelled} new labels' if relabelled else ''}: "
-        f"{eval_seconds / 60:.1f} min; client rows {rows_s / 60:.1f} min; "
-        f"freshness replay {fresh_s / 60:.1f} min)",
+        f"machine: {machine()} · {timing}",
         "",
         "Items: " + " and ".join(
             ([f"{wiki_n} WikiText prefixes (in domain; from articles {args.wiki_articles}, which the tuning left "
               "out, a paragraph per article in turn, each cut 40-70% into a paragraph of 60+ words, after "
-              f"up to {PREFIX_CHARS} characters of the text before it)"] if has_wiki else [])
+              f"up to {PREFIX_CHARS} characters of the text before it)"] if wiki_n else [])
             + ([f"{enron_n} Enron e-mail prefixes (out of domain; each cut 40-70% into the e-mail's body)"]
-               if has_enron else []))
+               if enron_n else []))
         + f". Memory is retrieved ({args.hits} chunks, hybrid search on the prefix's last {QUERY_WORDS} words) "
-        f"from {corpus_text} (memory items from what an item must not draw on: {drafted}). The "
+        f"from {corpus.description} (memory items from what an item must not draw on: {labelled.drafted}). The "
         f"eval model writes the takeaways, the WiM margins and the label: its own continuation of the prefix given "
         f"the takeaways memory and our compose prompt (so the takeaways rows share the label's memory, as in the "
         f"paper's setup). PPL is the perplexity of the label's tokens under that row's client and prompt; GLEU, "
@@ -790,33 +718,95 @@ def main() -> None:
         f"completion with the label, 0-100; GLEU's interval is a bootstrap over items. Items with an empty label "
         f"are left out.",
         "",
-        *tables,
-        *verdicts,
+        *result_tables(corpus, rows),
+        *verdict_lines(rows),
         "",
         f"**Completions that loop** (fewer than {LOOPING:.0%} of their words distinct), per row:",
         "",
-        *loop_lines,
+        *loop_lines(rows),
         "",
         "**What the labels take from the memory.** A word unit (`marginalia.patterns.grounding.units`: "
         "lower-cased, lightly stemmed, stopwords dropped) that a label adds to its prefix and that its takeaways "
         "memory holds is one a client could take from the memory; the rest no memory can supply:",
         "",
-        *draw_lines,
+        *draw_lines(rows),
         "",
-        *([f"**Freshness vs cost** ({len(fresh)} WikiText prefixes typed token by token through the coordinator; "
+        *([f"**Freshness vs cost** ({fresh_items} WikiText prefixes typed token by token through the coordinator; "
            f"each request's query is the text new since the last one, answered at once with the {args.hits} "
            f"retrieved chunks as memory (memory size {args.hits}); the client then completes the prefix with the "
            "memory held at its end). The paper's Fig. 5 trade-off: a lower threshold asks for memory more often.",
            "",
            *fresh_table,
            "",
-           f"![freshness vs cost]({plot_path.relative_to(ROOT).as_posix()})"] if fresh_rows else []),
+           f"![freshness vs cost]({plot_ref})"] if fresh_rows else []),
     ])
+
+
+# -- main ----------------------------------------------------------------------------------------------------
+
+
+def load_clients(args: argparse.Namespace, home: Path) -> tuple[Any, Any, Any]:
+    """(the client's generator, the client, the tuned client or None)."""
+    from marginalia import app
+    from marginalia.compose import CompletionClient
+    from marginalia.models.base import CachingGenerator
+    from marginalia.models.llamacpp_backend import LlamaCppGenerator
+    from marginalia.models.loaders import embedded_gguf
+
+    if args.client == "smollm2":
+        client_gen = LlamaCppGenerator(embedded_gguf(), name="smollm2", n_threads=args.threads, n_branches=0)
+    else:
+        client_gen = app.load_model(args.client, home=home, backend="llamacpp")
+    client = CompletionClient(client_gen.fork(keep_cache=False), standby=client_gen.fork(keep_cache=False),
+                              suggestion_tokens=args.tokens, no_repeat_ngram=args.no_repeat_ngram)
+    tuned = None
+    if args.tuned_client:
+        tuned_gen = app.load_model(args.tuned_client, home=home)
+        if not isinstance(tuned_gen, CachingGenerator):
+            sys.exit(f"the tuned client {args.tuned_client} keeps no KV cache; give an in-process model")
+        tuned = CompletionClient(tuned_gen, standby=tuned_gen.fork(keep_cache=False), suggestion_tokens=args.tokens,
+                                 no_repeat_ngram=args.no_repeat_ngram)
+    return client_gen, client, tuned
+
+
+def main() -> None:
+    args = parse_args()
+    for path in (args.data / "wikitext-test-articles.part1.jsonl", args.data / "enron-ham.part1.jsonl",
+                 args.eval_model):
+        if not path.is_file():
+            sys.exit(f"{path} is missing; give --data or --eval-model")
+
+    from marginalia.home import resolve_home
+    from marginalia.models.llamacpp_backend import LlamaCppGenerator
+
+    t_start = time.perf_counter()
+    load_before = os.getloadavg()
+    home = resolve_home(args.home) / "bench-compose-utility"
+    plot_name = PLOT.name if args.section == "compose_utility" else f"{args.section}_freshness.png"
+    plot_path = (home if args.no_write else PLOT.parent) / plot_name
+    client_gen, client, tuned = load_clients(args, home)
+    corpus = load_corpus(args, home, client_gen.tokenizer.count)
+    eval_gen = LlamaCppGenerator(args.eval_model, name=f"gguf:{args.eval_model.name}", n_ctx=8192,
+                                 n_threads=args.threads, n_branches=0)
+    labelled = label_items(args, corpus, eval_gen, home)
+    rows = score_rows(args, corpus, labelled.records, client, tuned, home)
+    t_fresh = time.perf_counter()
+    fresh_rows, fresh_items = freshness(args, corpus, labelled.records, client, eval_gen)
+    fresh_s = time.perf_counter() - t_fresh
+    if fresh_rows:
+        plot([r["threshold"] for r in fresh_rows], [r["rate"] for r in fresh_rows], [r["gleu"] for r in fresh_rows],
+             plot_path)
+    timing = (f"{load_note(load_before[0], os.getloadavg()[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min "
+              f"(eval model on {labelled.made} new items"
+              f"{f' and {labelled.relabelled} new labels' if labelled.relabelled else ''}: "
+              f"{labelled.seconds / 60:.1f} min; client rows {rows.seconds / 60:.1f} min; "
+              f"freshness replay {fresh_s / 60:.1f} min)")
+    body = section(args, corpus, labelled, rows, fresh_rows, fresh_items, plot_path, timing)
     if not args.no_write:
         write_section(args.section, body)
     print(body)
     out = home / "last-run.json"
-    out.write_text(json.dumps({"results": results, "freshness": fresh_rows, "predictions": predictions_kept,
+    out.write_text(json.dumps({"results": rows.results, "freshness": fresh_rows, "predictions": rows.predictions,
                                "commit": git_commit(), "args": {k: str(v) for k, v in vars(args).items()}},
                               indent=1), "utf-8")
 

@@ -33,9 +33,10 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import ROOT, command_line, git_commit, load_note, machine, write_section  # noqa: E402
+from compose_items import detokenize_email, email_body, enron_items, wikitext_items  # noqa: E402
 from compose_latency import clean  # noqa: E402
 from compose_tuning import span  # noqa: E402
-from compose_utility import detokenize_email, email_body, enron_items, looping, wikitext_items  # noqa: E402
+from compose_utility import looping  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 

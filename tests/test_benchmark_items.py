@@ -18,19 +18,19 @@ def article(i: int, paragraphs: int) -> dict[str, str]:
 
 
 def test_wikitext_items_are_distinct_cuts_of_the_chosen_articles_only() -> None:
-    cu = load("compose_utility")
+    ci = load("compose_items")
     articles = [article(i, 3) for i in range(4)] + [article(i, 9) for i in range(4, 10)]
     files = [Path(f"wiki-{i}.md") for i in range(len(articles))]
-    items = cu.wikitext_items(articles, files, range(2, 5), 9, seed=0)
+    items = ci.wikitext_items(articles, files, range(2, 5), 9, seed=0)
     keys = [item.key for item in items]
     # 3 articles give 3 cuts each: every paragraph of the short ones, none twice
     assert len(keys) == 9 == len(set(keys))
     assert {k.split(":")[0] for k in keys} == {"wiki2", "wiki3", "wiki4"}
     assert all(item.prefix.startswith(f"# Article {item.key[4]}") for item in items)
     # asking for more than the chosen articles hold gives what they hold, never another article's text
-    assert len(cu.wikitext_items(articles, files, range(2, 4), 20, seed=0)) == 6
+    assert len(ci.wikitext_items(articles, files, range(2, 4), 20, seed=0)) == 6
     # when the short articles run out, the long one fills the count, still no paragraph twice
-    more = [item.key for item in cu.wikitext_items(articles, files, range(2, 5), 12, seed=0)]
+    more = [item.key for item in ci.wikitext_items(articles, files, range(2, 5), 12, seed=0)]
     assert len(more) == 12 == len(set(more))
     assert sum(k.startswith("wiki4:") for k in more) == 6
     # the first items are one per article in turn
@@ -147,23 +147,23 @@ def test_memory_draw_counts_only_the_labels_new_words_that_the_memory_holds() ->
 def test_an_email_quoting_or_copying_another_is_kept_out_of_its_memory() -> None:
     """With the other e-mails as the collection, an item's memory must not come from its own e-mail or from one
     that shares a 10-word run with it (a reply quoting it): that would be the text being written."""
-    cu = load("compose_utility")
+    ci = load("compose_items")
     own = " ".join(f"w{k}" for k in range(30))
     reply = "thanks , see below . " + " ".join(f"w{k}" for k in range(5, 16)) + " regards"
     nine = " ".join(f"w{k}" for k in range(20, 29)) + " other words here"  # nine shared words: no quote
-    near = cu.shared_runs({"1": own, "2": reply, "3": nine, "4": "unrelated text entirely"})
+    near = ci.shared_runs({"1": own, "2": reply, "3": nine, "4": "unrelated text entirely"})
     assert near == {"1": {"2"}, "2": {"1"}, "3": set(), "4": set()}
 
 
 def test_enron_items_name_their_own_email_when_the_mail_is_the_collection(tmp_path: Path) -> None:
-    cu = load("compose_utility")
+    ci = load("compose_items")
     rows = [{"id": i, "text": " ".join(f"e{i}x{k}" for k in range(90))} for i in (3, 7)]
     files = {"3": tmp_path / "enron-3.txt", "7": tmp_path / "enron-7.txt"}
-    items = cu.enron_items(rows, 5, seed=0, files=files)
+    items = ci.enron_items(rows, 5, seed=0, files=files)
     assert [(it.key, it.source) for it in items] == [("enron3", str(files["3"])), ("enron7", str(files["7"]))]
-    assert [it.source for it in cu.enron_items(rows, 5, seed=0)] == ["", ""]  # the WikiText collection: none
+    assert [it.source for it in ci.enron_items(rows, 5, seed=0)] == ["", ""]  # the WikiText collection: none
     # the same cuts either way, so both corpora's rows answer the same prefixes
-    assert [it.prefix for it in items] == [it.prefix for it in cu.enron_items(rows, 5, seed=0)]
+    assert [it.prefix for it in items] == [it.prefix for it in ci.enron_items(rows, 5, seed=0)]
 
 
 def test_a_completion_loops_when_few_of_its_words_are_distinct() -> None:
