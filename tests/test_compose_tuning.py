@@ -387,6 +387,39 @@ def test_two_steps_train_the_adapters_and_the_merged_model_loads_by_spec(tiny: A
     assert json.loads((tmp_path / "tuned" / "tuning.json").read_text())["steps"] == again.steps == 1
 
 
+def test_bf16_steps_when_asked_with_the_held_out_loss_still_in_fp32(tiny: Any, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+
+    def options(precision: str) -> TuneOptions:
+        return TuneOptions(rank=4, alpha=8, steps=2, learning_rate=5e-3, batch_size=2, held_out=0.5,
+                           precision=precision)
+
+    said: list[str] = []
+    fp32 = tune(tiny_examples(), tiny, tmp_path / "fp32", options("fp32"))
+    bf16 = tune(tiny_examples(), tiny, tmp_path / "bf16", options("bf16"), log=said.append)
+    assert json.loads((tmp_path / "bf16" / "tuning.json").read_text())["options"]["precision"] == "bf16"
+    assert json.loads((tmp_path / "fp32" / "tuning.json").read_text())["options"]["precision"] == "fp32"
+    assert any(line.startswith("training steps in bf16") for line in said)
+    assert bf16.held_out_before == fp32.held_out_before  # measured in fp32 both times
+    assert bf16.losses != fp32.losses  # the steps were computed in another format...
+    assert bf16.losses == pytest.approx(fp32.losses, rel=0.05)  # ...to the same end
+
+
+def test_auto_precision_takes_bf16_only_where_the_processor_has_it_and_no_amx(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    from marginalia.compose.tuning import train
+
+    cpu = torch.device("cpu")
+    for flags, expected in [({"avx2", "avx512f", "avx512_bf16"}, "bf16"),
+                            ({"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}, "fp32"),  # AMX may fault in a VM
+                            ({"avx2", "avx512f"}, "fp32"), (set(), "fp32")]:
+        monkeypatch.setattr(train, "_cpu_flags", lambda flags=flags: frozenset(flags))
+        assert train.step_precision("auto", cpu, torch) == expected
+        assert train.step_precision("fp32", cpu, torch) == "fp32"  # a choice is kept as given
+        assert train.step_precision("bf16", cpu, torch) == "bf16"
+
+
 def test_early_stopping_keeps_the_adapters_of_the_lowest_held_out_loss(
         tiny: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")

@@ -292,6 +292,12 @@ class TuneOptions(Options):
         description="measure the held-out label loss every this many steps and keep the adapters of the step "
                     "where it was lowest (early stopping; 0: measure only at the end and keep the last step)")
     seed: int = Field(default=0, ge=0, description="seed of the example order, the held-out split and the adapters")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        default="auto",
+        description="the number format of the training steps' matrix work: bf16 (autocast; the adapters, the "
+                    "optimizer and the held-out loss stay fp32) is faster where the processor has bf16 "
+                    "instructions; auto takes it on a CPU with AVX-512 BF16 and no AMX (some virtual machines "
+                    "advertise AMX and fault on it) or a CUDA device with bf16, else fp32")
     checkpoint_every: int = Field(
         default=10, ge=0,
         description="save the training state every this many steps beside the output folder, so that running the "

@@ -12,6 +12,7 @@ folder loads as ``tuned:<folder>``: on llama.cpp with the adapter when it can, e
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -141,6 +142,26 @@ def label_loss(model: Any, rows: Sequence[Row], batch_size: int, pad_id: int, to
     return total / max(count, 1)
 
 
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    """The processor's feature flags as Linux lists them (empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text("utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    return frozenset(word for line in text.splitlines() if line.startswith("flags") for word in line.split())
+
+
+def step_precision(choice: str, device: Any, torch: Any) -> str:
+    """``fp32`` or ``bf16``: what a training step computes in under the option ``choice`` on ``device``."""
+    if choice != "auto":
+        return choice
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    flags = _cpu_flags()
+    return "bf16" if device.type == "cpu" and "avx512_bf16" in flags and "amx_bf16" not in flags else "fp32"
+
+
 def learning_rate(step: int, options: TuneOptions) -> float:
     """The learning rate of optimizer step ``step`` (1-based) under ``options.schedule``: it rises over the
     warmup steps, then falls towards zero, which it would reach one step after the last (linear, cosine), or
@@ -213,6 +234,10 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
     torch.manual_seed(options.seed)
     model = copy.deepcopy(generator.model)
     device = next(model.parameters()).device
+    precision = step_precision(options.precision, device, torch)
+    options = options.model_copy(update={"precision": precision})  # a checkpoint resumes in the same format
+    say(f"training steps in {precision}" + (" (autocast; adapters, optimizer and held-out loss in fp32)"
+                                            if precision == "bf16" else ""))
     key = checkpoint.fingerprint(generator.name, options, train_rows, held_rows)
     saved_at = checkpoint.checkpoint_path(folder)
     payload, found = checkpoint.load(saved_at, key, options.steps, torch)
@@ -249,7 +274,8 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, options)
         ids, mask, labels = collate(batch, pad_id, torch)
-        loss = lora(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = lora(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(lora.parameters(), 1.0)
