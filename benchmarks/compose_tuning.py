@@ -84,6 +84,9 @@ def main() -> None:
                          "../shared/data/squad-v1.1-dev.part1.json")
     ap.add_argument("--out", type=Path, default=None,
                     help="the tuned model's folder (default: <home>/tuned/compose-client-wikitext)")
+    precision = TuneOptions.model_fields["precision"]
+    ap.add_argument("--precision", choices=get_args(precision.annotation), default=precision.default,
+                    help="the training steps' number format (default: auto, bf16 where the processor has it)")
     ap.add_argument("--data-only", action="store_true", help="make (or extend) the examples, do not train")
     args = ap.parse_args()
     if not args.data.is_file():
@@ -189,7 +192,7 @@ def main() -> None:
     options = TuneOptions(rank=args.rank, alpha=2.0 * args.rank, steps=args.steps, batch_size=args.batch_size,
                           learning_rate=args.learning_rate, schedule=args.schedule, warmup_steps=args.warmup_steps,
                           held_out=args.held_out, eval_every=args.eval_every,
-                          modules=args.modules)
+                          modules=args.modules, precision=args.precision)
     out = args.out or home / "tuned" / "compose-client-wikitext"
     t0 = time.perf_counter()
 
@@ -199,6 +202,7 @@ def main() -> None:
 
     report = app.tune_client(examples_path, out, options, generator=client, home=home, on_step=on_step, log=print)
     train_s = time.perf_counter() - t0
+    steps_in = json.loads((out / "tuning.json").read_text("utf-8"))["options"]["precision"]
     load_after = os.getloadavg()
     losses = report.losses
     k = min(5, len(losses))
@@ -219,7 +223,8 @@ def main() -> None:
         f"per prefix from a collection of all {len(articles)} WikiText articles of the data file"
         + (f" and the {len(squad)} articles of {args.squad.name}" if args.squad is not None else "")
         + f" ({n_chunks} "
-        f"chunks; a prefix's own article excluded) · client: {args.client} on transformers, fp32, CPU · machine: "
+        f"chunks; a prefix's own article excluded) · client: {args.client} on transformers, CPU, steps in "
+        f"{steps_in} · machine: "
         f"{machine()} · {load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",
         "",
         f"Tuning data: articles {chosen.start}-{chosen.stop - 1} cut at word ends spread over each article, "

@@ -74,7 +74,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as out:
             t0 = time.perf_counter()
             report = tune(examples, client, Path(out) / "tuned", options,
-                          on_step=lambda *_: stamps.append(time.perf_counter()))
+                          on_step=lambda *_, stamps=stamps: stamps.append(time.perf_counter()))
             total = time.perf_counter() - t0
         steps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]  # the first step's start is not seen
         runs[precision] = {"step": statistics.median(steps), "total": total, "report": report}
