@@ -694,7 +694,8 @@ def section(args: argparse.Namespace, corpus: Corpus, labelled: Labelled, rows: 
     plot_ref = plot_path.relative_to(ROOT).as_posix() if plot_path.is_relative_to(ROOT) else str(plot_path)
     return "\n".join([
         "## Composition utility (`benchmarks/compose_utility.py`)"
-        + (": the Enron items' memory from the other e-mails" if corpus.mail_files else ""),
+        + (": the Enron items' memory from the other e-mails" if corpus.mail_files else "")
+        + (f": labels with no run of {args.label_guard} tokens twice" if args.label_guard else ""),
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · client: {args.client} on llama.cpp "
         f"(greedy{guard_note}, {args.tokens} new tokens, stops at a line end; the labels "
