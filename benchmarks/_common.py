@@ -62,6 +62,14 @@ def command_line() -> str:
                                  if Path(sys.argv[0]).is_absolute() else sys.argv[0], *sys.argv[1:]])
 
 
+def write_if_changed(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` unless the file already holds it (its change time, which caches and indexes
+    read, stays as it was); returns ``path``."""
+    if not path.is_file() or path.read_text("utf-8") != text:
+        path.write_text(text, "utf-8")
+    return path
+
+
 def write_section(name: str, body: str) -> None:
     """Replace (or append) the section between this benchmark's markers in BENCHMARKS.md."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"

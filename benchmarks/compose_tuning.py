@@ -31,7 +31,7 @@ from typing import Any, get_args
 from marginalia.options import TuneOptions
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, command_line, git_commit, load_note, machine, write_section  # noqa: E402
+from _common import ROOT, command_line, git_commit, load_note, machine, write_if_changed, write_section  # noqa: E402
 from compose_latency import clean  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "wikitext-test-articles.part1.jsonl"
@@ -108,11 +108,7 @@ def main() -> None:
     articles = [json.loads(line) for line in args.data.read_text("utf-8").splitlines() if line.strip()]
     paths = []
     for i, article in enumerate(articles):
-        path = docs / f"article-{i:02d}.md"
-        text = f"# {article['title']}\n\n{clean(article['text'])}"
-        if not path.is_file() or path.read_text("utf-8") != text:
-            path.write_text(text, "utf-8")
-        paths.append(path)
+        paths.append(write_if_changed(docs / f"article-{i:02d}.md", f"# {article['title']}\n\n{clean(article['text'])}"))
     chosen = span(args.articles, len(articles))
     tuning_paths = [paths[i] for i in chosen]
     squad, squad_texts = [], []
@@ -125,9 +121,7 @@ def main() -> None:
             sys.exit(f"{args.squad} is not a SQuAD JSON file (UTF-8, data[].title and data[].paragraphs[].context): "
                      f"{type(exc).__name__}: {exc}")
     for i, text in enumerate(squad_texts):
-        path = docs / f"squad-{i:02d}.md"
-        if not path.is_file() or path.read_text("utf-8") != text:
-            path.write_text(text, "utf-8")
+        path = write_if_changed(docs / f"squad-{i:02d}.md", text)
         paths.append(path)
         tuning_paths.append(path)
 

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, command_line, git_commit, load_note, machine, write_section  # noqa: E402
+from _common import ROOT, command_line, git_commit, load_note, machine, write_if_changed, write_section  # noqa: E402
 from compose_items import (  # noqa: E402
     PREFIX_CHARS,
     SHARED_RUN,
@@ -386,10 +386,9 @@ class Corpus:
         return {x for s in sources for x in (s, self.ids_of.get(s, ""))} - {""}
 
 
-def write_if_changed(path: Path, text: str) -> Path:
-    if not path.is_file() or path.read_text("utf-8") != text:
-        path.write_text(text, "utf-8")
-    return path.resolve()
+def data_files(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The WikiText articles and the Enron e-mails under ``--data``."""
+    return args.data / "wikitext-test-articles.part1.jsonl", args.data / "enron-ham.part1.jsonl"
 
 
 def load_corpus(args: argparse.Namespace, home: Path, count_tokens: Any) -> Corpus:
@@ -397,11 +396,11 @@ def load_corpus(args: argparse.Namespace, home: Path, count_tokens: Any) -> Corp
     with ``count_tokens`` (the client's tokenizer)."""
     from marginalia import app
 
-    wiki_path, enron_path = args.data / "wikitext-test-articles.part1.jsonl", args.data / "enron-ham.part1.jsonl"
+    wiki_path, enron_path = data_files(args)
     docs = home / "docs"
     docs.mkdir(parents=True, exist_ok=True)
     articles = [json.loads(line) for line in wiki_path.read_text("utf-8").splitlines() if line.strip()]
-    files = [write_if_changed(docs / f"wiki-{i:02d}.md", f"# {article['title']}\n\n{clean(article['text'])}")
+    files = [write_if_changed(docs / f"wiki-{i:02d}.md", f"# {article['title']}\n\n{clean(article['text'])}").resolve()
              for i, article in enumerate(articles)]
     emails = [json.loads(line) for line in enron_path.read_text("utf-8").splitlines() if line.strip()]
     items = wikitext_items(articles, files, span(args.wiki_articles, len(articles)), args.wiki, args.seed)
@@ -414,7 +413,8 @@ def load_corpus(args: argparse.Namespace, home: Path, count_tokens: Any) -> Corp
         mail_docs = home / "mail"
         mail_docs.mkdir(parents=True, exist_ok=True)
         texts = {str(row["id"]): detokenize_email(row["text"]) for row in emails}
-        mail_files = {key: write_if_changed(mail_docs / f"enron-{key}.txt", text) for key, text in texts.items()}
+        mail_files = {key: write_if_changed(mail_docs / f"enron-{key}.txt", text).resolve()
+                      for key, text in texts.items()}
         near = shared_runs(texts)
     items += enron_items(emails, args.enron, args.seed, mail_files or None)
 
@@ -772,8 +772,7 @@ def load_clients(args: argparse.Namespace, home: Path) -> tuple[Any, Any, Any]:
 
 def main() -> None:
     args = parse_args()
-    for path in (args.data / "wikitext-test-articles.part1.jsonl", args.data / "enron-ham.part1.jsonl",
-                 args.eval_model):
+    for path in (*data_files(args), args.eval_model):
         if not path.is_file():
             sys.exit(f"{path} is missing; give --data or --eval-model")
 
