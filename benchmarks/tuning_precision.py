@@ -48,6 +48,7 @@ def main() -> None:
     from marginalia import app
     from marginalia.compose.tuning import read_examples, tune
     from marginalia.compose.tuning.train import _cpu_flags
+    from marginalia.errors import UserError
     from marginalia.home import resolve_home
     from marginalia.options import TuneOptions
 
@@ -56,7 +57,10 @@ def main() -> None:
     if data is None or not data.is_file():
         sys.exit(f"no tuning data at {data or home / 'bench' / 'compose_tuning'}; give --data (a file that "
                  "'marginalia tune data' or benchmarks/compose_tuning.py wrote)")
-    examples = read_examples(data)[: args.examples]
+    try:
+        examples = read_examples(data)[: args.examples]
+    except UserError as exc:  # not UTF-8, not tuning data
+        sys.exit(str(exc))
     if len(examples) < 8:
         sys.exit(f"{data} holds {len(examples)} examples; give a file with at least 8")
     import torch
