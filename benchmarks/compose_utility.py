@@ -321,6 +321,35 @@ def paper_order(gleu: dict[str, float], share: float | None) -> str:
     return verdict
 
 
+def perplexity_order(ppl: dict[str, float], intervals: dict[str, tuple[float, float]]) -> str:
+    """The same order on the labels' perplexity under each row's client (the paper's first metric; lower is
+    better): each memory row below the vanilla client, the tuned client + memory below each of them. Pairs
+    that break it are named; ``intervals`` (row -> paired 95% interval of its perplexity over the vanilla
+    client's) are quoted for the rows it has."""
+    order = " > ".join(f"{row} {ppl[row]:.2f}" for row in sorted(ppl, key=lambda row: -ppl[row]))
+    pairs = [("vanilla", row) for row in ("chunks", "takeaways")] + [(row, "tuned") for row in ("chunks", "takeaways")]
+    against = [f"{high} {ppl[high]:.2f} <= {low} {ppl[low]:.2f}" for high, low in pairs
+               if high in ppl and low in ppl and ppl[low] >= ppl[high]]
+    line = (f" Label perplexity (lower is better): {order}; the paper's order "
+            + (f"does not hold on it: {', '.join(against)}." if against else "holds on it."))
+    quoted = [f"{row} {ppl[row] / ppl['vanilla']:.2f}x [{low:.2f}, {high:.2f}]"
+              for row, (low, high) in intervals.items() if row in ppl and "vanilla" in ppl]
+    if quoted:
+        line += " Perplexity over the vanilla client's (paired 95% interval): " + ", ".join(quoted) + "."
+    return line
+
+
+def perplexity_ratio_interval(first: list[list[float]], second: list[list[float]]) -> tuple[float, float]:
+    """A paired bootstrap 95% interval of PPL(first) / PPL(second), both on the same resampled items (each
+    item's label token log-probabilities)."""
+    from marginalia.bench import generation_metrics as gm
+
+    def ratio(idx: Sequence[int]) -> float:
+        return gm.perplexity([first[i] for i in idx]) / gm.perplexity([second[i] for i in idx])
+
+    return gm.corpus_interval(ratio, len(first))
+
+
 # -- the run, stage by stage: arguments, items, labels, rows, freshness ------------------------------------
 
 
@@ -508,6 +537,7 @@ class Rows:
 
     results: dict[str, dict[str, Any]]
     predictions: dict[str, dict[str, list[str]]]
+    logprobs: dict[str, dict[str, list[list[float]]]]
     labels: dict[str, list[str]]
     draws: dict[str, list[tuple[set[str], set[str]]]]
     seconds: float
@@ -521,7 +551,7 @@ def score_rows(args: argparse.Namespace, corpus: Corpus, records: Sequence[dict[
     """Every row on the items with a label; completions cached per client, row and item under ``home``."""
     completions_path = home / "client-cache.jsonl"  # completions and label scores, per client, row and item
     completions = load_cache(completions_path)
-    rows = Rows({}, {}, {}, {}, 0.0)
+    rows = Rows({}, {}, {}, {}, {}, 0.0)
     t0 = time.perf_counter()
     for dataset in ("wikitext", "enron"):
         labelled = [(it, r) for it, r in zip(corpus.items, records, strict=True)
@@ -542,6 +572,7 @@ def score_rows(args: argparse.Namespace, corpus: Corpus, records: Sequence[dict[
             source = MEMORY_OF[row]
             result["with_memory"] = sum(bool(r[source]) for r in ds_records) if source else 0
             rows.predictions.setdefault(dataset, {})[row] = preds
+            rows.logprobs.setdefault(dataset, {})[row] = lps
             print(f"{dataset} {row}: GLEU {result['gleu']:.1f} PPL {result['ppl']:.1f}", flush=True)
     rows.seconds = time.perf_counter() - t0
     return rows
@@ -646,6 +677,13 @@ def verdict_lines(rows: Rows) -> list[str]:
         else:
             line += (" The goal (the tuned client + memory at least doubles the vanilla GLEU) is not measured: no "
                      "tuned client was given.")
+        ppl = {row: rows.results[f"{dataset}/{row}"]["ppl"] for row in ROWS if f"{dataset}/{row}" in rows.results}
+        scored = rows.logprobs.get(dataset, {})
+        # items whose label has tokens in every row (an empty label has no perplexity)
+        keep = [i for i in range(len(labels)) if all(scored[row][i] for row in scored)]
+        intervals = {row: perplexity_ratio_interval([scored[row][i] for i in keep], [scored["vanilla"][i] for i in keep])
+                     for row in ("chunks", "takeaways", "margins", "tuned") if row in scored and keep}
+        line += perplexity_order(ppl, intervals)
         verdicts.append(line)
     return verdicts
 

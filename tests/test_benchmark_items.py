@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -219,6 +220,24 @@ def test_paper_order_names_the_pairs_that_break_it():
     assert "margins row (not in the paper) falls in the same order" in placed and "does not" not in placed
     # rows not run are not judged
     assert "holds" in cu.paper_order({"vanilla": 8.0, "takeaways": 9.0}, None)
+
+
+def test_perplexity_order_is_judged_lower_is_better_with_paired_intervals():
+    cu = load("compose_utility")
+    held = cu.perplexity_order({"vanilla": 5.5, "chunks": 4.9, "takeaways": 4.6, "margins": 5.4, "tuned": 2.9},
+                               {"chunks": (0.85, 0.93)})
+    assert "vanilla 5.50 > margins 5.40 > chunks 4.90 > takeaways 4.60 > tuned 2.90" in held
+    assert "the paper's order holds on it" in held and "does not" not in held
+    assert "chunks 0.89x [0.85, 0.93]" in held
+    broken = cu.perplexity_order({"vanilla": 5.0, "chunks": 5.2, "takeaways": 4.6, "tuned": 4.8}, {})
+    assert "does not hold on it: vanilla 5.00 <= chunks 5.20, takeaways 4.60 <= tuned 4.80" in broken
+    assert "paired" not in broken  # no intervals given, none quoted
+    # the interval is paired: the same items resampled for both rows, so a row that is a constant factor
+    # better on every item has a zero-width interval at that factor
+    first = [[-1.0, -2.0], [-0.5], [-3.0, -1.0, -2.0]]
+    second = [[lp - 0.1 for lp in item] for item in first]
+    low, high = cu.perplexity_ratio_interval(first, second)
+    assert abs(low - high) < 1e-9 and abs(low - math.exp(-0.1)) < 1e-9
 
 
 def test_memory_share_counts_new_units_their_memory_holds():
