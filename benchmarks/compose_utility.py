@@ -52,7 +52,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -541,6 +541,9 @@ class Rows:
     labels: dict[str, list[str]]
     draws: dict[str, list[tuple[set[str], set[str]]]]
     seconds: float
+    # per dataset and memory row: the share of the completions' new word units their own memory holds, and
+    # the same share for the labels against that memory (`memory_share`)
+    copies: dict[str, dict[str, tuple[float | None, float | None]]] = field(default_factory=dict)
 
     def gleu(self, dataset: str) -> dict[str, float]:
         return {row: self.results[f"{dataset}/{row}"]["gleu"] for row in ROWS if f"{dataset}/{row}" in self.results}
@@ -573,6 +576,11 @@ def score_rows(args: argparse.Namespace, corpus: Corpus, records: Sequence[dict[
             result["with_memory"] = sum(bool(r[source]) for r in ds_records) if source else 0
             rows.predictions.setdefault(dataset, {})[row] = preds
             rows.logprobs.setdefault(dataset, {})[row] = lps
+            if source:
+                memories = [[x["text"] for x in r[source]] for r in ds_records]
+                rows.copies.setdefault(dataset, {})[row] = (
+                    memory_share([memory_draw(p, it.prefix, m) for p, it, m in zip(preds, ds_items, memories, strict=True)]),
+                    memory_share([memory_draw(lab, it.prefix, m) for lab, it, m in zip(labels, ds_items, memories, strict=True)]))
             print(f"{dataset} {row}: GLEU {result['gleu']:.1f} PPL {result['ppl']:.1f}", flush=True)
     rows.seconds = time.perf_counter() - t0
     return rows
@@ -712,6 +720,17 @@ def draw_lines(rows: Rows) -> list[str]:
     return lines
 
 
+def copy_lines(rows: Rows) -> list[str]:
+    """Per dataset: how much of what each memory row's completions add to their prefix comes from that row's
+    memory, against the labels' share from the same memory: a client that takes more from its memory than the
+    labels do writes words the labels do not have."""
+    def pct(share: float | None) -> str:
+        return "–" if share is None else f"{100 * share:.0f}%"
+
+    return [f"- {dataset}: " + ", ".join(f"{row} {pct(own)} (labels {pct(label)})" for row, (own, label) in by_row.items())
+            + "." for dataset, by_row in rows.copies.items()]
+
+
 def loop_lines(rows: Rows) -> list[str]:
     lines = []
     for dataset, by_row in rows.predictions.items():
@@ -769,6 +788,12 @@ def section(args: argparse.Namespace, corpus: Corpus, labelled: Labelled, rows: 
         "memory holds is one a client could take from the memory; the rest no memory can supply:",
         "",
         *draw_lines(rows),
+        "",
+        "**What the completions take from their memory**, per memory row: the share of the word units a row's "
+        "completions add to their prefix that the row's own memory holds, and in brackets the labels' share from "
+        "that same memory:",
+        "",
+        *copy_lines(rows),
         "",
         *([f"**Freshness vs cost** ({fresh_items} WikiText prefixes typed token by token through the coordinator; "
            f"each request's query is the text new since the last one, answered at once with the {args.hits} "

@@ -240,6 +240,13 @@ def test_perplexity_order_is_judged_lower_is_better_with_paired_intervals():
     assert abs(low - high) < 1e-9 and abs(low - math.exp(-0.1)) < 1e-9
 
 
+def test_copy_lines_set_each_rows_share_from_memory_beside_the_labels():
+    cu = load("compose_utility")
+    rows = cu.Rows({}, {}, {}, {}, {}, 0.0)
+    rows.copies["wikitext"] = {"chunks": (0.41, 0.12), "takeaways": (0.2, None)}
+    assert cu.copy_lines(rows) == ["- wikitext: chunks 41% (labels 12%), takeaways 20% (labels –)."]
+
+
 def test_memory_share_counts_new_units_their_memory_holds():
     cu = load("compose_utility")
     assert cu.memory_share([({"a", "b", "c", "d"}, {"a"}), ({"e"}, set())]) == 0.2
