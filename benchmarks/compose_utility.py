@@ -170,6 +170,18 @@ def model_identity(spec: str) -> str:
     return f"{spec}@{max((f.stat().st_mtime for f in files), default=0.0):.0f}"
 
 
+def tuning_summary(spec: str | None) -> str | None:
+    """What a tuned client learned from, read from its folder's tuning.json ("332 examples, 200 steps"), or
+    None (no tuned client, or one whose folder has no readable record)."""
+    if not spec or not spec.startswith("tuned:"):
+        return None
+    try:
+        record = json.loads((Path(spec.split(":", 1)[1]).expanduser() / "tuning.json").read_text("utf-8"))
+        return f"{record['train_examples']} training examples, {record['steps']} steps"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def looping(text: str) -> bool:
     """Whether a completion repeats itself: fewer than `LOOPING` of its words distinct (10 words or more)."""
     words = text.split()
@@ -752,7 +764,8 @@ def section(args: argparse.Namespace, corpus: Corpus, labelled: Labelled, rows: 
     return "\n".join([
         "## Composition utility (`benchmarks/compose_utility.py`)"
         + (": the Enron items' memory from the other e-mails" if corpus.mail_files else "")
-        + (f": labels with no run of {args.label_guard} tokens twice" if args.label_guard else ""),
+        + (f": labels with no run of {args.label_guard} tokens twice" if args.label_guard else "")
+        + (f"; the client tuned on {learned}" if (learned := tuning_summary(args.tuned_client)) else ""),
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · client: {args.client} on llama.cpp "
         f"(greedy{guard_note}, {args.tokens} new tokens, stops at a line end; the labels "

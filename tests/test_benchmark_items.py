@@ -247,6 +247,18 @@ def test_copy_lines_set_each_rows_share_from_memory_beside_the_labels():
     assert cu.copy_lines(rows) == ["- wikitext: chunks 41% (labels 12%), takeaways 20% (labels –)."]
 
 
+def test_a_tuned_clients_section_says_what_it_learned_from(tmp_path: Path) -> None:
+    cu = load("compose_utility")
+    folder = tmp_path / "client"
+    folder.mkdir()
+    assert cu.tuning_summary(f"tuned:{folder}") is None  # no record yet
+    (folder / "tuning.json").write_text(json.dumps({"train_examples": 332, "steps": 200}), "utf-8")
+    assert cu.tuning_summary(f"tuned:{folder}") == "332 training examples, 200 steps"
+    (folder / "tuning.json").write_text("{not json", "utf-8")
+    assert cu.tuning_summary(f"tuned:{folder}") is None
+    assert cu.tuning_summary("smollm2") is None and cu.tuning_summary(None) is None
+
+
 def test_memory_share_counts_new_units_their_memory_holds():
     cu = load("compose_utility")
     assert cu.memory_share([({"a", "b", "c", "d"}, {"a"}), ({"e"}, set())]) == 0.2
