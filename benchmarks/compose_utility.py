@@ -171,7 +171,7 @@ def model_identity(spec: str) -> str:
 
 
 def tuning_summary(spec: str | None) -> str | None:
-    """What a tuned client learned from, read from its folder's tuning.json ("332 examples, 200 steps"), or
+    """What a tuned client learned from, read from its folder's tuning.json ("332 training examples, 200 steps"), or
     None (no tuned client, or one whose folder has no readable record)."""
     if not spec or not spec.startswith("tuned:"):
         return None
