@@ -97,6 +97,7 @@ def main() -> None:
     from marginalia import app
     from marginalia.compose.tuning import read_examples, relabel_examples
     from marginalia.home import resolve_home
+    from marginalia.models.lora_gguf import TUNED_RECORD
     from marginalia.options import ComposeOptions, TuneDataOptions
 
     t_start = time.perf_counter()
@@ -196,7 +197,7 @@ def main() -> None:
 
     report = app.tune_client(examples_path, out, options, generator=client, home=home, on_step=on_step, log=print)
     train_s = time.perf_counter() - t0
-    steps_in = json.loads((out / "tuning.json").read_text("utf-8"))["options"]["precision"]
+    steps_in = json.loads((out / TUNED_RECORD).read_text("utf-8"))["options"]["precision"]
     load_after = os.getloadavg()
     losses = report.losses
     k = min(5, len(losses))

@@ -175,8 +175,10 @@ def tuning_summary(spec: str | None) -> str | None:
     None (no tuned client, or one whose folder has no readable record)."""
     if not spec or not spec.startswith("tuned:"):
         return None
+    from marginalia.models.lora_gguf import TUNED_RECORD
+
     try:
-        record = json.loads((Path(spec.split(":", 1)[1]).expanduser() / "tuning.json").read_text("utf-8"))
+        record = json.loads((Path(spec.split(":", 1)[1]).expanduser() / TUNED_RECORD).read_text("utf-8"))
         return f"{record['train_examples']} training examples, {record['steps']} steps"
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -573,8 +575,11 @@ def score_rows(args: argparse.Namespace, corpus: Corpus, records: Sequence[dict[
                     if it.dataset == dataset and r["label"].strip()]
         ds_items, ds_records = [c[0] for c in labelled], [c[1] for c in labelled]
         labels = rows.labels[dataset] = [r["label"] for r in ds_records]
-        rows.draws[dataset] = [memory_draw(r["label"], it.prefix, [x["text"] for x in r["takeaways"]])
-                               for it, r in zip(ds_items, ds_records, strict=True)]
+        memories = {source: [[x["text"] for x in r[source]] for r in ds_records]
+                    for source in dict.fromkeys(m for m in MEMORY_OF.values() if m)}
+        draws = {source: [memory_draw(label, it.prefix, m) for label, it, m in zip(labels, ds_items, texts, strict=True)]
+                 for source, texts in memories.items()}
+        rows.draws[dataset] = draws["takeaways"]
         for row in ROWS:
             row_client = tuned if row.startswith("tuned") else client
             if row_client is None or not ds_items:
@@ -589,10 +594,10 @@ def score_rows(args: argparse.Namespace, corpus: Corpus, records: Sequence[dict[
             rows.predictions.setdefault(dataset, {})[row] = preds
             rows.logprobs.setdefault(dataset, {})[row] = lps
             if source:
-                memories = [[x["text"] for x in r[source]] for r in ds_records]
                 rows.copies.setdefault(dataset, {})[row] = (
-                    memory_share([memory_draw(p, it.prefix, m) for p, it, m in zip(preds, ds_items, memories, strict=True)]),
-                    memory_share([memory_draw(lab, it.prefix, m) for lab, it, m in zip(labels, ds_items, memories, strict=True)]))
+                    memory_share([memory_draw(p, it.prefix, m)
+                                  for p, it, m in zip(preds, ds_items, memories[source], strict=True)]),
+                    memory_share(draws[source]))
             print(f"{dataset} {row}: GLEU {result['gleu']:.1f} PPL {result['ppl']:.1f}", flush=True)
     rows.seconds = time.perf_counter() - t0
     return rows
@@ -698,11 +703,9 @@ def verdict_lines(rows: Rows) -> list[str]:
             line += (" The goal (the tuned client + memory at least doubles the vanilla GLEU) is not measured: no "
                      "tuned client was given.")
         ppl = {row: rows.results[f"{dataset}/{row}"]["ppl"] for row in ROWS if f"{dataset}/{row}" in rows.results}
-        scored = rows.logprobs.get(dataset, {})
-        # items whose label has tokens in every row (an empty label has no perplexity)
-        keep = [i for i in range(len(labels)) if all(scored[row][i] for row in scored)]
-        intervals = {row: perplexity_ratio_interval([scored[row][i] for i in keep], [scored["vanilla"][i] for i in keep])
-                     for row in ("chunks", "takeaways", "margins", "tuned") if row in scored and keep}
+        scored = rows.logprobs[dataset]
+        intervals = {row: perplexity_ratio_interval(scored[row], scored["vanilla"])
+                     for row in ("chunks", "takeaways", "margins", "tuned") if row in scored}
         line += perplexity_order(ppl, intervals)
         verdicts.append(line)
     return verdicts
