@@ -34,9 +34,7 @@ test: setup
 # every benchmark behind BENCHMARKS.md (about 1.5 hours on 2 cores; each script rewrites its own section)
 bench: setup
 	$(BIN)/python benchmarks/wim_overhead.py
-	$(BIN)/python benchmarks/judge_modes.py
 	$(BIN)/python benchmarks/backends.py --segment-tokens 512 1024
-	$(BIN)/python benchmarks/llamacpp_settings.py
 	$(BIN)/python benchmarks/index_speed.py
 	$(BIN)/marginalia bench run configs/bench/example.toml --limit 2
 	$(BIN)/python benchmarks/bench_example.py
