@@ -6,7 +6,7 @@ have them) runs twice into fresh folders, first as one process (llama.cpp on all
 many answers the two runs share word for word (a thread count changes llama.cpp's sums, so near-ties can
 flip).
 
-    python benchmarks/bench_jobs.py [--items 6] [--length 4096] [--model smollm2] [--jobs 2]
+    python lab/bench_jobs.py [--items 6] [--length 4096] [--model smollm2] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, load_note, machine, write_section  # noqa: E402
-
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+from _common import DATA, command_line, git_commit, load_note, machine, usable_cores, write_finding  # noqa: E402
 
 CONFIG = """\
 name = "bench-jobs"
@@ -65,15 +63,12 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2", help="model spec")
     ap.add_argument("--jobs", type=int, default=2, help="workers in the second run")
     ap.add_argument("--data", type=Path, default=DATA / "hotpotqa-dev-distractor.part1.json")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave lab/findings alone")
     args = ap.parse_args()
     if not args.data.is_file():
         raise SystemExit(f"{args.data} is missing (the development data lives in ../shared/data)")
 
-    from marginalia.bench.config import load_config
-    from marginalia.bench.folder import read_results
-    from marginalia.bench.jobs import run_jobs
-    from marginalia.bench.runner import run_benchmark
-    from marginalia.models.llamacpp_backend import usable_cores
+    from marginalia.bench import RESULTS, load_config, read_results, run_benchmark, run_jobs
 
     cores = usable_cores()
     before = os.getloadavg()[0]
@@ -94,7 +89,7 @@ def main() -> None:
             summary = run_benchmark(config, out=folder, err=io.StringIO()) if jobs == 1 else \
                 run_jobs(config, jobs, out=folder, err=io.StringIO())
             seconds[jobs] = time.perf_counter() - t0
-            records = read_results(Path(tmp) / f"jobs{jobs}" / "results.jsonl")
+            records = read_results(folder / RESULTS)
             if summary.written != args.items * 3 or any(r["status"] != "ok" for r in records):
                 raise SystemExit(f"{jobs} job(s): {summary.written} answers, statuses {summary.statuses}")
             answers[jobs] = {(r["item_id"], r["pattern"]): r["prediction"] for r in records}
@@ -114,7 +109,7 @@ def main() -> None:
         rows.append(f"| {what} | {seconds[jobs]:.0f} | {answering[jobs]:.0f} | {rate[jobs]:.0f} | "
                     f"{per_answer[jobs]:.1f} | {rate[jobs] / rate[1]:.2f}x |")
     body = "\n".join([
-        "## One bench run on every core, or as one-core jobs (`benchmarks/bench_jobs.py`)",
+        "## One bench run on every core, or as one-core jobs (`lab/bench_jobs.py`)",
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · model {args.model} · machine: {machine()} · "
         f"{load_note(before, after)} · {(time.perf_counter() - started) / 60:.1f} min",
@@ -130,7 +125,8 @@ def main() -> None:
         f"- The two runs give the same answer, word for word, in {same} of {n} cases (llama.cpp's sums change "
         "with the thread count, so near-ties can go the other way).",
     ])
-    write_section("bench_jobs", body)
+    if not args.no_write:
+        write_finding("bench_jobs", body)
     print(body)
 
 

@@ -1,4 +1,4 @@
-"""Automatic early exit: summarise a `marginalia bench run configs/bench/early_exit.toml` run.
+"""Automatic early exit: summarise a `marginalia bench run lab/configs/early_exit.toml` run.
 
 The run answers the same items twice with WiM: reading to the end (`wim`) and stopping once a margin is
 judged relevant with at least the options' ``stop_at_score`` (`wim-exit`). Per task: answers right (by
@@ -8,8 +8,8 @@ A second table reads the full readings' margins again: for other thresholds, whe
 (the first margin kept with at least that score) and whether that margin holds a gold answer; the answers at
 those stops are not written, so that table says what a threshold saves, not how it answers.
 
-    marginalia bench run configs/bench/early_exit.toml
-    python benchmarks/early_exit.py [RUN]      (default: the run named "early_exit" under the home directory)
+    marginalia bench run lab/configs/early_exit.toml
+    python lab/early_exit.py [RUN]      (default: the run named "early_exit" under the home directory)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections import defaultdict
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import load_run, write_section  # noqa: E402
+from _common import load_run, write_finding  # noqa: E402
 
 FULL, EXIT = "wim", "wim-exit"
 
@@ -35,9 +35,9 @@ THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def stop_at(record: dict[str, Any], threshold: float) -> int | None:
-    """The index of the margin a reading would have stopped after at ``threshold``, or None."""
-    from marginalia.records import ends_reading
-    return next((i for i, m in enumerate(record["margins"]) if ends_reading(m["kept"], m.get("score"), threshold)),
+    """The index of the margin a reading would have stopped after at ``threshold``, or None: the first margin
+    kept with a score of at least ``threshold``, as WiM's ``stop_at_score`` stops."""
+    return next((i for i, m in enumerate(record["margins"]) if m["kept"] and (m.get("score") or 0.0) >= threshold),
                 None)
 
 
@@ -46,12 +46,11 @@ def main() -> None:
     ap.add_argument("run", nargs="?", default=None, help="a run folder (default: <home>/bench/runs/early_exit)")
     ap.add_argument("--note", action="append", default=[], help="a line to add under the tables (e.g. how far "
                     "the run got)")
-    ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave lab/findings alone")
     args = ap.parse_args()
-    from marginalia.bench.metrics import holds_answer
-    from marginalia.bench.report import wilson
+    from marginalia.bench import holds_answer, wilson
 
-    records, info, commit = load_run(args.run, "early_exit", "configs/bench/early_exit.toml")
+    records, info, commit = load_run(args.run, "early_exit", "lab/configs/early_exit.toml")
     threshold = next((p.get("stop_at_score") for p in info.get("config", {}).get("patterns", [])
                       if p.get("name") == EXIT), None)
     by: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
@@ -98,9 +97,9 @@ def main() -> None:
     segment = next((p.get("segment_tokens") for p in cfg.get("patterns", []) if p.get("name") == EXIT), None)
     model = info.get("models", {}).get("generator", {}).get("spec", "?")
     body = "\n".join([
-        "## Automatic early exit (`benchmarks/early_exit.py`)",
+        "## Automatic early exit (`lab/early_exit.py`)",
         "",
-        f"Run: `marginalia bench run configs/bench/early_exit.toml` then `python benchmarks/early_exit.py` · run "
+        f"Run: `marginalia bench run lab/configs/early_exit.toml` then `python lab/early_exit.py` · run "
         f"commit {commit} · model `{model}` on llama.cpp in process, WiM with {segment}-token segments and the "
         f"default `grounded` judge; `wim-exit` stops reading once a margin is judged relevant with a score of at "
         f"least {threshold}. Contexts of {', '.join(map(str, lengths))} tokens, gold at several depths. "
@@ -125,7 +124,7 @@ def main() -> None:
         *(f"- {note}" for note in args.note),
     ])
     if not args.no_write:
-        write_section("early_exit", body)
+        write_finding("early_exit", body)
     print(body)
 
 

@@ -6,7 +6,7 @@ spends most of its time there. This prefills the demo document (repeated up to `
 batches of 512, then decodes ``--steps`` tokens, with flash attention off and on, in ABBA order in one process,
 and checks that both pick the same greedy tokens.
 
-    python benchmarks/flash_attention.py [--models smollm2 gguf:FILE ...] [--tokens 6000] [--rounds 2]
+    python lab/flash_attention.py [--models smollm2 gguf:FILE ...] [--tokens 6000] [--rounds 2]
 
 Default models: the embedded SmolLM2 and, when it has been assembled, the eval model
 (``../shared/tools/eval-model``).
@@ -19,12 +19,9 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, load_note, machine, write_section  # noqa: E402
-
-EVAL_MODEL = Path("~/.cache/marginalia-eval/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").expanduser()
+from _common import EVAL_GGUF, command_line, git_commit, load_note, machine, write_finding  # noqa: E402
 
 
 def measure(path: str, ids: list[int], steps: int, flash: bool, threads: int) -> tuple[float, float, list[int]]:
@@ -57,14 +54,15 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=6000, help="document tokens prefilled")
     ap.add_argument("--steps", type=int, default=32, help="tokens decoded after the prefill")
     ap.add_argument("--rounds", type=int, default=2, help="ABBA pairs per model")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave lab/findings alone")
     args = ap.parse_args()
 
     import llama_cpp
 
-    from marginalia.app import demo as demo_files
-    from marginalia.models.registry import gguf_file
+    from marginalia import demo as demo_files
+    from marginalia.models import gguf_file
 
-    specs = args.models or ["smollm2"] + ([f"gguf:{EVAL_MODEL}"] if EVAL_MODEL.is_file() else [])
+    specs = args.models or ["smollm2"] + ([f"gguf:{EVAL_GGUF}"] if EVAL_GGUF.is_file() else [])
     threads = os.cpu_count() or 1
     doc, _ = demo_files()
     t_start = time.perf_counter()
@@ -96,7 +94,7 @@ def main() -> None:
         lines.append(f"| {name} | {p0:.0f} | {p1:.0f} | {p1 / p0:.2f}x | {d0:.1f} | {d1:.1f} | {d1 / d0:.2f}x | "
                      + ("all" if same else f"the first {agree} of {args.steps}") + " |")
     body = "\n".join([
-        "## llama.cpp with and without flash attention (`benchmarks/flash_attention.py`)",
+        "## llama.cpp with and without flash attention (`lab/flash_attention.py`)",
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · llama-cpp-python {llama_cpp.__version__} · "
         f"machine: {machine()} · {load_note(load_before[0], load_after[0])} · total "
@@ -108,7 +106,8 @@ def main() -> None:
         "",
         *lines,
     ])
-    write_section("flash_attention", body)
+    if not args.no_write:
+        write_finding("flash_attention", body)
     print(body)
 
 

@@ -16,8 +16,8 @@ of `--device cuda` gets that does not depend on the weights:
 Every margin and answer runs to its token limit (random weights seldom stop), so the times are upper
 bounds for those lengths.
 
-    python benchmarks/gpu_read.py [--shape smollm2-1.7b] [--tokens 8000] [--rounds 3] [--save F.json]
-    python benchmarks/gpu_read.py --measurements F.json    # write the section from a saved run
+    python lab/gpu_read.py [--shape smollm2-1.7b] [--tokens 8000] [--rounds 3] [--save F.json]
+    python lab/gpu_read.py --measurements F.json    # write the section from a saved run
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, write_section  # noqa: E402
+from _common import command_line, git_commit, write_finding  # noqa: E402
 
 #: model shapes (from the models' published configs); the window is set from --tokens
 SHAPES: dict[str, dict[str, Any]] = {
@@ -49,13 +49,14 @@ SHAPES: dict[str, dict[str, Any]] = {
 QUESTIONS = ("Which vessel arrived first?", "What was decided about the pier?")
 
 
-def embedded_tokenizer_dir() -> Path:
-    """The embedded SmolLM2's tokenizer files (converted once from its GGUF, as the transformers backend
-    does)."""
-    from marginalia.home import resolve_home
-    from marginalia.models.loaders import convert_gguf, embedded_gguf
+def embedded_tokenizer_dir(out: Path) -> Path:
+    """The embedded SmolLM2's tokenizer files, saved under ``out`` from the model loaded on transformers (which
+    converts its GGUF once)."""
+    from marginalia import load_model
 
-    return convert_gguf(embedded_gguf(), resolve_home(None))
+    gen = load_model("smollm2", backend="transformers", device="cpu")
+    gen.hf_tokenizer.save_pretrained(out)
+    return out
 
 
 def build_model(shape: str, tokenizer_dir: Path, window: int, out: Path) -> dict[str, Any]:
@@ -81,7 +82,7 @@ def build_model(shape: str, tokenizer_dir: Path, window: int, out: Path) -> dict
 
 def document(tokenizer: Any, tokens: int) -> str:
     """The bundled report repeated, cut to ``tokens`` tokens."""
-    from marginalia.app import demo
+    from marginalia import demo
 
     text, _ = demo()
     parts = [text]
@@ -104,8 +105,6 @@ def exactness(gen: Any, ids: list[int]) -> dict[str, Any]:
     import torch
     from transformers import DynamicCache
 
-    from marginalia.models.transformers_backend import cache_keyword
-
     fresh = gen.fork(keep_cache=False)
     fresh.prefill(ids)
     chunked = fresh._pending_logits().float()
@@ -124,6 +123,14 @@ def exactness(gen: Any, ids: list[int]) -> dict[str, Any]:
 
     return {"logit_scale": scale, "chunk": gen.prefill_chunk, "back": back,
             "chunked_vs_whole": diff(chunked, whole), "rollback_vs_first": diff(again, chunked)}
+
+
+def cache_keyword(model: Any) -> str:
+    """The name ``model``'s forward takes its KV cache by (``cache`` in newer transformers, where
+    ``past_key_values`` is deprecated)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def timed(fn: Any) -> tuple[Any, float]:
@@ -146,15 +153,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     import transformers
 
-    from marginalia.models import load_generator
-    from marginalia.patterns.long_context import LongContext
-    from marginalia.patterns.wim import WiM
+    from marginalia import load_model, make_pattern
 
     t_start = time.perf_counter()
-    tok_dir = Path(args.tokenizer) if args.tokenizer else embedded_tokenizer_dir()
     folder = Path(tempfile.mkdtemp(prefix="gpu-read-"))
+    tok_dir = Path(args.tokenizer) if args.tokenizer else embedded_tokenizer_dir(Path(tempfile.mkdtemp(prefix="gpu-read-tok-")))
     model_info = build_model(args.shape, tok_dir, args.tokens + 2048, folder)
-    gen, load_s = timed(lambda: load_generator(f"hf:{folder}", device=args.device, backend="transformers"))
+    gen, load_s = timed(lambda: load_model(f"hf:{folder}", device=args.device, backend="transformers"))
     dtype = str(next(gen.model.parameters()).dtype).replace("torch.", "")
     print(f"loaded {args.shape} ({model_info['params'] / 1e9:.2f} B parameters) on {gen.device} as {dtype} "
           f"in {load_s:.1f} s", flush=True)
@@ -169,7 +174,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         _, seconds = timed(lambda f=fresh: f.prefill(ids))
         prefill_s.append(seconds)
         del fresh
-    lc = LongContext(gen.fork(keep_cache=False))
+    lc = make_pattern("lc", gen.fork(keep_cache=False))
     runs: dict[str, list[dict[str, Any]]] = {"lc": [], "wim_first": [], "wim_first_batched": [],
                                              "wim_second": [], "wim_second_batched": []}
     for r in range(args.rounds):  # interleaved, so a slow moment hurts every pattern
@@ -177,7 +182,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         runs["lc"].append(stats_of(answer, wall))
         for batched in (False, True):
             suffix = "_batched" if batched else ""
-            reader = WiM(gen.fork(keep_cache=False), batch_margins=batched).reader(text)
+            reader = make_pattern("wim", gen.fork(keep_cache=False), batch_margins=batched).reader(text)
             answer, wall = timed(lambda rd=reader: rd.answer(QUESTIONS[0]))
             runs["wim_first" + suffix].append(stats_of(answer, wall))
             answer, wall = timed(lambda rd=reader: rd.answer(QUESTIONS[1]))
@@ -213,7 +218,7 @@ def render(m: dict[str, Any]) -> str:
                  for name in ("wim_second", "wim_second_batched")}
     where = f"{m['gpu']}" if m["gpu"] else "CPU"
     return "\n".join([
-        "## WiM on a GPU, random weights of a real size (`benchmarks/gpu_read.py`)",
+        "## WiM on a GPU, random weights of a real size (`lab/gpu_read.py`)",
         "",
         f"Command: `{m['command']}` · commit {m['commit']} · {where}, {m['cores']} cores, Python {m['python']}, "
         f"torch {m['torch']}, transformers {m['transformers']} · total {m['total_min']:.1f} min"
@@ -268,7 +273,7 @@ def main() -> None:
     ap.add_argument("--save", help="also write the measurements to this JSON file")
     ap.add_argument("--measurements", help="write the section from this saved JSON instead of measuring")
     ap.add_argument("--section", default="gpu_read")
-    ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave lab/findings alone")
     args = ap.parse_args()
     if args.tokenizer and not Path(args.tokenizer, "tokenizer.json").is_file():
         ap.error(f"no tokenizer.json in {args.tokenizer}; give a folder with the tokenizer files")
@@ -285,7 +290,7 @@ def main() -> None:
             Path(args.save).write_text(json.dumps(m, indent=1), "utf-8")
     body = render(m)
     if not args.no_write:
-        write_section(args.section, body)
+        write_finding(args.section, body)
     print(body)
 
 

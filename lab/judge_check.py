@@ -5,16 +5,16 @@ the paragraph that holds it; another question's answer from the same paragraph, 
 refusal) and HotpotQA yes/no questions (the gold word in a short reply, and the opposite one). Each answer is
 judged by:
 
-- ``verdict``: the benchmark's model judge (`marginalia.bench.judge.ModelJudge`, a JSON verdict);
-- ``P(YES)`` (`marginalia.bench.judge.ProbabilityJudge`): the model's probability of YES for "does the reply
+- ``verdict``: the benchmark's model judge (`marginalia.bench.ModelJudge`, a JSON verdict);
+- ``P(YES)`` (`marginalia.bench.ProbabilityJudge`): the model's probability of YES for "does the reply
   give the reference answer?", read from the first token (no decoding): at 0.5, and at the threshold that fits
   best on one half of the questions (the fitting half), scored on the other half (the checking half), which
   is the threshold to give ``marginalia bench judge RUN --method probability --threshold P``; and its AUC;
 - ``contains``: the lexical score (the normalised gold answer appears in the answer);
-- each judge with a yes/no question answered yes or no settled by rule (`marginalia.bench.judge.yes_no_verdict`,
+- each judge with a yes/no question answered yes or no settled by rule (`marginalia.bench.yes_no_verdict`,
   what ``marginalia bench judge`` does unless told ``--yes-no model``), its threshold fitted again.
 
-    python benchmarks/judge_check.py [--model SPEC] [--limit N] [--threads N] [--no-write]
+    python lab/judge_check.py [--model SPEC] [--limit N] [--no-write]
 
 The default model is the stronger eval model (``../shared/tools/eval-model`` assembles it).
 """
@@ -31,10 +31,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, auc, command_line, git_commit, write_section  # noqa: E402
+from _common import DATA, EVAL_GGUF, auc, command_line, git_commit, write_finding  # noqa: E402
 
-EVAL_GGUF = Path.home() / ".cache" / "marginalia-eval" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-DATA = ROOT.parent / "shared" / "data"
 KINDS = ("gold, bare", "gold sentence", "other answer, bare", "other answer's sentence", "a refusal",
          "a hedge between the gold and another answer", "gold number in words",
          "yes/no: the gold word", "yes/no: the opposite")
@@ -49,7 +47,7 @@ def candidates(limit: int, seed: int = 0) -> list[dict[str, Any]]:
     """Answers of known rightness: ``{question, answers, prediction, right, kind}``."""
     import pysbd
 
-    from marginalia.bench.metrics import normalize_answer
+    from marginalia.bench import normalize_answer
 
     rng = random.Random(seed)
     segmenter = pysbd.Segmenter(language="en", clean=False)
@@ -94,25 +92,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=f"gguf:{EVAL_GGUF}", help="the judge model's spec (default: the eval model)")
     ap.add_argument("--limit", type=int, default=40, help="SQuAD paragraphs to make answers from")
-    ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: all cores)")
-    ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave lab/findings alone")
     ap.add_argument("--rows", metavar="FILE", default=None,
                     help="also write every answer with its checks' results as JSON lines to FILE")
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"{DATA} is missing: the development data must sit beside the checkout")
 
-    from marginalia.bench.judge import ModelJudge, ProbabilityJudge, yes_no_verdict
-    from marginalia.bench.metrics import holds_answer
-    from marginalia.bench.report import wilson
-    from marginalia.models import load_generator
-    from marginalia.models.llamacpp_backend import LlamaCppGenerator
+    from marginalia import load_model
+    from marginalia.bench import ModelJudge, ProbabilityJudge, holds_answer, wilson, yes_no_verdict
 
     spec = args.model
-    if spec.startswith("gguf:") and args.threads:
-        gen: Any = LlamaCppGenerator(Path(spec[5:]).expanduser(), name=spec, n_threads=args.threads)
-    else:
-        gen = load_generator(spec)
+    gen = load_model(spec)
     judge = ModelJudge(gen)
     prob = ProbabilityJudge(gen) if getattr(gen, "supports_choice_probabilities", False) else None
     t0 = time.perf_counter()
@@ -171,7 +162,7 @@ def main() -> None:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     unjudged = sum(c["verdict"] is None for c in rows)
     body = [
-        "## How far the model judge can be trusted (`benchmarks/judge_check.py`)", "",
+        "## How far the model judge can be trusted (`lab/judge_check.py`)", "",
         f"Command: `{command_line()}` · commit {git_commit()} · judge model `{spec}` · "
         f"{time.perf_counter() - t0:.0f} s", "",
         f"{len(rows)} answers whose rightness is known, made from {counts[KINDS[0]]} SQuAD development questions "
@@ -197,7 +188,7 @@ def main() -> None:
                                    "utf-8")
     print(text)
     if not args.no_write:
-        write_section("judge_check", text)
+        write_finding("judge_check", text)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Which margin classification mode works best: grounded vs fused vs separate (and LC).
+"""Which margin classification mode works best: grounded vs separate (and LC).
 
 For each bundled demo question, the context is the run of whole paragraphs around its
 evidence, grown to about --context-tokens model tokens, so the fact sits at varying
@@ -10,7 +10,7 @@ answer); recall by question (of the questions where some margin contained the go
 answer, the share where at least one such margin was kept: a correct margin dropped
 as a repeat of an earlier kept one is not a miss); generated tokens and wall time.
 
-    python benchmarks/judge_modes.py [--context-tokens 2048] [--segment-tokens 512]
+    python lab/judge_modes.py [--context-tokens 2048] [--segment-tokens 512]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, machine, write_section  # noqa: E402
+from _common import command_line, git_commit, machine, write_finding  # noqa: E402
 
 
 def normalise(text: str) -> str:
@@ -61,17 +61,17 @@ def main() -> None:
     ap.add_argument("--context-tokens", type=int, default=2048)
     ap.add_argument("--segment-tokens", type=int, default=512)
     ap.add_argument("--questions", type=int, default=0, help="use the first N questions (0: all)")
-    ap.add_argument("--modes", default="grounded,fused,separate,lc")
+    ap.add_argument("--modes", default="grounded,separate,lc", help="WiM judges, and lc")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave lab/findings alone")
     args = ap.parse_args()
 
-    from marginalia.app import demo as demo_files
-    from marginalia.models import load_generator
-    from marginalia.patterns import make_pattern
+    from marginalia import demo as demo_files
+    from marginalia import load_model, make_pattern
 
     doc, items = demo_files()
     if args.questions:
         items = items[: args.questions]
-    gen = load_generator(args.model)
+    gen = load_model(args.model)
     modes = args.modes.split(",")
     results: dict[str, list[dict]] = {m: [] for m in modes}
     for n, item in enumerate(items, 1):
@@ -113,7 +113,7 @@ def main() -> None:
         lines.append(f"| {mode} | {acc:.2f} ({sum(r['correct'] for r in rows)}/{len(rows)}) | "
                      f"{prec} | {rec} | {gen_tokens:.0f} | {secs:.1f} |")
     body = "\n".join([
-        "## Margin classification modes (`benchmarks/judge_modes.py`)",
+        "## Margin classification modes (`lab/judge_modes.py`)",
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · model `{args.model}` · machine: {machine()}",
         "",
@@ -124,7 +124,8 @@ def main() -> None:
         "",
         *lines,
     ])
-    write_section("judge_modes", body)
+    if not args.no_write:
+        write_finding("judge_modes", body)
     print(body)
 
 

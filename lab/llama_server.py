@@ -5,14 +5,14 @@ the same document makes it evaluate the whole document again (see the backends s
 ``llama-server`` runs several slots on one unified KV cache and keeps a host-memory prompt cache
 (``--cache-ram``), which is what a server with shared prefixes (vLLM, SGLang) offers. This script builds
 ``llama-server`` once from the llama.cpp source that the installed llama-cpp-python's sdist carries
-(into ``<home>/tools/``), serves the embedded SmolLM2 with it, and reads the bundled report with WiM
+(into ``--tools``, by default ``~/.cache/marginalia-lab/tools/``), serves the embedded SmolLM2 with it, and reads the bundled report with WiM
 through the ``openai:`` backend (``concurrency`` = slots). Counted: the prompt tokens the server says it
 evaluated (``timings.prompt_n``) for a first question and for a second and third over the same reading
 (``WiM.reader``: the document is not sent to be read again, only each margin's prompt on its prefix).
 
-    python benchmarks/llama_server.py [--slots 4] [--segment-tokens 512] [--rebuild]
+    python lab/llama_server.py [--slots 4] [--segment-tokens 512] [--rebuild]
 
-Writes the ``llama_server`` section of BENCHMARKS.md.
+Writes the ``llama_server`` section of lab/findings/llama_server.md.
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, machine, write_section  # noqa: E402
+from _common import command_line, git_commit, machine, write_finding  # noqa: E402
 
 QUESTIONS = (0, 1, 2)  # the bundled report's own questions, by position in its list
 
 
-def build_server(home: Path, rebuild: bool = False) -> Path:
+def build_server(tools: Path, rebuild: bool = False) -> Path:
     """``llama-server`` from the sdist of the installed llama-cpp-python (downloaded from the package index
-    once, built with cmake into ``<home>/tools/llama-server-<version>/``)."""
+    once, built with cmake into ``<tools>/llama-server-<version>/``)."""
     release = version("llama_cpp_python")
-    target = home / "tools" / f"llama-server-{release}" / "llama-server"
+    target = tools / f"llama-server-{release}" / "llama-server"
     if target.exists() and not rebuild:
         return target
     for tool in ("cmake", "c++"):
@@ -100,7 +100,7 @@ def start(binary: Path, gguf: Path, slots: int, window: int, cache_ram: int, log
 
 
 def measure(gen: Any, run: Any) -> dict[str, Any]:
-    from marginalia.models.base import Usage
+    from marginalia.models import Usage
 
     gen.usage = Usage()
     t0 = time.perf_counter()
@@ -116,21 +116,20 @@ def main() -> None:
     ap.add_argument("--segment-tokens", type=int, default=512)
     ap.add_argument("--cache-ram", type=int, default=2048, help="llama-server's prompt cache (MiB)")
     ap.add_argument("--rebuild", action="store_true", help="build llama-server again")
+    ap.add_argument("--tools", type=Path, default=Path.home() / ".cache" / "marginalia-lab" / "tools",
+                    help="where llama-server is built and kept")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave lab/findings alone")
     args = ap.parse_args()
 
-    from marginalia import app
-    from marginalia.home import resolve_home
-    from marginalia.models import load_generator
-    from marginalia.models.loaders import embedded_gguf
-    from marginalia.patterns import make_pattern
+    from marginalia import demo, make_pattern
+    from marginalia.models import gguf_file, load_generator
 
     t_all = time.perf_counter()
-    home = resolve_home(None)
-    binary = build_server(home, args.rebuild)
-    doc, asked = app.demo()
+    binary = build_server(args.tools.expanduser(), args.rebuild)
+    doc, asked = demo()
     questions = [asked[i]["question"] for i in QUESTIONS]
     log = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
-    proc, url = start(binary, embedded_gguf(), args.slots, 8192, args.cache_ram, log)
+    proc, url = start(binary, gguf_file("smollm2"), args.slots, 8192, args.cache_ram, log)
     rows: list[tuple[str, dict[str, Any]]] = []
     try:
         gen = load_generator(f"openai:{url}/v1#smollm2;concurrency={args.slots};window=8192")
@@ -170,9 +169,10 @@ def main() -> None:
                      "slots that hold another segment's prefix and evaluate the difference again, so concurrency "
                      "costs prompt tokens here. A stored reading's margins asked one at a time from the last "
                      "segment back would each find their prefix in the slot the previous request left.")
-    body = "## Read once over HTTP: llama.cpp's llama-server (`benchmarks/llama_server.py`)\n\n" + "\n".join(lines)
+    body = "## Read once over HTTP: llama.cpp's llama-server (`lab/llama_server.py`)\n\n" + "\n".join(lines)
     print(body)
-    write_section("llama_server", body)
+    if not args.no_write:
+        write_finding("llama_server", body)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ times one-token forward passes (`Llama.eval`) after prefixes of the demo documen
 each setting, and also a bare `llama_decode` call without llama-cpp-python's wrapper, to
 show how much of a step is ours to win back.
 
-    python benchmarks/llamacpp_settings.py [--contexts 512 3000 6400] [--rounds 3]
+    python lab/llamacpp_settings.py [--contexts 512 3000 6400] [--rounds 3]
 
 Settings: the backend's default (16-bit keys and values, no flash attention, all cores);
 8-bit keys; flash attention with 16-bit and with 8-bit keys and values (llama.cpp stores
@@ -24,15 +24,15 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, machine, write_section  # noqa: E402
+from _common import command_line, git_commit, machine, write_finding  # noqa: E402
 
 STEPS = 32
 
 
 def settings(threads: int) -> dict[str, dict[str, Any]]:
-    from marginalia.models.llamacpp_backend import KEY_CACHE_TYPES
+    import llama_cpp
 
-    f16, q8, f32 = KEY_CACHE_TYPES["f16"], KEY_CACHE_TYPES["q8_0"], 0
+    f16, q8, f32 = llama_cpp.GGML_TYPE_F16, llama_cpp.GGML_TYPE_Q8_0, llama_cpp.GGML_TYPE_F32
     found = {
         "default: f16 keys and values": {"type_k": f16},
         "q8_0 keys": {"type_k": q8},
@@ -69,16 +69,17 @@ def main() -> None:
     ap.add_argument("--contexts", type=int, nargs="+", default=[512, 3000, 6400],
                     help="prefix lengths (tokens of the demo document)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per prefix (median reported)")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave lab/findings alone")
     args = ap.parse_args()
 
     import llama_cpp
 
-    from marginalia.app import demo as demo_files
-    from marginalia.models.loaders import embedded_gguf
+    from marginalia import demo as demo_files
+    from marginalia.models import gguf_file
 
     threads = os.cpu_count() or 1
     doc, _ = demo_files()
-    path = str(embedded_gguf())
+    path = str(gguf_file("smollm2"))
     variants = settings(threads)
     llms: dict[str, Any] = {}
     for name, opts in variants.items():
@@ -118,7 +119,7 @@ def main() -> None:
         cells = [f"{by[c]:.1f}" + ("" if by is base else f" ({by[c] / base[c]:.2f}x)") for c in args.contexts]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     body = "\n".join([
-        "## llama.cpp's decode step under other settings (`benchmarks/llamacpp_settings.py`)",
+        "## llama.cpp's decode step under other settings (`lab/llamacpp_settings.py`)",
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · llama-cpp-python {llama_cpp.__version__} "
         f"· model SmolLM2-135M-Instruct (Q4_1 GGUF) · machine: {machine()}",
@@ -128,7 +129,8 @@ def main() -> None:
         "",
         *lines,
     ])
-    write_section("llamacpp_settings", body)
+    if not args.no_write:
+        write_finding("llamacpp_settings", body)
     print(body)
 
 

@@ -5,7 +5,7 @@ against the window, the context tokens it dropped to make room, and seconds per 
 at least 0.8 at every length, BABILong answered at lengths where long context can only overflow.
 
     marginalia bench run configs/bench/long.toml
-    python benchmarks/long_documents.py [RUN]      (default: the run named "long" under the home directory)
+    python lab/long_documents.py [RUN]      (default: the run named "long" under the home directory)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections import defaultdict
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import load_run, write_section  # noqa: E402
+from _common import load_run, write_finding  # noqa: E402
 
 
 def bucket(tokens: int) -> str:
@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("run", nargs="?", default=None, help="a run folder (default: <home>/bench/runs/long)")
     ap.add_argument("--note", action="append", default=[], help="a line to add under the table (e.g. how busy "
                     "the machine was while the run was timed)")
-    ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave lab/findings alone")
     args = ap.parse_args()
     records, info, commit = load_run(args.run, "long", "configs/bench/long.toml")
     window = info["models"]["generator"]["context_window"]
@@ -73,9 +73,9 @@ def main() -> None:
                        and r["context_tokens"] > window]
     bab_right = sum(r["status"] == "ok" and r["scores"]["contains"] >= 1.0 for r in babilong_beyond)
     body = "\n".join([
-        "## Documents longer than the window (`benchmarks/long_documents.py`)",
+        "## Documents longer than the window (`lab/long_documents.py`)",
         "",
-        f"Run: `marginalia bench run configs/bench/long.toml` then `python benchmarks/long_documents.py` · run "
+        f"Run: `marginalia bench run configs/bench/long.toml` then `python lab/long_documents.py` · run "
         f"commit {commit} · SmolLM2-135M, window {window} tokens, llama.cpp in process; WiM with 512-token "
         f"segments. {len(records)} answers. Few items per cell: a check that long documents are read to the "
         "end, not a quality estimate (no intervals at these counts).",
@@ -94,7 +94,7 @@ def main() -> None:
         *(f"- {note}" for note in args.note),
     ])
     if not args.no_write:
-        write_section("long_documents", body)
+        write_finding("long_documents", body)
     print(body)
 
 

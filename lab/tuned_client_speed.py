@@ -10,7 +10,7 @@ suggestion (p50, p90), and how often the tuned client's suggestion on llama.cpp 
 writes on transformers (greedy both: the adapter is applied to quantised weights on llama.cpp, so near-ties
 may go the other way).
 
-    python benchmarks/tuned_client_speed.py [--tuned tuned:<folder>] [--articles 3] [--words 30]
+    python lab/tuned_client_speed.py --tuned tuned:<folder> [--articles 3] [--words 30]
 
 The tuned folder is what ``marginalia tune train`` or ``benchmarks/compose_tuning.py`` writes. The texts are
 read at run time from ../shared/data; nothing of them is kept in the repository.
@@ -21,17 +21,47 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, command_line, git_commit, load_note, machine, write_section  # noqa: E402
-from compose_latency import clean, pct, split_lead  # noqa: E402
+from _common import DATA, command_line, git_commit, load_note, machine, write_finding  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "wikitext-test-articles.part1.jsonl"
+WIKITEXT = DATA / "wikitext-test-articles.part1.jsonl"
 TOKENS = 15
+_HEADING = re.compile(r"^\s*(=(?: =)*) (.+?) \1\s*$")
+
+
+def clean(text: str) -> str:
+    """WikiText's tokenised text as markdown: its ``@-@`` markers and spaced punctuation undone, ``= = X = =``
+    lines as headings (as benchmarks/compose_latency.py reads it)."""
+    lines = []
+    for line in text.split("\n"):
+        m = _HEADING.match(line)
+        if m:
+            lines.append("#" * (m.group(1).count("=") + 1) + " " + m.group(2).strip())
+            continue
+        line = line.strip()
+        for a, b in ((" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."), (" ,", ","), (" .", "."), (" ;", ";"),
+                     (" :", ":"), (" 's", "'s"), ("( ", "("), (" )", ")")):
+            line = line.replace(a, b)
+        lines.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "\n\n".join(lines)).strip() + "\n"
+
+
+def split_lead(markdown: str) -> tuple[str, str]:
+    """The text before the first heading, and the rest."""
+    at = markdown.find("\n#")
+    return (markdown, "") if at < 0 else (markdown[:at].strip(), markdown[at:].strip() + "\n")
+
+
+def pct(values: list[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(values, q)) if values else float("nan")
 
 
 Row = tuple[float, float, str, int]
@@ -60,24 +90,22 @@ def type_words(client: Any, lead: str, words: int) -> list[Row]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--tuned", default=None,
-                    help="the tuned client's spec (default: tuned:<home>/tuned/compose-client-wikitext)")
+    ap.add_argument("--data", type=Path, default=WIKITEXT)
+    ap.add_argument("--tuned", required=True,
+                    help="the tuned client's spec, tuned:<folder> (e.g. tuned:<home>/tuned/compose-client-wikitext)")
     ap.add_argument("--articles", type=int, default=3, help="how many articles' leads are typed")
     ap.add_argument("--words", type=int, default=30, help="words typed per lead (a suggestion at each)")
-    ap.add_argument("--home", type=Path, default=None)
-    ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
+    ap.add_argument("--home", type=Path, default=None, help="marginalia's home (default: its own default)")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave lab/findings alone")
     args = ap.parse_args()
     if not args.data.is_file():
         sys.exit(f"no data at {args.data}; give --data")
 
-    from marginalia import app
-    from marginalia.compose.client import CompletionClient
-    from marginalia.compose.events import MemoryItem
-    from marginalia.home import resolve_home
+    from marginalia import load_model
+    from marginalia.compose import CompletionClient, MemoryItem
 
-    home = resolve_home(args.home)
-    tuned = args.tuned or f"tuned:{home / 'tuned' / 'compose-client-wikitext'}"
+    home = args.home
+    tuned = args.tuned
     folder = Path(tuned.partition(":")[2]).expanduser()
     if not tuned.startswith("tuned:") or not (folder / "tuning.json").is_file():
         sys.exit(f"no tuned client at {tuned}; make one with 'marginalia tune train' or "
@@ -100,8 +128,8 @@ def main() -> None:
                ("tuned client, merged model on transformers", tuned, "transformers")]
     results: dict[str, list[Row]] = {}
     for label, spec, backend in clients:
-        gen = app.load_model(spec, home=home, backend=backend, device="cpu")
-        standby = app.load_model(spec, home=home, backend=backend, device="cpu") if backend == "llamacpp" else None
+        gen = load_model(spec, home=home, backend=backend, device="cpu")
+        standby = load_model(spec, home=home, backend=backend, device="cpu") if backend == "llamacpp" else None
         client = CompletionClient(gen, standby=standby, suggestion_tokens=TOKENS, stop=())
         rows: list[Row] = []
         for version, (lead, memory) in enumerate(texts, 1):
@@ -132,7 +160,7 @@ def main() -> None:
     same = sum(a[2] == b[2] for a, b in zip(lora, merged, strict=True))
     same_first = sum(a[2].split()[:1] == b[2].split()[:1] for a, b in zip(lora, merged, strict=True))
     body = "\n".join([
-        "## A tuned client's speed on llama.cpp (`benchmarks/tuned_client_speed.py`)",
+        "## A tuned client's speed on llama.cpp (`lab/tuned_client_speed.py`)",
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · tuned client: `{tuned}` (base "
         f"{record.get('base_model')}, LoRA rank {record.get('options', {}).get('rank')} on "
@@ -156,7 +184,7 @@ def main() -> None:
         "model: near-ties can go the other way, and a suggestion that differs in one token differs after it).",
     ])
     if not args.no_write:
-        write_section("tuned_client_speed", body)
+        write_finding("tuned_client_speed", body)
     print(body)
 
 

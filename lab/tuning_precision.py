@@ -2,12 +2,12 @@
 machine: seconds per training step, and the held-out label loss each reaches after the same steps on the same
 examples (both measured in fp32, so they compare).
 
-The examples are a tuning-data file (``marginalia tune data`` or ``benchmarks/compose_tuning.py``; by default
-the largest under the home's ``bench/compose_tuning``); the first ``--examples`` of it are used, whole texts
+The examples are a tuning-data file (``marginalia tune data`` or ``benchmarks/compose_tuning.py``, which
+writes them under the home's ``bench/compose_tuning``); the first ``--examples`` of it are used, whole texts
 held out by source as the tuning does. The two tunings run one after the other (fp32 first), not step for
 step in turn, so the section gives the load average before and after.
 
-    python benchmarks/tuning_precision.py [--data FILE] [--examples 300] [--steps 40] [--threads 2]
+    python lab/tuning_precision.py --data FILE [--examples 300] [--steps 40] [--threads 2]
 
 The examples' texts stay where they are (under the home); nothing of them is kept in the repository.
 """
@@ -24,50 +24,39 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, load_note, machine, write_section  # noqa: E402
-
-
-def largest_examples(home: Path) -> Path | None:
-    found = sorted((home / "bench" / "compose_tuning").glob("examples*.jsonl"), key=lambda p: p.stat().st_size)
-    return found[-1] if found else None
+from _common import command_line, cpu_flags, git_commit, load_note, machine, write_finding  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=None, help="a tuning-data file (JSONL)")
+    ap.add_argument("--data", type=Path, required=True, help="a tuning-data file (JSONL)")
     ap.add_argument("--examples", type=int, default=300, help="use the first N examples of the file")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--modules", default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    ap.add_argument("--home", type=Path, default=None)
-    ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
+    ap.add_argument("--home", type=Path, default=None, help="marginalia's home (default: its own default)")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave lab/findings alone")
     args = ap.parse_args()
 
-    from marginalia import app
-    from marginalia.compose.tuning import read_examples, tune
-    from marginalia.compose.tuning.train import _cpu_flags
-    from marginalia.errors import UserError
-    from marginalia.home import resolve_home
-    from marginalia.options import TuneOptions
+    from marginalia import TuneOptions, load_model, tune_client
 
-    home = resolve_home(args.home)
-    data = args.data or largest_examples(home)
-    if data is None or not data.is_file():
-        sys.exit(f"no tuning data at {data or home / 'bench' / 'compose_tuning'}; give --data (a file that "
-                 "'marginalia tune data' or benchmarks/compose_tuning.py wrote)")
+    data = args.data
+    if not data.is_file():
+        sys.exit(f"no tuning data at {data}; give --data (a file that 'marginalia tune data' or "
+                 "benchmarks/compose_tuning.py wrote)")
     try:
-        examples = read_examples(data)[: args.examples]
-    except UserError as exc:  # not UTF-8, not tuning data
-        sys.exit(str(exc))
+        examples = [line for line in data.read_text("utf-8").splitlines() if line.strip()][: args.examples]
+    except UnicodeDecodeError:
+        sys.exit(f"{data} is not UTF-8 text; give a tuning-data file (JSONL)")
     if len(examples) < 8:
         sys.exit(f"{data} holds {len(examples)} examples; give a file with at least 8")
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    client = app.load_model("smollm2", home=home, device="cpu", backend="transformers")
+    client = load_model("smollm2", home=args.home, device="cpu", backend="transformers")
     load_before = os.getloadavg()
     runs: dict[str, dict[str, Any]] = {}
     for precision in ("fp32", "bf16"):
@@ -76,9 +65,11 @@ def main() -> None:
                               checkpoint_every=0)
         stamps: list[float] = []
         with tempfile.TemporaryDirectory() as out:
+            part = Path(out) / data.name  # the first --examples of the file
+            part.write_text("\n".join(examples) + "\n", "utf-8")
             t0 = time.perf_counter()
-            report = tune(examples, client, Path(out) / "tuned", options,
-                          on_step=lambda *_, stamps=stamps: stamps.append(time.perf_counter()))
+            report = tune_client(part, Path(out) / "tuned", options, generator=client, home=args.home,
+                                 on_step=lambda *_, stamps=stamps: stamps.append(time.perf_counter()))
             total = time.perf_counter() - t0
         steps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]  # the first step's start is not seen
         runs[precision] = {"step": statistics.median(steps), "total": total, "report": report}
@@ -87,7 +78,7 @@ def main() -> None:
     load_after = os.getloadavg()
 
     fp32, bf16 = runs["fp32"], runs["bf16"]
-    flags = _cpu_flags()
+    flags = cpu_flags()
     cpu_note = ", ".join(f for f in ("avx512_bf16", "amx_bf16") if f in flags) or "neither avx512_bf16 nor amx_bf16"
     rows = []
     for precision in ("fp32", "bf16"):
@@ -97,7 +88,7 @@ def main() -> None:
                     f"{rep.held_out_before:.3f} | {rep.held_out_after:.3f} | {r['total'] / 60:.1f} |")
     report = fp32["report"]
     body = "\n".join([
-        "## LoRA tuning in fp32 and bf16 (`benchmarks/tuning_precision.py`)",
+        "## LoRA tuning in fp32 and bf16 (`lab/tuning_precision.py`)",
         "",
         f"Command: `{command_line()}` · commit {git_commit()} · client: smollm2 on transformers, CPU · "
         f"machine: {machine()} (CPU flags: {cpu_note}; torch threads {torch.get_num_threads()}) · "
@@ -118,7 +109,7 @@ def main() -> None:
         f"{fp32['report'].held_out_after:.3f}.",
     ])
     if not args.no_write:
-        write_section("tuning_precision", body)
+        write_finding("tuning_precision", body)
     print(body)
 
 

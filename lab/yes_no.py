@@ -5,7 +5,7 @@ Small models often answer "Does the article suggest X, while the other implies Y
 which `contains` scores wrong whatever it means. Reported: answers that say neither yes nor no, and answers
 right by `contains`, stored and anew, with the paired difference; the stored answers' commit is the run's.
 
-    python benchmarks/yes_no.py quality-4k [--task multihop] [--pattern lc-own] [--limit 20]
+    python lab/yes_no.py quality-4k [--task multihop] [--pattern lc-own] [--limit 20]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, stored_run, write_section  # noqa: E402
+from _common import command_line, git_commit, stored_run, write_finding  # noqa: E402
 
 
 def main() -> None:
@@ -25,31 +25,36 @@ def main() -> None:
     ap.add_argument("--task", default="multihop", help="the run's task")
     ap.add_argument("--pattern", default="lc-own", help="the run's pattern to answer with again")
     ap.add_argument("--limit", type=int, default=None, help="at most this many questions")
-    ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave lab/findings alone")
     args = ap.parse_args()
     if args.limit is not None and args.limit < 1:
         ap.error("--limit must be at least 1")
 
-    from marginalia import app
-    from marginalia.bench.config import pattern_record
-    from marginalia.bench.folder import read_results
-    from marginalia.bench.metrics import is_yes_no_gold, normalize_answer, qa_scores, says_neither_yes_nor_no
-    from marginalia.bench.report import bootstrap
-    from marginalia.bench.tasks import build_items
-    from marginalia.models import load_generator
+    from marginalia import load_model, make_pattern
+    from marginalia.bench import (
+        RESULTS,
+        bootstrap,
+        build_items,
+        is_yes_no_gold,
+        normalize_answer,
+        pattern_record,
+        qa_scores,
+        read_results,
+        says_neither_yes_nor_no,
+    )
 
     folder, info, config = stored_run(args.run)
     table = next((p for p in config.patterns if (p.name or p.kind) == args.pattern), None)
     task = next((t for t in config.tasks if (t.name or t.dataset) == args.task), None)
     if table is None or task is None:
         sys.exit(f"run {args.run!r} has no pattern {args.pattern!r} or no task {args.task!r}")
-    stored = {r["item_id"]: r for r in read_results(folder / "results.jsonl")
+    stored = {r["item_id"]: r for r in read_results(folder / RESULTS)
               if r["task"] == args.task and r["pattern"] == args.pattern and r.get("status") == "ok"
               and is_yes_no_gold(r["answers"])}
     if not stored:
         sys.exit(f"run {args.run!r} has no answered yes/no question of {args.task!r} by {args.pattern!r}")
-    gen = load_generator(config.model, backend=config.backend, device=config.device)
-    pattern = app.pattern(pattern_record(table), gen, None)
+    gen = load_model(config.model, backend=config.backend, device=config.device)
+    pattern = make_pattern(pattern_record(table), gen)
     items = [it for it in build_items(task.spec(), gen.tokenizer) if it.id in stored]
     if not items:
         sys.exit(f"the run's stored config no longer builds the items of its {args.task!r} answers")
@@ -74,7 +79,7 @@ def main() -> None:
     gold_yes = sum(normalize_answer(it.answers[0]) == "yes" for it, _, _ in rows)
     said_yes = sum(normalize_answer(new).split()[:1] == ["yes"] for _, _, new in rows)
     body = "\n".join([
-        "## Yes/no questions asked again (`benchmarks/yes_no.py`)",
+        "## Yes/no questions asked again (`lab/yes_no.py`)",
         "",
         f"Command: `{command_line()}` · commit {git_commit()} (stored answers: run `{args.run}`, started at commit "
         f"{str((info.get('commit') or {}).get('commit', '?'))[:10]}) · model `{config.model}` · pattern `{args.pattern}` · "
@@ -97,7 +102,7 @@ def main() -> None:
     ])
     print(body)
     if not args.no_write:
-        write_section("yes_no", body)
+        write_finding("yes_no", body)
 
 
 if __name__ == "__main__":
