@@ -290,7 +290,7 @@ def main() -> None:
             Path(args.save).write_text(json.dumps(m, indent=1), "utf-8")
     body = render(m)
     if not args.no_write:
-        write_finding(args.section, body)
+        write_finding("gpu_read", body, section=args.section)
     print(body)
 
 
