@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench check clean
+.PHONY: setup demo test lab-test bench check clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,10 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q --durations=5
 
+# the lab's tests (lab/, the experiments beside the product; `make test` does not run them)
+lab-test: setup
+	$(BIN)/python -m pytest -q lab/tests
+
 # every benchmark behind BENCHMARKS.md (about 1.5 hours on 2 cores; each script rewrites its own section)
 bench: setup
 	$(BIN)/python benchmarks/wim_overhead.py
@@ -41,7 +45,7 @@ bench: setup
 
 # lint, types and the import-linter layer contracts (the tests check the contracts too)
 check: setup
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks lab
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
