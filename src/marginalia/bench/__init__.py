@@ -63,4 +63,8 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-__all__ = list(_LAZY)
+__all__ = [
+    "RESULTS", "ModelJudge", "ProbabilityJudge", "bootstrap", "build_items", "holds_answer", "is_yes_no_gold",
+    "load_config", "normalize_answer", "pattern_record", "qa_scores", "read_results", "read_run_info",
+    "run_benchmark", "run_jobs", "runs_dir", "says_neither_yes_nor_no", "stored_config", "wilson", "yes_no_verdict",
+]
