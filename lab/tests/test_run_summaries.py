@@ -87,3 +87,24 @@ def test_long_documents_sets_wim_against_the_window(load_script: Any, tmp_path: 
     assert "peak 8000 of 8192 tokens" in out
     assert "8k: 1.00 (1 items), 16k: 1.00 (1 items) (goal at least 0.8 at every length: met)" in out
     assert "WiM right on 1 of 2" in out
+
+
+def test_the_early_exit_config_loads(tmp_path: Path) -> None:
+    """lab/configs/early_exit.toml names only options the product has (configs reject unknown keys); its data
+    paths are read from its folder, so it is loaded from a copy beside made-up data files."""
+    import re
+
+    from marginalia.bench import load_config
+
+    text = (Path(__file__).resolve().parent.parent / "configs" / "early_exit.toml").read_text("utf-8")
+    config_path = tmp_path / "checkout" / "lab" / "configs" / "early_exit.toml"
+    config_path.parent.mkdir(parents=True)
+    config_path.write_text(text, "utf-8")
+    for relative in re.findall(r'^path = "(.+)"$', text, re.M):
+        data = (config_path.parent / relative).resolve()
+        data.parent.mkdir(parents=True, exist_ok=True)
+        data.touch()
+    config = load_config(config_path)
+    assert [(p.name or p.kind, p.kind) for p in config.patterns] == [("wim", "wim"), ("wim-exit", "wim")]
+    assert config.patterns[1].stop_at_score == 0.9 and config.patterns[0].stop_at_score is None
+    assert [t.dataset for t in config.tasks] == ["niah", "squad"]
