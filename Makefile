@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench check clean
+.PHONY: setup demo test lab-test bench check clean
 
 setup: $(STAMP)
 
@@ -31,19 +31,21 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q --durations=5
 
+# the lab's tests (lab/, the experiments beside the product; `make test` does not run them)
+lab-test: setup
+	$(BIN)/python -m pytest -q lab/tests
+
 # every benchmark behind BENCHMARKS.md (about 1.5 hours on 2 cores; each script rewrites its own section)
 bench: setup
 	$(BIN)/python benchmarks/wim_overhead.py
-	$(BIN)/python benchmarks/judge_modes.py
 	$(BIN)/python benchmarks/backends.py --segment-tokens 512 1024
-	$(BIN)/python benchmarks/llamacpp_settings.py
 	$(BIN)/python benchmarks/index_speed.py
 	$(BIN)/marginalia bench run configs/bench/example.toml --limit 2
 	$(BIN)/python benchmarks/bench_example.py
 
 # lint, types and the import-linter layer contracts (the tests check the contracts too)
 check: setup
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks lab
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -286,17 +286,3 @@ def test_a_label_guard_relabels_on_the_same_memory_under_its_own_key() -> None:
     assert seen == [("The ferry", 44, ["The ferry sails at dawn."])]
     assert again["label"] == " sails at dawn" and again["takeaways"] == record["takeaways"]
     assert again["seconds"]["takeaways"] == 3.0 and record["label"] == " sails at sails at"  # the old one untouched
-
-
-def test_loop_guard_counts_runs_cuts_and_loops() -> None:
-    from marginalia.models.repeats import NoRepeat
-
-    lg = load("loop_guard")
-    assert lg.repeats_run([1, 2, 3, 1, 2], 2) and not lg.repeats_run([1, 2, 3, 1, 2], 3)
-    assert not lg.repeats_run([1, 1, 1], 0)  # no guard: nothing counts
-    pieces = {1: " in", 2: " ", 3: "2", 4: "0", 5: " town"}
-    guard = NoRepeat(3, lambda ids: "".join(pieces[i] for i in ids))
-    assert not lg.cut_by(guard, [1, 2, 3, 4, 4, 1, 2, 3, 4, 4])  # "in 200 in 200": the digits pass
-    assert lg.cut_by(NoRepeat(3, lambda ids: "".join(pieces[i] for i in ids)), [1, 5, 1, 1, 5, 1])  # " in" banned
-    assert lg.loops("we met at the dock and we met at the dock again")  # a run of four words twice
-    assert lg.loops("go " * 12) and not lg.loops("The storm destroyed 55 houses and damaged many others.")

@@ -581,15 +581,3 @@ def test_a_sentence_that_answers_one_clause_of_a_composite_question_is_on_it() -
                              document=text)
     assert not whole_only.relevant, whole_only.reason  # what the clause rule adds
     assert question_clauses("Who founded the company that makes the Vell kettle?") == []
-
-
-def test_the_ablation_benchmark_turns_off_rules_the_judge_has() -> None:
-    """benchmarks/judge_ablation.py sets these attributes of the grounded judge by name: a rename breaks it."""
-    from benchmark_scripts import load
-
-    ablation = load("judge_ablation")
-    judge = GroundedJudge()
-    assert set(ablation.OFF) == set(ablation.RULES)
-    for rule, off in ablation.OFF.items():
-        assert hasattr(judge, rule), rule
-        assert getattr(judge, rule) != off, rule  # on by default

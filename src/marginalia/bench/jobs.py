@@ -1,7 +1,7 @@
 """``bench run --jobs N``: one run answered by N worker processes, each held to its own share of the cores.
 
 On a CPU, llama.cpp gains little from a second thread on a small model, so N one-core workers answer more
-per hour than one process on N cores (``benchmarks/bench_jobs.py`` measures it; BENCHMARKS.md has the
+per hour than one process on N cores (``lab/bench_jobs.py`` measures it; lab/findings/bench_jobs.md has the
 numbers). The parent holds the run folder's lock, drops errored lines for ``--retry-errors``, splits its
 cores into N groups and spawns the workers. Each worker loads its own models (N copies in memory), builds
 the same items and takes them in turn from one shared counter (the longest contexts first), so every item,

@@ -110,7 +110,7 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     judge.add_argument("--method", choices=("verdict", "probability"), default=None,
                        help="verdict: the model writes a JSON verdict; probability: the model's P(YES) for "
                             "'does the reply give the reference answer?' against --threshold (in-process models "
-                            "only; benchmarks/judge_check.py measures a threshold) (default: the run config's, "
+                            "only; lab/judge_check.py measures a threshold) (default: the run config's, "
                             "else verdict)")
     judge.add_argument("--threshold", type=float, default=None, metavar="P",
                        help="probability method: P(YES) from which an answer is right (default: the run "

@@ -1,7 +1,7 @@
 """Model backends behind the Generator seam, chosen by spec string."""
 
 from .base import CachingGenerator, GenerationParams, Generator, Message, Tokenizer, Usage
-from .registry import known_specs, load_generator, register_backend
+from .registry import gguf_file, known_specs, load_generator, register_backend
 
 DEFAULT_MODEL = "smollm2"
 
@@ -13,6 +13,7 @@ __all__ = [
     "Message",
     "Tokenizer",
     "Usage",
+    "gguf_file",
     "known_specs",
     "load_generator",
     "register_backend",

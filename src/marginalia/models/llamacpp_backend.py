@@ -3,8 +3,8 @@
 On CPU it decodes the same weights several times faster than transformers (see
 BENCHMARKS.md). The GGUF's own tokenizer and chat template are used. Keys are cached
 in 16 bits by default: 8-bit keys (``key_cache="q8_0"``) decode a little faster but
-changed greedy answers for the worse in the judge benchmark (BENCHMARKS.md; the
-settings are timed by benchmarks/llamacpp_settings.py). Values stay 16-bit: 8-bit
+changed greedy answers for the worse in the judge benchmark (lab/findings/llamacpp_settings.md; the
+settings are timed by lab/llamacpp_settings.py). Values stay 16-bit: 8-bit
 values need flash attention, which is slower on long prefixes.
 
 Rollback is `n_tokens = L`: the KV entries past L are dropped before the next
