@@ -9,9 +9,9 @@ from typing import Any, Literal, TextIO, Union, get_args, get_origin
 
 import annotated_types
 
+from .. import app
 from ..files import progress_bar
 from ..home import ENV_HOME
-from ..models.registry import BACKENDS, DEVICES
 from ..options import Options
 
 
@@ -123,9 +123,7 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
 def _model_help() -> str:
     import importlib.util
 
-    from ..models.registry import known_specs
-
-    rows = "\n".join(f"  {form:<16} {text}" for form, text in known_specs())
+    rows = "\n".join(f"  {form:<16} {text}" for form, text in app.model_specs())
     engine = ("llama.cpp (llama-cpp-python is installed)"
               if importlib.util.find_spec("llama_cpp") else
               "transformers (install llama-cpp-python for much faster decoding on CPU)")
@@ -148,9 +146,9 @@ def model_options() -> argparse.ArgumentParser:
     opts = argparse.ArgumentParser(add_help=False)
     opts.add_argument("--model", default="smollm2", metavar="SPEC",
                       help="the language model (see 'marginalia models')")
-    opts.add_argument("--device", choices=DEVICES, default="auto",
+    opts.add_argument("--device", choices=app.DEVICES, default="auto",
                       help="where the in-process model runs (auto: CUDA + bf16 if present)")
-    opts.add_argument("--backend", choices=BACKENDS, default="auto",
+    opts.add_argument("--backend", choices=app.BACKENDS, default="auto",
                       help="engine for GGUF models (smollm2, gguf:, tuned:): auto picks llama.cpp when "
                            "installed (it decodes faster on CPU), else transformers")
     opts.add_argument("--api-key", default=None, metavar="KEY",
@@ -162,8 +160,6 @@ def model_options() -> argparse.ArgumentParser:
 def load_model(args: argparse.Namespace, reporter: Reporter) -> Any:
     """Load the generator the options name, logging what was loaded with -v."""
     import time
-
-    from .. import app
 
     t0 = time.perf_counter()
     generator = app.load_model(args.model, home=args.home, device=args.device,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import sys
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, TextIO
@@ -14,7 +13,6 @@ import annotated_types
 
 from .. import app
 from ..errors import MarginaliaError, UserError
-from ..models.snapshots import DEFAULT_MAX_BYTES
 from ..options import PATTERN_OPTIONS, PATTERNS, CollectionOptions, LcOptions, PatternOptions, RagOptions, WimOptions
 from .common import (
     Formatter,
@@ -48,7 +46,7 @@ def reading_options() -> argparse.ArgumentParser:
                          help="wim: neither use nor keep a stored reading of the document (by default a "
                               "full reading is stored, so the next question about it reads no document token)")
     reading.add_argument("--cache-size", type=_checked(float, [annotated_types.Gt(0)]),
-                         default=DEFAULT_MAX_BYTES / 2**30, metavar="GB",
+                         default=app.DEFAULT_CACHE_BYTES / 2**30, metavar="GB",
                          help="wim: the most disk the stored readings take; the least recently used go first")
     reading.add_argument("--json", action="store_true",
                          help="print the answer, margins, references and stats as one JSON object")
@@ -195,9 +193,7 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
 
 
 def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..patterns.base import check_question
-
-    check_question(args.question)
+    app.check_question(args.question)
     pattern_from_args(args)  # a bad combination of options fails before anything loads
     if args.collection:
         if args.file is not None:
@@ -247,38 +243,8 @@ def cmd_models(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def serve_command(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> tuple[list[str], str]:
     """The server's command line and the model spec that reaches it (``log``: what making the embedded
     model's Q8_0 copy says, the first time)."""
-    import importlib.util
-    from pathlib import Path
-
-    from ..models.gguf_copy import q8_copy
-    from ..models.llamacpp_backend import DEFAULT_KEY_CACHE, KEY_CACHE_TYPES, LLAMACPP_INSTALL
-    from ..models.loaders import embedded_gguf
-
-    if args.model == "smollm2":  # the weights the in-process backend reads, so greedy replies agree
-        path, alias = q8_copy(embedded_gguf(), log), "smollm2"
-    elif args.model.startswith("gguf:") and len(args.model) > 5:
-        path = Path(args.model[5:]).expanduser()
-        alias = path.stem
-        if not path.is_file():
-            raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
-    else:
-        raise UserError(f"serve-model serves GGUF models: give 'smollm2' or 'gguf:<file>', not {args.model!r}")
-    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("uvicorn") is None:
-        from ..errors import MissingDependency
-
-        raise MissingDependency("llama-cpp-python's server", LLAMACPP_INSTALL)
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path),
-               "--model_alias", alias, "--host", args.host, "--port", str(args.port),
-               "--n_ctx", str(args.n_ctx), "--verbose", "true" if args.verbose else "false",
-               # queue concurrent requests; by default this server cuts the running stream off
-               "--interrupt_requests", "false",
-               # the in-process backend's key cache, so greedy replies agree with it
-               "--type_k", str(KEY_CACHE_TYPES[DEFAULT_KEY_CACHE])]
-    tokenizer = "" if alias == "smollm2" else f";tokenizer={args.model}"
-    # that server penalises repeats by default: ask for plain greedy/temperature sampling
-    # the server's /models does not report its window, so the spec carries it
-    return command, (f"openai:http://{args.host}:{args.port}/v1#{alias};prompt=text"
-                     f";window={args.n_ctx};x-repeat_penalty=1{tokenizer}")
+    return app.model_server_command(args.model, host=args.host, port=args.port, n_ctx=args.n_ctx,
+                                    verbose=args.verbose, log=log)
 
 
 def cmd_serve_model(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

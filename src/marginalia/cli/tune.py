@@ -9,7 +9,6 @@ from typing import Any, TextIO
 
 from .. import app
 from ..files import progress_bar
-from ..models.registry import BACKENDS, DEVICES
 from ..options import ComposeOptions, TuneDataOptions, TuneOptions
 from .common import Formatter, Reporter, add_record_options, positive_int, record_from_args
 from .compose import METAVARS
@@ -47,7 +46,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     data.add_argument("--memory-model", metavar="SPEC", default=None,
                       help="the model that writes memory (default: the label model)")
     data.add_argument("--limit", type=positive_int, default=None, metavar="N", help="at most N examples in --out")
-    _engine(data, BACKENDS)
+    _engine(data, app.BACKENDS)
     add_record_options(data, [TuneDataOptions])
     add_record_options(data, [ComposeOptions], metavars=METAVARS,
                        skip=[f for f in ComposeOptions.model_fields if f not in MEMORY_FIELDS])
@@ -77,7 +76,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _engine(parser: argparse.ArgumentParser, backends: tuple[str, ...]) -> None:
-    parser.add_argument("--device", choices=DEVICES, default="auto",
+    parser.add_argument("--device", choices=app.DEVICES, default="auto",
                         help="where in-process models run (auto: CUDA if present)")
     if backends:
         parser.add_argument("--backend", choices=backends, default="auto",
@@ -126,14 +125,8 @@ def cmd_data(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_train(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..compose.tuning import read_examples
-    from ..compose.tuning.train import import_peft
-    from ..models.transformers_backend import import_torch
-
     options: TuneOptions = record_from_args(TuneOptions, args)
-    import_torch()
-    import_peft()  # both before the model loads: a missing extra is said at once
-    read_examples(args.data)  # a missing or broken file too
+    app.check_tuning(args.data)  # before the model loads: a missing extra or data file is said at once
     reporter = Reporter(False, err)
     reporter.log(f"loading the client {args.model} on transformers")
     generator = app.load_model(args.model, home=args.home, device=args.device, backend="transformers",
