@@ -26,19 +26,16 @@ from .common import (
 )
 
 
-def collection_option(parser: argparse.ArgumentParser, required: bool = True) -> None:
+def collection_option(parser: Any, required: bool = True) -> None:
     parser.add_argument("--collection", "-c", required=required, metavar="NAME",
                         help="the collection (letters, digits, '.', '_', '-'); kept under the home directory")
 
 
-#: the CLI's names for the chunking options
-CHUNK_FLAGS = {"min_tokens": "--chunk-min", "max_tokens": "--chunk-max", "overlap_tokens": "--overlap"}
-
-
 def chunking_options() -> argparse.ArgumentParser:
-    opts = argparse.ArgumentParser(add_help=False)
-    add_record_options(opts, [ChunkingOptions], flags=CHUNK_FLAGS)
-    return opts
+    """The chunking options (chunk sizes in the model's tokens), in a group of their own."""
+    parent = argparse.ArgumentParser(add_help=False)
+    add_record_options(parent.add_argument_group("chunking"), ChunkingOptions)
+    return parent
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -47,6 +44,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
     index = sub.add_parser(
         "index", parents=[common, models, chunking_options()], formatter_class=Formatter,
+        usage="%(prog)s [options] --collection NAME PATH [PATH ...]",
         help="add files and folders to a collection (pdf, markdown, text, html)",
         description="Load each file (folders are walked), split it into sections and section-bounded chunks, "
                     "and add them to the collection's hybrid (BM25 + dense) index. Re-indexing unchanged files "
