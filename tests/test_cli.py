@@ -40,7 +40,7 @@ def test_help_lists_every_option_with_defaults(capsys):
     assert exc.value.code == 0
     text = capsys.readouterr().out
     for option in ("--pattern", "--model", "--segment-tokens", "--judge", "--margin-tokens",
-                   "--max-tokens", "--chunk-tokens", "--top-k", "--embedder", "--json",
+                   "--max-new-tokens", "--chunk-tokens", "--top-k", "--embedder", "--json",
                    "--home", "--device", "--quiet"):
         assert option in text
     assert "(default: wim)" in text and "(default: 512)" in text and "smollm2" in text

@@ -78,7 +78,7 @@ def test_cli_choices_come_from_the_records() -> None:
     ("--top-k", "-1", "must be above 0"),
     ("--grounding-threshold", "1.5", "must be at most 1.0"),
     ("--topic-threshold", "-0.1", "must be at least 0.0"),
-    ("--max-tokens", "many", "expected a whole number"),
+    ("--max-new-tokens", "many", "expected a whole number"),
     ("--judge", "vibes", "invalid choice"),
 ])
 def test_a_bad_flag_is_a_usage_error_naming_it(flag: str, value: str, says: str,

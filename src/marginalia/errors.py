@@ -34,6 +34,20 @@ class NotFound(UserError):
         super().__init__(message)
 
 
+class CollectionBusy(UserError):
+    """Another process (or thread) kept a collection's writer lock past the timeout."""
+
+    def __init__(self, name: str, holder_pid: int | None, waited: float) -> None:
+        self.name = name
+        self.holder_pid = holder_pid
+        self.waited = waited
+        holder = f"process {holder_pid}" if holder_pid else "another process"
+        super().__init__(
+            f"collection {name!r} is being written by {holder}; waited {waited:.0f} s for it. "
+            "Let that indexing run finish (or stop it) and try again, or pass a longer lock timeout"
+        )
+
+
 class MissingDependency(UserError):
     """An optional extra is not installed; the message carries the install command."""
 

@@ -8,9 +8,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from .. import app
 from ..errors import MissingDependency, UserError
 from ..home import ENV_HOME
-from ..models.registry import BACKENDS
 from .common import non_negative_int, positive_int
 
 
@@ -105,7 +105,7 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     judge.add_argument("run", metavar="RUN", help="a run folder, or the name of a run under <home>/bench/runs")
     judge.add_argument("--model", metavar="SPEC", default=None,
                        help="the judge model (default: the run config's [judge] model, else the run's own model)")
-    judge.add_argument("--backend", choices=BACKENDS, default=None,
+    judge.add_argument("--backend", choices=app.BACKENDS, default=None,
                        help="engine for a GGUF judge (default: the run config's)")
     judge.add_argument("--method", choices=("verdict", "probability"), default=None,
                        help="verdict: the model writes a JSON verdict; probability: the model's P(YES) for "
@@ -290,7 +290,6 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..bench.judge import make_model_judge
     from ..bench.rejudge import rejudge
     from ..bench.report import find_run
-    from ..models import load_generator
 
     folder = find_run(args.run, args.home)
     quiet = getattr(args, "quiet", False)
@@ -319,7 +318,7 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     check_unlocked(folder)  # a run writing to the folder: say so before loading the judge
     log(f"loading judge {spec}")
-    generator = load_generator(spec, home=args.home, device=settings.device, backend=settings.backend,
+    generator = app.load_model(spec, home=args.home, device=settings.device, backend=settings.backend,
                                log=log if args.verbose else None)
     judge = make_model_judge(generator, settings)
     try:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import re
+import textwrap
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, TextIO, Union, get_args, get_origin
 
 import annotated_types
 
+from .. import app
 from ..files import progress_bar
 from ..home import ENV_HOME
-from ..models.registry import BACKENDS, DEVICES
 from ..options import Options
 
 
@@ -74,32 +76,54 @@ def _checked(kind: type, metadata: Sequence[Any]) -> Any:
     return convert
 
 
-def add_record_options(parser: Any, records: Sequence[type[Options]], *, flags: Mapping[str, str] | None = None,
-                       metavars: Mapping[str, str] | None = None, skip: Sequence[str] = ()) -> None:
-    """Add one flag per field of the options ``records`` (a field shared by several is added once).
+def add_record_options(parser: Any, record: type[Options], *, fields: Iterable[str] | None = None,
+                       skip: Iterable[str] = (), metavars: Mapping[str, str] | None = None) -> None:
+    """Add one flag per field of an options ``record`` to ``parser`` (or an argument group of it): every
+    field, or only those of ``fields`` the record has, less those in ``skip``.
 
-    The flag is ``--field-name`` unless ``flags`` renames it; its default, choices, bounds and help come
-    from the record. A boolean field that defaults to true becomes a ``--no-...`` flag (name it in ``flags``).
+    The flag is named as the field (``--field-name``; a switch that is on by default is ``--no-field-name``);
+    its default, choices and bounds come from the record, its help is `short_help` of its description.
     """
-    flags = flags or {}
     metavars = metavars or {}
-    seen: set[str] = set(skip)
-    for record in records:
-        for name, info in record.model_fields.items():
-            if name in seen:
-                continue
-            seen.add(name)
-            flag = flags.get(name, "--" + name.replace("_", "-"))
-            kind, choices = _field_type(info.annotation)
-            if kind is bool:
-                parser.add_argument(flag, dest=name, action="store_false" if info.default else "store_true",
-                                    help=info.description)
-            elif choices is not None:
-                parser.add_argument(flag, dest=name, choices=choices, default=info.default, help=info.description)
-            else:
-                parser.add_argument(flag, dest=name, type=_checked(kind, info.metadata), default=info.default,
-                                    metavar=metavars.get(name, {int: "N", float: "X"}.get(kind, "VALUE")),
-                                    help=info.description)
+    wanted = record.model_fields if fields is None else [f for f in fields if f in record.model_fields]
+    left_out = set(skip)
+    for name in wanted:
+        if name in left_out:
+            continue
+        info = record.model_fields[name]
+        flag = "--" + name.replace("_", "-")
+        text = short_help(info.description)
+        kind, choices = _field_type(info.annotation)
+        if kind is bool and info.default:
+            parser.add_argument("--no-" + flag[2:], dest=name, action="store_false", help=f"turn off: {text}")
+        elif kind is bool:
+            parser.add_argument(flag, dest=name, action="store_true", help=text)
+        elif choices is not None:
+            parser.add_argument(flag, dest=name, choices=choices, default=info.default, help=text)
+        else:
+            parser.add_argument(flag, dest=name, type=_checked(kind, info.metadata), default=info.default,
+                                metavar=metavars.get(name, {int: "N", float: "X"}.get(kind, "VALUE")), help=text)
+
+
+def own_fields(record: type[Options], base: type[Options]) -> list[str]:
+    """The fields ``record`` adds to ``base``."""
+    return [name for name in record.model_fields if name not in base.model_fields]
+
+
+_SCOPE = re.compile(r"^(?:wim|rag|lc)\b[^:]*?:\s+")  # "wim: ", "wim, grounded and separate judges: "
+_ASIDE = re.compile(r"\s*\([^()]*\)")
+# a clause ends at a semicolon, a full stop, or a colon that does not introduce a quotation
+_CLAUSE_END = re.compile(r";\s|:\s(?![\"'])|(?<=[a-z0-9])\.\s+(?=[A-Z])")
+
+
+def short_help(description: str | None) -> str:
+    """An option's help on the command line, one line: the first clause of its record's description, without
+    its asides in parentheses or the pattern it is for (the option's group names that). The whole description
+    is in the HTTP API's schema."""
+    text = _SCOPE.sub("", description or "")
+    while _ASIDE.search(text):
+        text = _ASIDE.sub("", text)
+    return _CLAUSE_END.split(text, maxsplit=1)[0].strip().rstrip(".")
 
 
 def record_from_args(record: type[Options], args: argparse.Namespace) -> Any:
@@ -108,24 +132,42 @@ def record_from_args(record: type[Options], args: argparse.Namespace) -> Any:
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):
-    """Shows each option's default, except where there is none to show."""
+    """Shows each option's default, except where there is none to show; fills the description and epilog to
+    the terminal's width, except paragraphs with indented lines (tables), which stay as written."""
+
+    # the help column: most flags with their metavar fit before it, leaving about 50 characters of help on 80 columns
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 27,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, width)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if isinstance(action, argparse._StoreFalseAction):  # a --no-... flag for what is on by default
-            return f"turns off what is on by default: {text}"
-        if action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text \
-                and action.option_strings:
+        default = action.default
+        nothing = default is None or isinstance(default, bool) or default == argparse.SUPPRESS or default == []
+        if not nothing and "%(default)" not in text and action.option_strings:
             text += " (default: %(default)s)"
         return text
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line[:1].isspace() for line in lines):
+                paragraphs.append("\n".join(indent + line for line in lines))
+            else:
+                paragraphs.append(textwrap.fill(" ".join(paragraph.split()), width, initial_indent=indent,
+                                                subsequent_indent=indent))
+        return "\n\n".join(paragraphs)
+
+
+#: where a command that loads a model points for the model specs (`_model_help` lists them)
+MODEL_NOTE = "Model specs: 'marginalia models'."
 
 
 def _model_help() -> str:
     import importlib.util
 
-    from ..models.registry import known_specs
-
-    rows = "\n".join(f"  {form:<16} {text}" for form, text in known_specs())
+    rows = "\n".join(f"  {form:<16} {text}" for form, text in app.model_specs())
     engine = ("llama.cpp (llama-cpp-python is installed)"
               if importlib.util.find_spec("llama_cpp") else
               "transformers (install llama-cpp-python for much faster decoding on CPU)")
@@ -137,33 +179,29 @@ def common_options() -> argparse.ArgumentParser:
     """Options every command takes (home directory, verbosity)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--home", metavar="DIR", default=None,
-                        help=f"where marginalia keeps model caches and collections (default: ${ENV_HOME}, "
-                             "else your user data directory)")
+                        help=f"where models and collections are kept (default: ${ENV_HOME}, else your "
+                             "user data folder)")
     common.add_argument("-v", "--verbose", action="store_true", help="log what is loaded and why")
     return common
 
 
 def model_options() -> argparse.ArgumentParser:
-    """Options that choose and place the language model."""
-    opts = argparse.ArgumentParser(add_help=False)
-    opts.add_argument("--model", default="smollm2", metavar="SPEC",
-                      help="the language model (see 'marginalia models')")
-    opts.add_argument("--device", choices=DEVICES, default="auto",
-                      help="where the in-process model runs (auto: CUDA + bf16 if present)")
-    opts.add_argument("--backend", choices=BACKENDS, default="auto",
-                      help="engine for GGUF models (smollm2, gguf:, tuned:): auto picks llama.cpp when "
-                           "installed (it decodes faster on CPU), else transformers")
+    """Options that choose and place the language model (in a group of their own)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    opts = parent.add_argument_group("model")
+    opts.add_argument("--model", default="smollm2", metavar="SPEC", help="the language model's spec")
+    opts.add_argument("--device", choices=app.DEVICES, default="auto",
+                      help="where in-process models run")
+    opts.add_argument("--backend", choices=app.BACKENDS, default="auto",
+                      help="engine for GGUF models: llama.cpp when installed, else transformers")
     opts.add_argument("--api-key", default=None, metavar="KEY",
-                      help="API key for openai: models (default: $MARGINALIA_API_KEY, "
-                           "else $OPENAI_API_KEY)")
-    return opts
+                      help="API key for openai: models (default: $MARGINALIA_API_KEY, else $OPENAI_API_KEY)")
+    return parent
 
 
 def load_model(args: argparse.Namespace, reporter: Reporter) -> Any:
     """Load the generator the options name, logging what was loaded with -v."""
     import time
-
-    from .. import app
 
     t0 = time.perf_counter()
     generator = app.load_model(args.model, home=args.home, device=args.device,

@@ -15,30 +15,37 @@ from .. import app
 from ..errors import MissingDependency, UserError
 from ..files import atomic_write_text
 from ..options import ComposeOptions
-from .common import Formatter, Reporter, add_record_options, load_model, model_options, record_from_args
+from .common import MODEL_NOTE, Formatter, Reporter, add_record_options, load_model, model_options, record_from_args
 from .documents import collection_option
 
 COMPOSE_INSTALL = "pip install 'marginalia[compose]'"
+#: the compose options that say how memory is made, kept and refreshed (the rest are about suggestions)
+MEMORY_FIELDS = ("memory_mode", "memory_model", "hits", "search", "min_similarity", "item_tokens", "memory_size",
+                 "threshold", "memory_timeout", "give_way")
 METAVARS = {"memory_model": "SPEC", "memory_timeout": "SECONDS", "debounce": "SECONDS", "min_similarity": "SIM"}
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add compose."""
     compose = sub.add_parser(
-        "compose", parents=[common, model_options()], formatter_class=Formatter,
+        "compose", parents=[common, model_options()], formatter_class=Formatter, usage="%(prog)s [options]",
         help="write with suggestions drawn from a collection",
         description="Edit a text in the terminal while --model suggests what comes next (ghost text: Tab or → "
                     "accepts). As the text grows, the memory model retrieves related chunks from the collection "
                     "and keeps a short memory of them that the suggestions use; it works in the background, "
                     "so typing never waits for it. Esc then Enter ends; the text goes to stdout.",
+        epilog=MODEL_NOTE,
     )
-    collection_option(compose)
-    add_record_options(compose, [ComposeOptions], metavars=METAVARS, flags={"give_way": "--no-give-way"})
-    compose.add_argument("--text", metavar="FILE", help="start from this file's text (never retrieved as memory)")
-    compose.add_argument("--exclude", metavar="SOURCE", action="append", default=[],
-                         help="a document of the collection never to draw memory from: the one being written "
-                              "(its path, source or id; repeatable)")
-    compose.add_argument("-o", "--output", metavar="FILE", help="also write the text here when done")
+    text = compose.add_argument_group("text")
+    collection_option(text)
+    text.add_argument("--text", metavar="FILE", help="start from this file's text (never retrieved as memory)")
+    text.add_argument("--exclude", metavar="SOURCE", action="append", default=[],
+                      help="a document never to draw memory from: its path, source or id (repeatable)")
+    text.add_argument("-o", "--output", metavar="FILE", help="also write the text here when done")
+    memory = compose.add_argument_group("memory")
+    add_record_options(memory, ComposeOptions, fields=MEMORY_FIELDS, metavars=METAVARS)
+    suggestions = compose.add_argument_group("suggestions")
+    add_record_options(suggestions, ComposeOptions, skip=MEMORY_FIELDS, metavars=METAVARS)
     compose.set_defaults(handler=cmd_compose)
 
 

@@ -26,19 +26,16 @@ from .common import (
 )
 
 
-def collection_option(parser: argparse.ArgumentParser, required: bool = True) -> None:
+def collection_option(parser: Any, required: bool = True) -> None:
     parser.add_argument("--collection", "-c", required=required, metavar="NAME",
                         help="the collection (letters, digits, '.', '_', '-'); kept under the home directory")
 
 
-#: the CLI's names for the chunking options
-CHUNK_FLAGS = {"min_tokens": "--chunk-min", "max_tokens": "--chunk-max", "overlap_tokens": "--overlap"}
-
-
 def chunking_options() -> argparse.ArgumentParser:
-    opts = argparse.ArgumentParser(add_help=False)
-    add_record_options(opts, [ChunkingOptions], flags=CHUNK_FLAGS)
-    return opts
+    """The chunking options (chunk sizes in the model's tokens), in a group of their own."""
+    parent = argparse.ArgumentParser(add_help=False)
+    add_record_options(parent.add_argument_group("chunking"), ChunkingOptions)
+    return parent
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -47,6 +44,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
     index = sub.add_parser(
         "index", parents=[common, models, chunking_options()], formatter_class=Formatter,
+        usage="%(prog)s [options] --collection NAME PATH [PATH ...]",
         help="add files and folders to a collection (pdf, markdown, text, html)",
         description="Load each file (folders are walked), split it into sections and section-bounded chunks, "
                     "and add them to the collection's hybrid (BM25 + dense) index. Re-indexing unchanged files "
@@ -131,15 +129,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     delete.set_defaults(handler=cmd_collections_delete)
 
 
-def _open(args: argparse.Namespace, name: str, create: bool = False, embedder: Any = None) -> Any:
-    from ..index.store import Collection
-
-    return Collection.open(name, home=args.home, create=create, embedder=embedder)
-
-
 def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..ingest.sections import format_tree
-
     chunking = record_from_args(ChunkingOptions, args)
     app.check_paths(args.paths)
     tokenizer = load_model(args, Reporter(False, err)).tokenizer
@@ -165,7 +155,7 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             detail = f"same text as {result.source}, already indexed"
         out.write(f"{result.status:<9} {doc.source}  ({detail})\n")
         if args.tree:
-            out.write(format_tree(list(item.sections), doc) + "\n")
+            out.write(app.section_outline(item.sections, doc) + "\n")
 
     report = app.index_paths(args.paths, args.collection, count_tokens=tokenizer.count, home=args.home,
                              embedder=args.embedder, chunking=chunking, recursive=not args.no_recursive,
@@ -190,7 +180,7 @@ def _hit_dict(hit: Any) -> dict[str, Any]:
 
 
 def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    collection = _open(args, args.collection)
+    collection = app.open_collection(args.collection, home=args.home)
     kinds = ("chunk", "question") if args.questions else ("chunk",)
     hits = collection.search(args.query, k=args.k, mode=args.mode, kinds=kinds)
     if args.json:
@@ -212,7 +202,7 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_questions_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    collection = _open(args, args.collection)
+    collection = app.open_collection(args.collection, home=args.home)
     bars: list[Any] = []
     try:
         written = app.generate_questions(
@@ -246,14 +236,7 @@ def _written(out: TextIO, written: app.DocumentQuestions, bars: list[Any]) -> No
 
 
 def cmd_questions_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..index.question_bank import to_chat_jsonl
-
-    collection = _open(args, args.collection)
-    entries = collection.questions()
-    if not entries:
-        raise UserError(f"collection {args.collection!r} has no questions yet; "
-                        f"run 'marginalia questions generate --collection {args.collection}' first")
-    lines = list(to_chat_jsonl(entries, system=args.system, long=args.long))
+    lines = app.export_questions(args.collection, home=args.home, system=args.system, long=args.long)
     if args.output:
         target = Path(args.output)
         atomic_write_text(target, "".join(line + "\n" for line in lines))
@@ -267,9 +250,7 @@ def cmd_questions_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> 
 def cmd_collections_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from dataclasses import asdict
 
-    from ..index.store import list_collections
-
-    infos = list_collections(args.home)
+    infos = app.list_collections(args.home)
     if args.json:
         json.dump([asdict(i) for i in infos], out, indent=2)
         out.write("\n")
@@ -288,9 +269,7 @@ def cmd_collections_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> 
 def cmd_collections_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from dataclasses import asdict
 
-    from ..ingest.sections import format_tree
-
-    collection = _open(args, args.name)
+    collection = app.open_collection(args.name, home=args.home)
     docs = collection.documents()
     if args.json:
         json.dump([asdict(d) for d in docs], out, indent=2)
@@ -300,13 +279,11 @@ def cmd_collections_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> 
         out.write(f"{d.source}  {d.format}, {d.n_chunks} chunks, {d.n_questions} questions  "
                   f"[{d.doc_id}] {d.title!r}\n")
         if args.tree:
-            out.write(format_tree(collection.sections(d.doc_id), collection.document(d.doc_id)) + "\n")
+            out.write(app.section_outline(collection.sections(d.doc_id), collection.document(d.doc_id)) + "\n")
     return 0
 
 
 def cmd_collections_delete(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..index.store import delete_collection
-
     what = f"document {args.doc!r} from collection {args.name!r}" if args.doc else f"collection {args.name!r}"
     if not args.yes:
         if not sys.stdin.isatty():
@@ -317,11 +294,11 @@ def cmd_collections_delete(args: argparse.Namespace, out: TextIO, err: TextIO) -
             err.write("nothing deleted\n")
             return 1
     if args.doc:
-        if not _open(args, args.name).delete_document(args.doc):
+        if not app.open_collection(args.name, home=args.home).delete_document(args.doc):
             raise UserError(f"collection {args.name!r} has no document {args.doc!r}; "
                             f"see 'marginalia collections show {args.name}'")
     else:
-        _open(args, args.name)  # a clear error for an unknown name
-        delete_collection(args.name, home=args.home)
+        app.open_collection(args.name, home=args.home)  # a clear error for an unknown name
+        app.delete_collection(args.name, home=args.home)
     err.write(f"deleted {what}\n")
     return 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import sys
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, TextIO
@@ -14,9 +13,9 @@ import annotated_types
 
 from .. import app
 from ..errors import MarginaliaError, UserError
-from ..models.snapshots import DEFAULT_MAX_BYTES
-from ..options import PATTERN_OPTIONS, PATTERNS, CollectionOptions, LcOptions, PatternOptions, RagOptions, WimOptions
+from ..options import PATTERN_OPTIONS, PATTERNS, CollectionOptions, PatternOptions, RagOptions, WimOptions
 from .common import (
+    MODEL_NOTE,
     Formatter,
     Reporter,
     _checked,
@@ -24,37 +23,44 @@ from .common import (
     add_record_options,
     load_model,
     model_options,
+    own_fields,
     port_number,
     positive_int,
     record_from_args,
     snippet,
 )
 
-#: the CLI's names for options whose flag is not ``--field-name``
-FLAGS = {"max_new_tokens": "--max-tokens", "use_questions": "--no-question-bank", "tally_lists": "--no-tally-lists",
-         "tally_only": "--keep-list-notes"}
+#: how to stop a reading, said under the reading commands' options
+STOP_NOTE = ("Ctrl-C once while wim reads: stop reading and answer from what was read so far; twice: abort. "
+             + MODEL_NOTE)
 METAVARS = {"top_k": "K", "certain": "SIM", "uncertain": "SIM"}
 
 
-def reading_options() -> argparse.ArgumentParser:
-    """Options of the reading patterns (wim, lc, rag), from their options records."""
-    reading = argparse.ArgumentParser(add_help=False)
+def add_reading_options(parser: argparse.ArgumentParser, *, collection: bool = False) -> None:
+    """The reading patterns' options (wim, lc, rag), a group per pattern record, then (with ``collection``)
+    a collection's, then the output's."""
+    reading = parser.add_argument_group("reading")
     reading.add_argument("--pattern", choices=PATTERNS, default="wim",
-                         help="how to read: Writing in the Margins, long context, or retrieval")
-    add_record_options(reading, [WimOptions, LcOptions, RagOptions], flags=FLAGS, metavars=METAVARS)
-    reading.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",
-                         help="rag: 'minilm' (embedded), 'hashing', or 'st:<local folder>'")
-    reading.add_argument("--no-cache", action="store_true",
-                         help="wim: neither use nor keep a stored reading of the document (by default a "
-                              "full reading is stored, so the next question about it reads no document token)")
-    reading.add_argument("--cache-size", type=_checked(float, [annotated_types.Gt(0)]),
-                         default=DEFAULT_MAX_BYTES / 2**30, metavar="GB",
-                         help="wim: the most disk the stored readings take; the least recently used go first")
-    reading.add_argument("--json", action="store_true",
-                         help="print the answer, margins, references and stats as one JSON object")
-    reading.add_argument("-q", "--quiet", action="store_true",
-                         help="no margins or progress on stderr")
-    return reading
+                         help="Writing in the Margins, long context or retrieval")
+    add_record_options(reading, PatternOptions, metavars=METAVARS)
+    wim = parser.add_argument_group("WiM (--pattern wim)")
+    add_record_options(wim, WimOptions, fields=own_fields(WimOptions, PatternOptions), metavars=METAVARS)
+    wim.add_argument("--no-cache", action="store_true",
+                     help="neither use nor keep a stored reading")
+    wim.add_argument("--cache-size", type=_checked(float, [annotated_types.Gt(0)]),
+                     default=app.DEFAULT_CACHE_BYTES / 2**30, metavar="GB",
+                     help="the most disk stored readings take")
+    rag = parser.add_argument_group("retrieval (--pattern rag)")
+    add_record_options(rag, RagOptions, fields=own_fields(RagOptions, PatternOptions), metavars=METAVARS)
+    rag.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",
+                     help="minilm, hashing or st:<folder>")
+    if collection:
+        coll = parser.add_argument_group("collection (--collection NAME)")
+        coll.add_argument("--collection", "-c", metavar="NAME", help="answer from this indexed collection")
+        add_record_options(coll, CollectionOptions, metavars=METAVARS)
+    output = parser.add_argument_group("output")
+    output.add_argument("--json", action="store_true", help="print the answer, margins and stats as JSON")
+    output.add_argument("-q", "--quiet", action="store_true", help="no margins or progress on stderr")
 
 
 def pattern_from_args(args: argparse.Namespace) -> PatternOptions:
@@ -66,35 +72,30 @@ def pattern_from_args(args: argparse.Namespace) -> PatternOptions:
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ask, demo, models and serve-model."""
     models = model_options()
-    reading = reading_options()
     ask = sub.add_parser(
-        "ask", parents=[common, models, reading], formatter_class=Formatter,
+        "ask", parents=[common, models], formatter_class=Formatter,
+        usage="%(prog)s [options] FILE|- QUESTION\n       %(prog)s [options] --collection NAME QUESTION",
         help="answer a question about a file, or about a collection",
-        description="Answer QUESTION about FILE (a text or markdown file, or - for stdin), or, with "
-                    "--collection, about an indexed collection: the retrieval policy answers from the "
-                    "question bank when a stored question matches closely (--certain), says no relevant "
-                    "references were found when nothing matches (--uncertain), and otherwise gathers "
-                    "references for the pattern: rag reads the retrieved chunks, lc and wim the retrieved "
-                    "sections (or --scope documents).",
-        epilog=_model_help(),
+        description="Answer QUESTION about FILE, or about an indexed collection (from its question bank when a "
+                    "stored question matches, else by reading what retrieval finds).",
+        epilog=STOP_NOTE,
     )
     ask.add_argument("file", metavar="FILE|-", nargs="?",
-                     help="the document (text or markdown), - for stdin; leave out with --collection")
+                     help="the document to read, - for stdin")
     ask.add_argument("question", metavar="QUESTION", help="the question to answer")
-    coll = ask.add_argument_group("reading a collection")
-    coll.add_argument("--collection", "-c", metavar="NAME", help="answer from this indexed collection")
-    add_record_options(coll, [CollectionOptions], flags=FLAGS, metavars=METAVARS)
+    add_reading_options(ask, collection=True)
 
     demo = sub.add_parser(
-        "demo", parents=[common, models, reading], formatter_class=Formatter,
+        "demo", parents=[common, models], formatter_class=Formatter, usage="%(prog)s [options]",
         help="read the bundled sample report with WiM and answer a question about it",
         description="Run a pattern on the bundled sample document (a ~6.5k-token harbour "
                     "report with planted facts) and compare the answer with the known one.",
-        epilog=_model_help(),
+        epilog=STOP_NOTE,
     )
     demo.add_argument("--question", type=int, default=1, metavar="N",
                       help="which of the bundled questions to ask (see --list)")
     demo.add_argument("--list", action="store_true", help="list the bundled questions and exit")
+    add_reading_options(demo)
 
     models_cmd = sub.add_parser("models", parents=[common], formatter_class=Formatter,
                                 help="list the model spec forms", description=_model_help())
@@ -195,9 +196,7 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
 
 
 def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..patterns.base import check_question
-
-    check_question(args.question)
+    app.check_question(args.question)
     pattern_from_args(args)  # a bad combination of options fails before anything loads
     if args.collection:
         if args.file is not None:
@@ -247,38 +246,8 @@ def cmd_models(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def serve_command(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> tuple[list[str], str]:
     """The server's command line and the model spec that reaches it (``log``: what making the embedded
     model's Q8_0 copy says, the first time)."""
-    import importlib.util
-    from pathlib import Path
-
-    from ..models.gguf_copy import q8_copy
-    from ..models.llamacpp_backend import DEFAULT_KEY_CACHE, KEY_CACHE_TYPES, LLAMACPP_INSTALL
-    from ..models.loaders import embedded_gguf
-
-    if args.model == "smollm2":  # the weights the in-process backend reads, so greedy replies agree
-        path, alias = q8_copy(embedded_gguf(), log), "smollm2"
-    elif args.model.startswith("gguf:") and len(args.model) > 5:
-        path = Path(args.model[5:]).expanduser()
-        alias = path.stem
-        if not path.is_file():
-            raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
-    else:
-        raise UserError(f"serve-model serves GGUF models: give 'smollm2' or 'gguf:<file>', not {args.model!r}")
-    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("uvicorn") is None:
-        from ..errors import MissingDependency
-
-        raise MissingDependency("llama-cpp-python's server", LLAMACPP_INSTALL)
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path),
-               "--model_alias", alias, "--host", args.host, "--port", str(args.port),
-               "--n_ctx", str(args.n_ctx), "--verbose", "true" if args.verbose else "false",
-               # queue concurrent requests; by default this server cuts the running stream off
-               "--interrupt_requests", "false",
-               # the in-process backend's key cache, so greedy replies agree with it
-               "--type_k", str(KEY_CACHE_TYPES[DEFAULT_KEY_CACHE])]
-    tokenizer = "" if alias == "smollm2" else f";tokenizer={args.model}"
-    # that server penalises repeats by default: ask for plain greedy/temperature sampling
-    # the server's /models does not report its window, so the spec carries it
-    return command, (f"openai:http://{args.host}:{args.port}/v1#{alias};prompt=text"
-                     f";window={args.n_ctx};x-repeat_penalty=1{tokenizer}")
+    return app.model_server_command(args.model, host=args.host, port=args.port, n_ctx=args.n_ctx,
+                                    verbose=args.verbose, log=log)
 
 
 def cmd_serve_model(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -10,9 +10,9 @@ from typing import Any, TextIO
 from .. import app
 from ..errors import MissingDependency
 from .common import (
+    MODEL_NOTE,
     Formatter,
     Reporter,
-    _model_help,
     load_model,
     model_options,
     non_negative_int,
@@ -29,7 +29,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
     defaults = Settings()
     serve = sub.add_parser(
-        "serve", parents=[common, model_options()], formatter_class=Formatter,
+        "serve", parents=[common, model_options()], formatter_class=Formatter, usage="%(prog)s [options]",
         help="serve collections and questions over HTTP (JSON, server-sent events, OpenAI-compatible)",
         description="Start the HTTP service: create collections and upload documents (indexed in the "
                     "background), ask a pasted text, a document or a collection with wim, lc or rag (as JSON or "
@@ -39,39 +39,36 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                     "reads one request at a time; the others wait in a bounded queue. The API is described at "
                     "/docs once it runs. It listens on 127.0.0.1 only, unless --host says otherwise; any other "
                     f"address needs a key (--server-key or ${ENV_SERVER_KEY}) or --no-auth.",
-        epilog=_model_help(),
+        epilog=MODEL_NOTE,
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=port_number, default=8000, help="port to listen on")
-    serve.add_argument("--server-key", default=None, metavar="KEY",
-                       help=f"the key clients must send as 'Authorization: Bearer KEY' (default: ${ENV_SERVER_KEY}; "
-                            "--api-key is the key for an openai: model)")
-    serve.add_argument("--no-auth", action="store_true",
-                       help="serve a non-loopback address without a key (a warning is printed)")
-    serve.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
-                       help="let a web page from ORIGIN call the API (repeatable; default: none, CORS off)")
-    serve.add_argument("--embedder", default=defaults.embedder, metavar="SPEC",
-                       help="for new collections and rag over a text: 'minilm' (embedded), 'hashing', or "
-                            "'st:<local folder>'")
-    serve.add_argument("--collection", "-c", default=None, metavar="NAME",
-                       help="the collection docqa's POST /chat answers from when a request names none")
-    serve.add_argument("--max-upload-mb", type=positive_int, default=defaults.max_upload_bytes // MIB, metavar="MB",
-                       help="the largest upload (and request body), in MiB")
-    serve.add_argument("--queue", type=non_negative_int, default=defaults.queue_size, metavar="N",
-                       help="requests that may wait for the model while one is read; more get 429")
-    serve.add_argument("--session-ttl", type=positive_int, default=int(defaults.session_ttl), metavar="SECONDS",
-                       help="a chat or compose session ends after this long without a message")
-    serve.add_argument("--max-sessions", type=positive_int, default=defaults.max_sessions, metavar="N",
-                       help="chat sessions kept at once (the least recently used makes room)")
-    serve.add_argument("--compose-memory-model", default=None, metavar="SPEC",
-                       help="the model that writes compose sessions' memory (default: --model, loaded again)")
-    serve.add_argument("--max-compose-sessions", type=positive_int, default=defaults.max_compose_sessions,
-                       metavar="N", help="compose sessions (the page's Write view) kept at once; each holds its "
-                                         "own loads of the models (the least recently used idle one makes room)")
-    serve.add_argument("--no-cache", action="store_true",
-                       help="wim: neither use nor keep stored readings of documents (by default a full reading is "
-                            "stored under the home, so the next question about the same document, a session's "
-                            "next message too, reads no document token)")
+    server = serve.add_argument_group("server")
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    server.add_argument("--port", type=port_number, default=8000, help="port to listen on")
+    server.add_argument("--server-key", default=None, metavar="KEY",
+                        help=f"the key clients send as 'Authorization: Bearer KEY' (default: ${ENV_SERVER_KEY})")
+    server.add_argument("--no-auth", action="store_true", help="serve a non-loopback address without a key")
+    server.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
+                        help="let a web page from ORIGIN call the API (repeatable)")
+    server.add_argument("--max-upload-mb", type=positive_int, default=defaults.max_upload_bytes // MIB, metavar="MB",
+                        help="the largest upload (and request body), in MiB")
+    server.add_argument("--queue", type=non_negative_int, default=defaults.queue_size, metavar="N",
+                        help="requests that may wait for the model (more get 429)")
+    reading = serve.add_argument_group("reading")
+    reading.add_argument("--embedder", default=defaults.embedder, metavar="SPEC",
+                         help="for new collections and rag: minilm, hashing or st:<folder>")
+    reading.add_argument("--collection", "-c", default=None, metavar="NAME",
+                         help="what docqa's POST /chat answers from when a request names none")
+    reading.add_argument("--no-cache", action="store_true",
+                         help="neither use nor keep stored WiM readings of documents")
+    sessions = serve.add_argument_group("sessions")
+    sessions.add_argument("--session-ttl", type=positive_int, default=int(defaults.session_ttl), metavar="SECONDS",
+                          help="a chat or compose session ends after this long idle")
+    sessions.add_argument("--max-sessions", type=positive_int, default=defaults.max_sessions, metavar="N",
+                          help="chat sessions kept at once (the least recently used makes room)")
+    sessions.add_argument("--compose-memory-model", default=None, metavar="SPEC",
+                          help="the model that writes compose sessions' memory (default: --model)")
+    sessions.add_argument("--max-compose-sessions", type=positive_int, default=defaults.max_compose_sessions,
+                          metavar="N", help="compose sessions kept at once, each with its own loads of the models")
     serve.set_defaults(handler=cmd_serve)
 
 

@@ -9,12 +9,11 @@ from typing import Any, TextIO
 
 from .. import app
 from ..files import progress_bar
-from ..models.registry import BACKENDS, DEVICES
 from ..options import ComposeOptions, TuneDataOptions, TuneOptions
 from .common import Formatter, Reporter, add_record_options, positive_int, record_from_args
 from .compose import METAVARS
 
-#: the compose options that say how memory is made (the rest are about typing)
+#: the compose options that say how memory is made (the rest are about typing, or the composer's own)
 MEMORY_FIELDS = ("memory_mode", "hits", "search", "min_similarity", "item_tokens")
 
 
@@ -31,7 +30,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     steps.required = True
 
     data = steps.add_parser(
-        "data", parents=[common], formatter_class=Formatter, help="make tuning examples (resumable)",
+        "data", parents=[common], formatter_class=Formatter, usage="%(prog)s [options] PATH [PATH ...]",
+        help="make tuning examples (resumable)",
         description="Cut each text into prefixes at word ends; for each, retrieve memory from --collection (the "
                     "text's own document excluded) as the composer would, and label it with --label-model's "
                     "greedy continuation of the client's prompt (instruction, memory, text). One JSON line per "
@@ -40,22 +40,24 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     data.add_argument("paths", nargs="+", metavar="PATH", help="files or folders of texts to cut into prefixes")
     data.add_argument("-o", "--out", required=True, metavar="FILE", help="the examples (JSONL; appended to)")
-    data.add_argument("--label-model", required=True, metavar="SPEC",
-                      help="the larger model that writes the labels (and the memory, unless --memory-model)")
-    data.add_argument("--collection", "-c", metavar="NAME",
-                      help="where memory is retrieved from (without it, examples have no memory)")
-    data.add_argument("--memory-model", metavar="SPEC", default=None,
-                      help="the model that writes memory (default: the label model)")
     data.add_argument("--limit", type=positive_int, default=None, metavar="N", help="at most N examples in --out")
-    _engine(data, BACKENDS)
-    add_record_options(data, [TuneDataOptions])
-    add_record_options(data, [ComposeOptions], metavars=METAVARS,
-                       skip=[f for f in ComposeOptions.model_fields if f not in MEMORY_FIELDS])
     data.add_argument("--json", action="store_true", help="print the summary as JSON")
+    models = data.add_argument_group("models")
+    models.add_argument("--label-model", required=True, metavar="SPEC",
+                        help="the larger model that writes the labels (and the memory)")
+    models.add_argument("--memory-model", metavar="SPEC", default=None,
+                        help="the model that writes memory (default: the label model)")
+    _engine(models, app.BACKENDS)
+    add_record_options(data.add_argument_group("labels"), TuneDataOptions)
+    memory = data.add_argument_group("memory")
+    memory.add_argument("--collection", "-c", metavar="NAME",
+                        help="where memory is retrieved from (none: examples without memory)")
+    add_record_options(memory, ComposeOptions, fields=MEMORY_FIELDS, metavars=METAVARS)
     data.set_defaults(handler=cmd_data)
 
     train = steps.add_parser(
-        "train", parents=[common], formatter_class=Formatter, help="LoRA-tune the client on tuning examples",
+        "train", parents=[common], formatter_class=Formatter, usage="%(prog)s [options] DATA",
+        help="LoRA-tune the client on tuning examples",
         description="Fine-tune --model with LoRA (peft, on transformers) on the examples' labels, the loss on the "
                     "label tokens only; texts held out by source measure the label loss before and after. "
                     "Writes the adapter, the merged model and tuning.json into --out (and, for a GGUF client "
@@ -66,22 +68,22 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         epilog="Needs the tune and hf extras: pip install 'marginalia[tune,hf]'. Exit 0 ok, 1 failure, 2 usage.",
     )
     train.add_argument("data", metavar="DATA", help="the examples 'marginalia tune data' wrote (JSONL)")
-    train.add_argument("--model", default="smollm2", metavar="SPEC",
-                       help="the client to tune, run on transformers (smollm2, gguf:<file>, hf:<folder>)")
     train.add_argument("-o", "--out", metavar="DIR", default=None,
                        help="the tuned model's folder (default: <home>/tuned/<DATA's name>)")
-    _engine(train, ())
-    add_record_options(train, [TuneOptions])
     train.add_argument("--json", action="store_true", help="print the report as JSON")
+    client = train.add_argument_group("model")
+    client.add_argument("--model", default="smollm2", metavar="SPEC",
+                        help="the client to tune, on transformers: smollm2, gguf:<file> or hf:<folder>")
+    _engine(client, ())
+    add_record_options(train.add_argument_group("tuning"), TuneOptions)
     train.set_defaults(handler=cmd_train)
 
 
-def _engine(parser: argparse.ArgumentParser, backends: tuple[str, ...]) -> None:
-    parser.add_argument("--device", choices=DEVICES, default="auto",
-                        help="where in-process models run (auto: CUDA if present)")
+def _engine(parser: Any, backends: tuple[str, ...]) -> None:
+    parser.add_argument("--device", choices=app.DEVICES, default="auto", help="where in-process models run")
     if backends:
         parser.add_argument("--backend", choices=backends, default="auto",
-                            help="engine for GGUF models: auto picks llama.cpp when installed")
+                            help="engine for GGUF models: llama.cpp when installed, else transformers")
         parser.add_argument("--api-key", default=None, metavar="KEY", help="API key for openai: models")
 
 
@@ -126,14 +128,8 @@ def cmd_data(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_train(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..compose.tuning import read_examples
-    from ..compose.tuning.train import import_peft
-    from ..models.transformers_backend import import_torch
-
     options: TuneOptions = record_from_args(TuneOptions, args)
-    import_torch()
-    import_peft()  # both before the model loads: a missing extra is said at once
-    read_examples(args.data)  # a missing or broken file too
+    app.check_tuning(args.data)  # before the model loads: a missing extra or data file is said at once
     reporter = Reporter(False, err)
     reporter.log(f"loading the client {args.model} on transformers")
     generator = app.load_model(args.model, home=args.home, device=args.device, backend="transformers",

@@ -10,22 +10,9 @@ from types import TracebackType
 
 from filelock import FileLock, Timeout
 
-from ..errors import UserError
+from ..errors import CollectionBusy
 
 logger = logging.getLogger("marginalia.index")
-
-
-class CollectionBusy(UserError):
-    """Another process (or thread) kept a collection's writer lock past the timeout."""
-
-    def __init__(self, name: str, holder_pid: int | None, waited: float) -> None:
-        self.name = name
-        self.holder_pid = holder_pid
-        self.waited = waited
-        super().__init__(
-            f"collection {name!r} is being written by {_holder(holder_pid)}; waited {waited:.0f} s for it. "
-            "Let that indexing run finish (or stop it) and try again, or pass a longer lock timeout"
-        )
 
 
 def _holder(pid: int | None) -> str:

@@ -19,18 +19,20 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import app
+from ..app import CachingGenerator, Generator
 from ..compose import Composer, MemoryFailed, MemoryItem, MemoryUpdated, Suggested, forks_share_cache
 from ..compose.events import ComposeEvent
 from ..errors import BackendError, MarginaliaError, MissingDependency, NotFound, UserError
-from ..index.store import Collection
-from ..models.base import CachingGenerator, Generator
 from ..options import ComposeOptions
 from .errors import Busy
 from .sessions import BoundedStore
 from .worker import Failed
+
+if TYPE_CHECKING:
+    from ..app import Collection
 
 log = logging.getLogger("marginalia.server")
 

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import (
     BackendError,
+    CollectionBusy,
     ContextOverflow,
     EmptyDocument,
     IngestError,
@@ -28,7 +29,6 @@ from ..errors import (
     NotFound,
     UserError,
 )
-from ..index.locking import CollectionBusy
 from ..options import PATTERNS
 
 log = logging.getLogger("marginalia.server")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -14,14 +14,16 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
-from ..index.embedders import Embedder
-from ..models.base import Generator
+from ..app import Generator
 from . import errors
 from .common import READING_HEADER, get_service, require_key
 from .routes import collections, compose, docqa, openai, reading
 from .schemas import ErrorReply
 from .service import Service
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from ..app import Embedder
 
 #: the most a request body may exceed the largest upload by (multipart boundaries and headers, form fields)
 BODY_SLACK = 1024 * 1024

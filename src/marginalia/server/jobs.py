@@ -20,16 +20,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import app
 from ..errors import BadInput, EmptyDocument, NotFound
-from ..index.store import Collection
-from ..ingest.loaders import loader_for
-from ..ingest.text import decode_text
 from ..options import ChunkingOptions
 from ..records import Document
 from .errors import UnsupportedType, describe, log
+
+if TYPE_CHECKING:
+    from ..app import Collection
 
 Status = Literal["queued", "running", "done", "failed"]
 _UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
@@ -58,21 +58,11 @@ def check_upload(name: str, data: bytes) -> str:
         EmptyDocument: a text with nothing but whitespace in it (an unreadable document, not a wrong type).
     """
     try:
-        by_name = loader_for(name, data)
-        by_content = loader_for("upload", data)  # no suffix: what the bytes look like (PDF, HTML, text)
-    except BadInput as exc:
-        raise UnsupportedType(str(exc)) from None
-    if by_content.format == "pdf":
-        return ".pdf"
-    if by_name.format == "pdf":
-        raise UnsupportedType(f"{name} is named as a PDF but its content is not one; send the real file")
-    try:
-        decode_text(data, name)
+        return app.upload_suffix(name, data)
     except EmptyDocument:
         raise
     except BadInput as exc:
         raise UnsupportedType(str(exc)) from None
-    return Path(name).suffix.lower()
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
-from ..models.base import GenerationParams
+from ..app import GenerationParams
 from ..options import (
     PATTERN_OPTIONS,
     PATTERNS,

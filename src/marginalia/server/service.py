@@ -10,22 +10,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import app
+from ..app import Generator
 from ..errors import NotFound, UserError
-from ..index.embedders import Embedder
-from ..index.schema import META_FILE, DocumentInfo
-from ..index.store import Collection, collections_dir, delete_collection, is_collection_name, list_collections
-from ..ingest.base import content_id
-from ..ingest.sections import parse_sections, section_at
-from ..models.base import Generator
-from ..options import ChunkingOptions, PatternOptions, WimOptions
-from ..patterns import Pattern, Run
-from ..patterns.base import check_question
-from ..records import Answer, Document, Section
+from ..options import ChunkingOptions, PatternOptions
+from ..records import Document, Section
 from .compose import ComposeSession, ComposeSessions, ModelPool
 from .errors import Conflict
 from .jobs import JobBoard, check_upload, display_name, index_upload
@@ -33,6 +25,9 @@ from .schemas import ComposeSessionRequest, Target
 from .sessions import SessionStore
 from .settings import Settings
 from .worker import ModelWorker, Prepared
+
+if TYPE_CHECKING:
+    from ..app import Collection, DocumentInfo, Embedder, Run
 
 #: embedders a client may name for a new collection (a folder path would let it load files of the server's)
 CLIENT_EMBEDDERS = ("minilm", "hashing")
@@ -97,29 +92,25 @@ class Service:
 
     # -- collections ----------------------------------------------------------------------------------------
 
-    def _exists(self, name: str) -> bool:
-        # a name no collection may have is none (and never a path: a long one would make the OS refuse it)
-        return is_collection_name(name) and (collections_dir(self.settings.home) / name / META_FILE).is_file()
-
     def open_collection(self, name: str, *, search: bool = False) -> Collection:
         """An existing collection; with ``search``, holding its embedder (loaded once per process).
 
         Raises:
             NotFound: there is no collection by that name.
         """
-        if not self._exists(name):
-            known = ", ".join(c.name for c in list_collections(self.settings.home)) or "none"
+        if not app.collection_exists(name, home=self.settings.home):
+            known = ", ".join(c.name for c in app.list_collections(self.settings.home)) or "none"
             raise NotFound(f"no collection named {name!r} (existing: {known}); create it with POST /v1/collections",
                            "collection", name)
         store = app.open_collection(name, home=self.settings.home)
         if not search:
             return store
-        return Collection.open(name, home=self.settings.home, embedder=self.embedder(store.embedder_name))
+        return app.open_collection(name, home=self.settings.home, embedder=self.embedder(store.embedder_name))
 
     def collections(self) -> list[dict[str, Any]]:
         return [{"name": c.name, "embedder": c.embedder, "dim": c.dim, "created_at": c.created_at,
                  "documents": c.n_documents, "chunks": c.n_chunks, "questions": c.n_questions,
-                 "schema_version": c.schema_version} for c in list_collections(self.settings.home)]
+                 "schema_version": c.schema_version} for c in app.list_collections(self.settings.home)]
 
     def create_collection(self, name: str, embedder: str | None) -> dict[str, Any]:
         """Create an empty collection.
@@ -129,9 +120,9 @@ class Service:
         """
         if embedder is not None and embedder not in (*CLIENT_EMBEDDERS, self.settings.embedder):
             raise UserError(f"unknown embedder {embedder!r}; choose {', '.join(CLIENT_EMBEDDERS)}")
-        if self._exists(name):
+        if app.collection_exists(name, home=self.settings.home):
             raise Conflict(f"a collection named {name!r} exists already")
-        store = Collection.open(name, home=self.settings.home, create=True, embedder=self.embedder(embedder))
+        store = app.create_collection(name, home=self.settings.home, embedder=self.embedder(embedder))
         return self.describe_collection(store.name, tree=False)
 
     def describe_collection(self, name: str, tree: bool = True) -> dict[str, Any]:
@@ -154,7 +145,7 @@ class Service:
 
     def delete_collection(self, name: str) -> None:
         self.open_collection(name)  # NotFound, in the API's words
-        delete_collection(name, home=self.settings.home)
+        app.delete_collection(name, home=self.settings.home)
 
     def find_document(self, store: Collection, name: str) -> DocumentInfo:
         """A document of a collection by its source or id.
@@ -235,12 +226,11 @@ class Service:
 
         ``target`` is a pasted text, a document of a collection, or a collection.
         """
-        check_question(question)
+        app.check_question(question)
         options = target.options
         if target.collection is None:
-            text = target.text or ""
-            doc = Document(PASTED, text, content_id(text), format="markdown")
-            return self._read_document(doc, parse_sections(doc), options, question, temperature)
+            doc = app.text_document(target.text or "", PASTED)
+            return self._read_document(doc, app.document_sections(doc), options, question, temperature)
         store = self.open_collection(target.collection, search=True)
         if target.document is not None:
             info = self.find_document(store, target.document)
@@ -249,10 +239,8 @@ class Service:
         reading = target.collection_options
 
         def start() -> Run:
-            reader = app.collection_reader(store, options, reading, generator=self.generator,
-                                           home=self.settings.home)
-            set_temperature(reader, temperature)
-            return reader.ask(question, source=store.name)
+            return app.ask_collection(store, question, options, reading, generator=self.generator,
+                                      home=self.settings.home, temperature=temperature)
 
         return Prepared(start)
 
@@ -261,38 +249,10 @@ class Service:
         embedder = self.embedder() if options.pattern == "rag" else None
 
         def start() -> Run:
-            if isinstance(options, WimOptions):  # from a stored reading when there is one
-                reader = app.reader(doc.text, options, generator=self.generator, source=doc.source,
-                                    cache=self.readings)
-                set_temperature(reader.wim, temperature)
-                return reader.ask(question)
-            pattern = app.pattern(options, self.generator, embedder)
-            set_temperature(pattern, temperature)
-            return pattern.run(doc.text, question, source=doc.source)
+            return app.ask_text(doc.text, question, options, generator=self.generator, source=doc.source,
+                                embedder=embedder, cache=self.readings, temperature=temperature)
 
-        return Prepared(start, partial(locate, doc=doc, sections=sections))
-
-
-def set_temperature(pattern: Pattern, temperature: float | None) -> None:
-    """Sample this request's answer at ``temperature`` (the pattern, and a collection reader's inner one,
-    are built for this request alone)."""
-    if temperature is None:
-        return
-    for each in (pattern, getattr(pattern, "inner", None)):
-        if isinstance(each, Pattern):
-            each.answer_params = replace(each.answer_params, temperature=temperature)
-
-
-def locate(answer: Answer, *, doc: Document, sections: list[Section]) -> Answer:
-    """The answer with each reference into ``doc`` given its section path and page, where it has none."""
-    refs = []
-    for ref in answer.references:
-        if ref.source == doc.source and not ref.section_path:
-            section = section_at(sections, ref.start)
-            ref = replace(ref, section_path=section.path if section is not None else (),
-                          page=ref.page if ref.page is not None else doc.page_at(ref.start))
-        refs.append(ref)
-    return replace(answer, references=tuple(refs))
+        return Prepared(start, partial(app.locate, doc=doc, sections=sections))
 
 
 def section_tree(sections: list[Section], doc: Document | None = None) -> dict[str, Any]:

@@ -20,13 +20,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..app import close_stream
 from ..errors import NotFound
-from ..models.base import close_stream
-from ..patterns import Run
 from ..records import Answer, Done, Event, Margin, MarginJudged
 from .errors import Busy
+
+if TYPE_CHECKING:
+    from ..app import Run
 
 #: seconds between checks that a waiting client is still there
 DISCONNECT_POLL = 0.25

@@ -1,0 +1,73 @@
+"""The use-cases, written once: load a model, ask a text, a file or a collection, manage and index collections,
+generate questions, compose. The CLI, the benchmark runner and the HTTP service only translate to and from these
+functions, and reach the layers below (index, ingest, patterns, models) through this package only.
+
+Every way of reading takes its options record (`WimOptions`, `LcOptions`, `RagOptions`, and
+`CollectionOptions` for what a collection contributes); long work reports progress through callbacks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..models.base import CachingGenerator, GenerationParams, Generator, close_stream
+from ..models.registry import BACKENDS, DEVICES
+from .composing import check_tuning, compose, compose_sources, tune_client, tuned_folder, tuning_data
+from .indexing import (
+    DocumentQuestions,
+    Indexed,
+    IndexReport,
+    Progress,
+    check_paths,
+    chunk_document,
+    collection_exists,
+    create_collection,
+    delete_collection,
+    export_questions,
+    generate_questions,
+    index_paths,
+    list_collections,
+    open_collection,
+    section_outline,
+    upload_suffix,
+)
+from .loading import DEFAULT_EMBEDDER, demo, load_embedder, load_model, model_server_command, model_specs
+from .reading import (
+    DEFAULT_CACHE_BYTES,
+    ask_collection,
+    ask_file,
+    ask_text,
+    check_question,
+    collection_reader,
+    document_cache,
+    document_sections,
+    locate,
+    pattern,
+    read_file,
+    reader,
+    set_temperature,
+    text_document,
+)
+
+if TYPE_CHECKING:  # types the front ends name in annotations (``as``: re-exported)
+    from ..index.embedders import Embedder as Embedder
+    from ..index.schema import CollectionInfo as CollectionInfo
+    from ..index.schema import DocumentInfo as DocumentInfo
+    from ..index.store import Collection as Collection
+    from ..patterns import Run as Run
+
+__all__ = [
+    # loading
+    "BACKENDS", "DEFAULT_EMBEDDER", "DEVICES", "CachingGenerator", "GenerationParams", "Generator", "close_stream",
+    "demo", "load_embedder", "load_model", "model_server_command", "model_specs",
+    # reading
+    "DEFAULT_CACHE_BYTES", "ask_collection", "ask_file", "ask_text", "check_question", "collection_reader",
+    "document_cache", "document_sections", "locate", "pattern", "read_file", "reader", "set_temperature",
+    "text_document",
+    # indexing
+    "DocumentQuestions", "IndexReport", "Indexed", "Progress", "check_paths", "chunk_document", "collection_exists",
+    "create_collection", "delete_collection", "export_questions", "generate_questions", "index_paths",
+    "list_collections", "open_collection", "section_outline", "upload_suffix",
+    # composing
+    "check_tuning", "compose", "compose_sources", "tune_client", "tuned_folder", "tuning_data",
+]

@@ -1,0 +1,204 @@
+"""Asking: a text, a file or a collection, with the pattern an options record describes; WiM from a
+stored reading of the document when there is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..models.base import Generator
+from ..models.snapshots import DEFAULT_MAX_BYTES
+from ..options import CollectionOptions, LcOptions, PatternOptions, RagOptions, WimOptions
+from ..records import Answer, Document, Section
+from .indexing import open_collection
+
+if TYPE_CHECKING:
+    from ..index.embedders import Embedder
+    from ..index.policy import Piece, Retrieval
+    from ..index.store import Collection
+    from ..models.snapshots import SnapshotStore
+    from ..patterns import Pattern, Run
+    from ..patterns.collection import CollectionReader
+    from ..patterns.wim import WimReader
+
+#: the most disk the stored WiM readings take by default (`document_cache`)
+DEFAULT_CACHE_BYTES = DEFAULT_MAX_BYTES
+
+
+def check_question(question: str) -> None:
+    """Refuse an empty question (a `UserError`), before anything slow is loaded."""
+    from ..patterns.base import check_question as check
+
+    check(question)
+
+
+def pattern(options: PatternOptions | None, generator: Generator, embedder: Embedder | None = None) -> Pattern:
+    """The pattern an options record describes (WiM with its defaults when None)."""
+    from ..patterns import make_pattern
+
+    return make_pattern(options if options is not None else WimOptions(), generator, embedder=embedder)
+
+
+def document_cache(home: str | Path | None = None, max_bytes: int | None = None) -> SnapshotStore:
+    """The store of full WiM readings under the home directory, bounded to ``max_bytes`` (least recently
+    used dropped first)."""
+    from ..models.snapshots import SnapshotStore
+
+    return SnapshotStore.at_home(home, max_bytes or DEFAULT_CACHE_BYTES)
+
+
+def reader(text: str, options: WimOptions | None = None, *, generator: Generator, source: str = "text",
+           cache: SnapshotStore | None = None) -> WimReader:
+    """A document read once with WiM and asked many questions (``reader.ask(question)`` gives a `Run`).
+
+    With ``cache``, a full reading is stored there and a later reader of the same document and model
+    starts from it.
+    """
+    from ..patterns.wim import WiM
+
+    return WiM(generator, options or WimOptions()).reader(text, source, store=cache)
+
+
+def ask_text(text: str, question: str, options: PatternOptions | None = None, *, generator: Generator,
+             source: str = "text", embedder: Embedder | None = None, cache: SnapshotStore | None = None,
+             temperature: float | None = None) -> Run:
+    """Start reading ``text`` for ``question``; iterate the returned `Run` for events, `Run.stop()` to stop.
+
+    With ``cache`` (WiM only), the reading is taken from a stored one when there is one, and stored once
+    the whole document is read, so a later question prefills no document token. ``temperature`` samples
+    the answer (default: the pattern's, greedy).
+
+    Raises:
+        UserError: an empty question or text, options the model cannot serve (e.g. WiM without a KV cache).
+        ContextOverflow: lc (or wim) and the text do not fit the model's window.
+    """
+    wim = options if options is not None else WimOptions()
+    if cache is not None and isinstance(wim, WimOptions):  # from a stored reading when there is one
+        stored = reader(text, wim, generator=generator, source=source, cache=cache)
+        set_temperature(stored.wim, temperature)
+        return stored.ask(question)
+    built = pattern(options, generator, embedder)
+    set_temperature(built, temperature)
+    return built.run(text, question, source=source)
+
+
+def set_temperature(pattern: Pattern, temperature: float | None) -> None:
+    """Sample this request's answer at ``temperature`` (the pattern, and a collection reader's inner one,
+    are built for this request alone)."""
+    from dataclasses import replace
+
+    from ..patterns import Pattern
+
+    if temperature is None:
+        return
+    for each in (pattern, getattr(pattern, "inner", None)):
+        if isinstance(each, Pattern):
+            each.answer_params = replace(each.answer_params, temperature=temperature)
+
+
+def read_file(path: str | Path) -> Document:
+    """Load a document (pdf, markdown, text, html), or standard input for ``-``."""
+    from ..ingest.loaders import read_document
+
+    return read_document(path)
+
+
+def ask_file(path: str | Path, question: str, options: PatternOptions | None = None, *, generator: Generator,
+             embedder: Embedder | None = None, cache: SnapshotStore | None = None) -> Run:
+    """Load the document at ``path`` (``-``: standard input), then `ask_text` it."""
+    check_question(question)  # before reading a large file
+    doc = read_file(path)
+    return ask_text(doc.text, question, options, generator=generator, source=doc.source, embedder=embedder,
+                    cache=cache)
+
+
+def text_document(text: str, source: str = "text") -> Document:
+    """A pasted text as a markdown document named ``source``."""
+    from ..ingest.base import content_id
+
+    return Document(source, text, content_id(text), format="markdown")
+
+
+def document_sections(doc: Document) -> list[Section]:
+    """A document's section tree, from its headings (the root first)."""
+    from ..ingest.sections import parse_sections
+
+    return parse_sections(doc)
+
+
+def locate(answer: Answer, doc: Document, sections: Sequence[Section]) -> Answer:
+    """The answer with each reference into ``doc`` given its section path and page, where it has none."""
+    from dataclasses import replace
+
+    from ..ingest.sections import section_at
+
+    refs = []
+    for ref in answer.references:
+        if ref.source == doc.source and not ref.section_path:
+            section = section_at(list(sections), ref.start)
+            ref = replace(ref, section_path=section.path if section is not None else (),
+                          page=ref.page if ref.page is not None else doc.page_at(ref.start))
+        refs.append(ref)
+    return replace(answer, references=tuple(refs))
+
+
+def collection_reader(collection: Collection | str, options: PatternOptions | None = None,
+                      reading: CollectionOptions | None = None, *, generator: Generator,
+                      home: str | Path | None = None) -> CollectionReader:
+    """A reader that answers from a collection: the retrieval policy gathers references, a pattern reads them.
+
+    ``rag`` answers from the retrieved chunks (its ``top_k`` hits), ``lc`` and ``wim`` read the retrieved
+    sections (or what ``reading.scope`` says). For lc and rag, the references are cut to what fits the
+    window beside the prompt and the answer.
+    """
+    from dataclasses import replace
+
+    from ..index.policy import RetrievalPolicy, piece_header, retrieve
+    from ..patterns import make_pattern
+    from ..patterns.collection import CollectionReader
+    from ..patterns.long_context import LongContext
+
+    options = options if options is not None else WimOptions()
+    reading = reading if reading is not None else CollectionOptions()
+    store = open_collection(collection, home=home) if isinstance(collection, str) else collection
+    policy = RetrievalPolicy(
+        certain=reading.certain, uncertain=reading.uncertain,
+        k=options.top_k if isinstance(options, RagOptions) else reading.hits,
+        scope=reading.scope_for(options.pattern), max_context_tokens=reading.max_context_tokens,
+        mode=reading.search, use_questions=reading.use_questions,
+    )
+    count = generator.tokenizer.count
+
+    def header(piece: Piece) -> int:  # each piece is read under a line naming it
+        return count(piece_header(piece))
+
+    if options.pattern == "wim":
+        inner = make_pattern(options, generator)
+
+        def gather(question: str) -> Retrieval:
+            return retrieve(store, question, policy, count, header)
+    else:  # one prompt: the references must fit the window beside the prompt and the answer
+        intro = "passages_intro" if options.pattern == "rag" else "document_intro"
+        lc = LongContext(generator, LcOptions(max_new_tokens=options.max_new_tokens), intro=intro)
+        inner = lc
+
+        def gather(question: str) -> Retrieval:
+            room = generator.context_window - lc.prompt_overhead(question)
+            budget = min(policy.max_context_tokens or room, room)
+            return retrieve(store, question, replace(policy, max_context_tokens=budget), count, header)
+
+    return CollectionReader(inner, gather, name=options.pattern)
+
+
+def ask_collection(collection: Collection | str, question: str, options: PatternOptions | None = None,
+                   reading: CollectionOptions | None = None, *, generator: Generator,
+                   home: str | Path | None = None, temperature: float | None = None) -> Run:
+    """Start answering ``question`` from a collection (see `collection_reader`; ``temperature`` as in
+    `ask_text`)."""
+    check_question(question)
+    store = open_collection(collection, home=home) if isinstance(collection, str) else collection
+    reader = collection_reader(store, options, reading, generator=generator)
+    set_temperature(reader, temperature)
+    return reader.ask(question, source=store.name)
