@@ -7,7 +7,6 @@ from those files; no script writes markdown into it.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -20,7 +19,6 @@ from typing import Any
 from marginalia.files import atomic_write_json
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
 MEASUREMENTS = ROOT / "benchmarks" / "measurements"
 #: the layout of a measurement file (`measurement`); benchmarks/report.py refuses another
 SCHEMA = 1
@@ -43,16 +41,6 @@ def load_note(before: float, after: float, noisy: str = "times are noisy") -> st
     if before > (os.cpu_count() or 1) / 2:
         text += f" (the machine was shared with other work: {noisy})"
     return text
-
-
-def auc(scores: list[tuple[float, bool]]) -> float:
-    """ROC AUC of (score, is positive) pairs: the chance that a positive scores above a negative, ties half
-    (0.5 is chance; NaN without both kinds)."""
-    pos = [s for s, right in scores if right]
-    neg = [s for s, right in scores if not right]
-    if not pos or not neg:
-        return float("nan")
-    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
 
 
 def git_commit() -> str:
@@ -122,28 +110,3 @@ def show(record: dict[str, Any], write: bool = True) -> None:
     if write:
         print(f"wrote {write_measurement(record).relative_to(ROOT)}", file=sys.stderr)
     print(section(plain(record)))
-
-
-def load_run(folder: str | None, name: str, config: str) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
-    """A bench run's result lines, its run info and its commit (short): ``folder``, or the run called ``name``
-    under the home directory; exits saying how to make the run (``config``) when it holds no results."""
-    from marginalia.bench.folder import RESULTS, RUN_INFO, read_results, runs_dir
-
-    where = Path(folder) if folder else runs_dir() / name
-    records = read_results(where / RESULTS)
-    if not records:
-        raise SystemExit(f"no results in {where}; run: marginalia bench run {config}")
-    info = json.loads((where / RUN_INFO).read_text("utf-8"))
-    return records, info, (info.get("commit") or {}).get("commit", "unknown")[:10]
-
-
-def stored_run(name: str) -> tuple[Path, dict[str, Any], Any]:
-    """The folder of the bench run called ``name`` under the home directory, its run info and its stored config
-    (`marginalia.bench.folder.stored_config`); exits naming the run when there is none."""
-    from marginalia.bench.folder import RUN_INFO, runs_dir, stored_config
-
-    folder = runs_dir() / name
-    if not (folder / RUN_INFO).is_file():
-        raise SystemExit(f"no run {name!r} under {runs_dir()} (`marginalia bench runs` lists them)")
-    info = json.loads((folder / RUN_INFO).read_text("utf-8"))
-    return folder, info, stored_config(info["config"])

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-MEASUREMENTS = ROOT / "benchmarks" / "measurements"
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import MEASUREMENTS, ROOT, SCHEMA  # noqa: E402
+
 OUT = ROOT / "BENCHMARKS.md"
-SCHEMA = 1
 #: the most BENCHMARKS.md may weigh: results on one screen, not a history
 MAX_BYTES = 25_000
 
