@@ -92,9 +92,12 @@ def made_by(m: Record) -> str:
 
 
 def provenance(m: Record) -> str:
-    """A section's opening line: command, commit, machine, date, and where transcribed numbers come from."""
+    """A section's opening line: command, commit (and how many later ones a resumed run went on at), machine,
+    date, and where transcribed numbers come from."""
     hardware = str(m["machine"]).split(", Python")[0]  # the software versions stay in the file
-    line = f"Made by `{m['command']}` at {short_commit(m['commit'])} on {hardware}, {str(m['date'])[:10]}."
+    resumed = len(m["numbers"].get("resumed_at") or [])
+    line = (f"Made by `{m['command']}` at {short_commit(m['commit'])}"
+            + (f" (resumed at {resumed} later commit{'s' * (resumed > 1)})" if resumed else "") + f" on {hardware}, {str(m['date'])[:10]}.")
     if m.get("source"):
         line += f" {m['source']}"
     return line
