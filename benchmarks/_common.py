@@ -1,20 +1,27 @@
-"""Shared by the benchmark scripts: machine description, git commit, BENCHMARKS.md sections."""
+"""Shared by the benchmark scripts: machine description, git commit, and the measurement files they write.
+
+Each script stores its result as one JSON file in benchmarks/measurements/ (`write_measurement`): the command
+that made it, the commit, the machine, the date and the numbers. benchmarks/report.py renders BENCHMARKS.md
+from those files; no script writes markdown into it.
+"""
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import platform
-import re
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from marginalia.files import atomic_write_text
+from marginalia.files import atomic_write_json
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
+MEASUREMENTS = ROOT / "benchmarks" / "measurements"
+#: the layout of a measurement file (`measurement`); benchmarks/report.py refuses another
+SCHEMA = 1
 
 
 def machine() -> str:
@@ -34,16 +41,6 @@ def load_note(before: float, after: float, noisy: str = "times are noisy") -> st
     if before > (os.cpu_count() or 1) / 2:
         text += f" (the machine was shared with other work: {noisy})"
     return text
-
-
-def auc(scores: list[tuple[float, bool]]) -> float:
-    """ROC AUC of (score, is positive) pairs: the chance that a positive scores above a negative, ties half
-    (0.5 is chance; NaN without both kinds)."""
-    pos = [s for s, right in scores if right]
-    neg = [s for s, right in scores if not right]
-    if not pos or not neg:
-        return float("nan")
-    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
 
 
 def git_commit() -> str:
@@ -70,38 +67,46 @@ def write_if_changed(path: Path, text: str) -> Path:
     return path
 
 
-def write_section(name: str, body: str) -> None:
-    """Replace (or append) the section between this benchmark's markers in BENCHMARKS.md."""
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else "# Benchmarks\n"
-    block = f"{start}\n{body.rstrip()}\n{end}"
-    if start in text and end in text:
-        text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    atomic_write_text(BENCHMARKS_MD, text)
+def measurement(benchmark: str, numbers: dict[str, Any], *, name: str | None = None, command: str | None = None,
+                commit: str | None = None, machine_text: str | None = None, date: str | None = None,
+                **extra: Any) -> dict[str, Any]:
+    """One benchmark run as stored: ``benchmark`` (the script, which names its section in BENCHMARKS.md),
+    ``name`` (the file's stem: the benchmark's own name, or a variant's), the command line, commit, machine and
+    date of this process unless given, anything in ``extra`` (e.g. ``source`` for numbers taken from elsewhere),
+    and ``numbers``: what the script measured, as the renderer reads it."""
+    return {"schema": SCHEMA, "benchmark": benchmark, "name": name or benchmark,
+            "command": command if command is not None else command_line(),
+            "commit": commit if commit is not None else git_commit(),
+            "machine": machine_text if machine_text is not None else machine(),
+            "date": date if date is not None else datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            **extra, "numbers": numbers}
 
 
-def load_run(folder: str | None, name: str, config: str) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
-    """A bench run's result lines, its run info and its commit (short): ``folder``, or the run called ``name``
-    under the home directory; exits saying how to make the run (``config``) when it holds no results."""
-    from marginalia.bench.folder import RESULTS, RUN_INFO, read_results, runs_dir
+def plain(value: Any) -> Any:
+    """``value`` as JSON can hold it: tuples and sets as lists, keys as strings, NaN and infinities as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return [plain(v) for v in sorted(value, key=str)]
+    return value
 
-    where = Path(folder) if folder else runs_dir() / name
-    records = read_results(where / RESULTS)
-    if not records:
-        raise SystemExit(f"no results in {where}; run: marginalia bench run {config}")
-    info = json.loads((where / RUN_INFO).read_text("utf-8"))
-    return records, info, (info.get("commit") or {}).get("commit", "unknown")[:10]
+
+def write_measurement(record: dict[str, Any], folder: Path = MEASUREMENTS) -> Path:
+    """Store a `measurement` as ``<folder>/<name>.json`` (replacing the last run's) and return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{record['name']}.json"
+    atomic_write_json(path, plain(record))
+    return path
 
 
-def stored_run(name: str) -> tuple[Path, dict[str, Any], Any]:
-    """The folder of the bench run called ``name`` under the home directory, its run info and its stored config
-    (`marginalia.bench.folder.stored_config`); exits naming the run when there is none."""
-    from marginalia.bench.folder import RUN_INFO, runs_dir, stored_config
+def show(record: dict[str, Any], write: bool = True) -> None:
+    """Store ``record`` (unless ``write`` is false) and print its section as BENCHMARKS.md will show it."""
+    from report import section
 
-    folder = runs_dir() / name
-    if not (folder / RUN_INFO).is_file():
-        raise SystemExit(f"no run {name!r} under {runs_dir()} (`marginalia bench runs` lists them)")
-    info = json.loads((folder / RUN_INFO).read_text("utf-8"))
-    return folder, info, stored_config(info["config"])
+    if write:
+        print(f"wrote {write_measurement(record).relative_to(ROOT)}", file=sys.stderr)
+    print(section(plain(record)))

@@ -13,7 +13,9 @@ and decode speed. Goals: (c) evaluates <= 1.1 x the document's tokens; (b) decod
 decode step alone (one-token forward passes) after prefixes of several lengths, since
 attention over a long cache is what separates the two backends' speeds.
 
-    python benchmarks/backends.py [--segment-tokens 512 1024] [--rounds 3] [--skip-d]
+Stores benchmarks/measurements/backends.json (see benchmarks/report.py).
+
+    python benchmarks/backends.py [--segment-tokens 512 1024] [--rounds 3] [--skip-d] [--no-write]
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, machine, write_section  # noqa: E402
+from _common import measurement, show  # noqa: E402
 
 NO_REUSE_LAUNCHER = """
 import runpy, sys
@@ -185,8 +187,9 @@ def main() -> None:
     ap.add_argument("--contexts", type=int, nargs="+", default=[64, 512, 1500, 3000, 4500, 6400],
                     help="prefix lengths for the decode-step table")
     ap.add_argument("--skip-d", action="store_true", help="skip the slow no-reuse server run")
-    ap.add_argument("--runs", default="abcd", help="which of (a)-(d) to run, e.g. 'c' (the section is only "
-                    "written when all four ran)")
+    ap.add_argument("--runs", default="abcd", help="which of (a)-(d) to run, e.g. 'c' (the measurement is only "
+                    "stored when (a) and (b) ran)")
+    ap.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     args = ap.parse_args()
 
     from marginalia.app import demo as demo_files
@@ -218,64 +221,17 @@ def main() -> None:
     if not {"(a) transformers, in-process", "(b) llama.cpp, in-process"} <= set(rows):
         return
     gold = items[0]["answer"].lower()
-    lines = ["| backend | wall (s) | prompt tokens evaluated | / document | generated | decode tok/s | correct | answer |",
-             "|---|---:|---:|---:|---:|---:|---|---|"]
-    for label, r in rows.items():
-        lines.append(f"| {label} | {r['wall']:.1f} | {r['evaluated']} | {r['evaluated'] / n_doc:.2f} | "
-                     f"{r['generated']} | {r['decode_tps']:.1f} | {gold in r['answer'].lower()} | "
-                     f"{r['answer']} |")
-    a, b = rows["(a) transformers, in-process"], rows["(b) llama.cpp, in-process"]
-    speedup = b["decode_tps"] / a["decode_tps"]
-    rounds_note = ""
-    if "rounds" in b:
-        rounds_note = (f" Medians of {len(b['rounds'])} interleaved rounds: (a) "
-                       f"{', '.join(f'{x:.1f}' for x in a['rounds'])} tok/s; (b) "
-                       f"{', '.join(f'{x:.1f}' for x in b['rounds'])} tok/s; per-round ratios "
-                       f"{', '.join(f'{x:.2f}' for x in b['round_ratios'])}.")
-    checks = [f"- (b) decodes {speedup:.2f}x faster than (a) (goal >= 4x: "
-              f"{'PASS' if speedup >= 4 else 'FAIL'}).{rounds_note}"]
-    for label, r in rows.items():
-        if label.startswith("(c)"):
-            ratio = r["evaluated"] / n_doc
-            checks.append(f"- {label}: evaluated {ratio:.2f}x the document's {n_doc} tokens "
-                          f"(goal <= 1.1: {'PASS' if ratio <= 1.1 else 'FAIL'}); {r['requests']} requests "
-                          f"sent {r['sent']} prompt tokens in all. A second question on the same document "
-                          f"then evaluated {r['follow_up_evaluated']} prompt tokens "
-                          f"({r['follow_up_evaluated'] / n_doc:.2f}x): this server keeps only its last "
-                          "prompt's cache, so each new question reads the document once more; a server with a "
-                          "block prefix cache (vLLM, SGLang) could keep it, since WiM's document prefix does not "
-                          "depend on the question.")
     print("timing the decode step by prefix length ...", file=sys.stderr, flush=True)
     by_ctx = decode_by_context(["transformers", "llamacpp"], doc, args.contexts)
-    ctx_lines = ["| prefix tokens | (a) transformers tok/s | (b) llama.cpp tok/s | (b) / (a) |",
-                 "|---:|---:|---:|---:|"]
-    for c in args.contexts:
-        ta, tb = by_ctx["transformers"][c], by_ctx["llamacpp"][c]
-        ctx_lines.append(f"| {c} | {ta:.1f} | {tb:.1f} | {tb / ta:.2f} |")
-    body = "\n".join([
-        "## WiM through four backends (`benchmarks/backends.py`)",
-        "",
-        f"Command: `{command_line()}` · commit {git_commit()} · model SmolLM2-135M-Instruct "
-        f"(Q4_1 GGUF; transformers de-quantizes it to fp32, llama.cpp reads its Q8_0 copy made by "
-        f"`models.gguf_copy`) · machine: {machine()}",
-        "",
-        f"Document: the bundled demo report ({n_doc} tokens); question: \"{question}\"; WiM, "
-        f"grounded judge, segments of <= {seg} tokens unless said. Server prompt counts come from "
-        "the server's own log; in-process ones from our counters (instructions and margin "
-        "prompts included). The server is `marginalia serve-model`'s llama-cpp-python server "
-        "(the same cache settings as in-process); (d) resets its context before every request.",
-        "",
-        *lines,
-        "",
-        *checks,
-        "",
-        "The decode step alone (32 one-token forward passes through each backend's `prefill`, "
-        "after a prefix of the document of each length; median of 3 interleaved rounds):",
-        "",
-        *ctx_lines,
-    ])
-    write_section("backends", body)
-    print(body)
+    numbers = {
+        "model": "SmolLM2-135M-Instruct (Q4_1 GGUF; transformers de-quantizes it to fp32, llama.cpp reads its Q8_0 "
+                 "copy made by `models.gguf_copy`)",
+        "document_tokens": n_doc, "question": question, "segment_tokens": seg,
+        "rows": [{"label": label, **r, "correct": gold in r["answer"].lower()} for label, r in rows.items()],
+        "decode_step": [{"prefix": c, "transformers": by_ctx["transformers"][c], "llamacpp": by_ctx["llamacpp"][c]}
+                        for c in args.contexts],
+    }
+    show(measurement("backends", numbers), write=not args.no_write)
 
 
 if __name__ == "__main__":

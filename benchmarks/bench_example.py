@@ -1,4 +1,5 @@
-"""Summarise a `marginalia bench` run (by default the example config's) into BENCHMARKS.md.
+"""Summarise a `marginalia bench` run (by default the example config's) into
+benchmarks/measurements/bench_example.json, which benchmarks/report.py renders into BENCHMARKS.md.
 
 Run the benchmark first, then this:
 
@@ -11,82 +12,74 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import asdict
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import write_section  # noqa: E402
+from _common import command_line, measurement, show  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", nargs="?", default="example", help="run folder or name under <home>/bench/runs")
     ap.add_argument("--home", default=None, help="marginalia's home (default: $MARGINALIA_HOME)")
+    ap.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     args = ap.parse_args()
 
-    from marginalia.bench.report import cost_rows, estimate, find_run, load_run, metric_value, pattern_order
+    from marginalia.bench.report import cores_text, find_run, load_run, pattern_order, run_machines
 
-    folder = find_run(args.run, args.home)
-    data = load_run(folder)
+    data = load_run(find_run(args.run, args.home))
     meta = data.info
-    patterns = pattern_order(data)
-    records = data.records
+    numbers = summarise(data.records, pattern_order(data), meta)
+    numbers["run"] = args.run
+    numbers["summarised_by"] = command_line()
+    machines = list(dict.fromkeys(f"{cores_text(m)}, {m.get('cpu', '?')}" for m in run_machines(meta)))
+    record = measurement("bench_example", numbers,
+                         command=f"marginalia bench run configs/bench/example.toml {_limit(meta)}".rstrip(),
+                         commit=str((meta.get("commit") or {}).get("commit", "?"))[:10],
+                         machine_text="; ".join(machines) or "?", date=str(meta.get("started", "?")))
+    show(record, write=not args.no_write)
+
+
+def summarise(records: list[dict[str, Any]], patterns: list[str], meta: dict[str, Any]) -> dict[str, Any]:
+    """The run's numbers: per task and pattern, answers holding the gold (`contains`) at each context length and
+    over all with a 95% interval, mean F1 and EM; the answers' statuses; the cost per answer of each pattern."""
+    from marginalia.bench.report import cost_rows, estimate, metric_value
+
     tasks = list(dict.fromkeys(r["task"] for r in records))
     lengths = sorted({r["target_tokens"] for r in records if r.get("target_tokens")})
-    examples = {t: len({r["example_id"] for r in records if r["task"] == t}) for t in tasks}
 
-    lines = ["| task | pattern | " + " | ".join(f"contains @ {n}" for n in lengths)
-             + " | contains, all (95% CI) | F1, all | EM, all |",
-             "|---|---|" + "---:|" * len(lengths) + "---:|---:|---:|"]
+    def values(group: list[dict[str, Any]], metric: str) -> list[float]:
+        return [v for v in (metric_value(r, metric) for r in group) if v is not None]
+
+    out = []
     for task in tasks:
+        rows = []
         for p in patterns:
             group = [r for r in records if r["task"] == task and r["pattern"] == p and r["status"] == "ok"]
             if not group:
                 continue
-            cells = []
+            by_length = {}
             for n in lengths:
-                vals = [v for r in group if r["target_tokens"] == n
-                        for v in [metric_value(r, "contains")] if v is not None]
-                cells.append(f"{sum(vals):.0f}/{len(vals)}" if vals else "–")
-            every = [v for r in group for v in [metric_value(r, "contains")] if v is not None]
-            f1 = [v for r in group for v in [metric_value(r, "f1")] if v is not None]
-            em = [v for r in group for v in [metric_value(r, "em")] if v is not None]
-            lines.append(f"| {task} | {p} | " + " | ".join(cells) + f" | {estimate(every).format()} | "
-                         f"{sum(f1) / len(f1):.2f} | {sum(em) / len(em):.2f} |")
-    cost = ["| pattern | items | context tokens prefilled | other tokens prefilled | tokens generated | seconds |",
-            "|---|---:|---:|---:|---:|---:|"]
-    for row in cost_rows(records, patterns):
-        cost.append(f"| {row['pattern']} | {row['n']} | {row['prefilled_context']:.0f} | "
-                    f"{row['prefilled_other']:.0f} | {row['generated']:.1f} | {row['seconds']:.1f} |")
-    statuses = {s: sum(r["status"] == s for r in records) for s in ("ok", "overflow", "error")}
+                right = values([r for r in group if r["target_tokens"] == n], "contains")
+                if right:
+                    by_length[str(n)] = [sum(right), len(right)]
+            f1, em = values(group, "f1"), values(group, "em")
+            rows.append({"pattern": p, "by_length": by_length, "contains": asdict(estimate(values(group, "contains"))),
+                         "f1": sum(f1) / len(f1) if f1 else None, "em": sum(em) / len(em) if em else None})
+        out.append({"task": task, "questions": len({r["example_id"] for r in records if r["task"] == task}),
+                    "patterns": rows})
     models = meta.get("models", {})
-    commit = (meta.get("commit") or {}).get("commit", "?")
-    body = "\n".join([
-        "## Long context vs RAG vs WiM on public QA (`marginalia bench`)",
-        "",
-        f"Commands: `marginalia bench run configs/bench/example.toml {_limit(meta)}` then "
-        f"`python benchmarks/bench_example.py` · commit {str(commit)[:10]} · model "
-        f"`{models.get('generator', {}).get('spec', '?')}` ({models.get('generator', {}).get('engine', '?')}), "
-        f"embedder `{models.get('embedder', '?')}` · started {meta.get('started', '?')}",
-        "",
-        f"Tasks: {', '.join(f'{t} ({examples[t]} question' + ('s' if examples[t] != 1 else '') + ')' for t in tasks)}; each question's context built at "
-        f"{' and '.join(map(str, lengths))} model tokens with the gold at depths 0, 0.5 and 1 (the same items "
-        f"for every pattern). {len(records)} answers: {statuses['ok']} answered, {statuses['overflow']} "
-        f"overflow, {statuses['error']} errors. Scores: `contains` = the normalised gold answer appears in the "
-        "answer (the small model answers in sentences, so exact match is near zero); no model judge. "
-        "With this few questions the intervals are wide: read them, not the point estimates.",
-        "",
-        *lines,
-        "",
-        "Cost per answer (means):",
-        "",
-        *cost,
-        "",
-        f"Full tables by depth and the plots: `marginalia bench report {args.run}` (report.md in the run folder).",
-    ])
-    write_section("bench_example", body)
-    print(body)
+    return {
+        "model": models.get("generator", {}).get("spec", "?"), "engine": models.get("generator", {}).get("engine", "?"),
+        "embedder": models.get("embedder", "?"), "lengths": lengths, "tasks": out,
+        "answers": {s: sum(r["status"] == s for r in records) for s in ("ok", "overflow", "error")},
+        "cost": [{k: row[k] for k in ("pattern", "n", "prefilled_context", "prefilled_other", "generated", "seconds")}
+                 for row in cost_rows(records, patterns)],
+    }
 
 
-def _limit(meta: dict) -> str:
+def _limit(meta: dict[str, Any]) -> str:
     invocations = meta.get("invocations") or [{}]
     limit = invocations[-1].get("limit")
     return f"--limit {limit}" if limit else ""

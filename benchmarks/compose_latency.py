@@ -14,6 +14,7 @@ text and has the memory model write the 15 tokens from them, stateless.
         [--memory-model gguf:~/.cache/marginalia-eval/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf]
 
 The texts are read at run time from ../shared/data (``--data``); nothing of them is kept in the repository.
+Stores benchmarks/measurements/compose_latency.json (see benchmarks/report.py).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, command_line, git_commit, load_note, machine, write_section  # noqa: E402
+from _common import ROOT, load_note, measurement, show  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "wikitext-test-articles.part1.jsonl"
 _HEADING = re.compile(r"^\s*(=(?: =)*) (.+?) \1\s*$")
@@ -185,40 +186,29 @@ def compare_give_way(args: Any, app: Any, store: Any, options: Any, client: Any,
               f"full suggestion p50 {pct(full, 50) * 1000:.0f} ms over {len(full)}", flush=True)
     load_after = os.getloadavg()
 
-    def cells(give_way: bool) -> list[str]:
+    def cells(give_way: bool) -> dict[str, Any]:
         every = [m for r in runs[give_way] for m in r]
         full = full_times(every)
         during = full_times(every, refreshing=True)
         calm = full_times(every, refreshing=False)
         firsts = [m.first for m in every if m.first is not None]
-        per_run = [pct(full_times(r), 50) * 1000 for r in runs[give_way]]
-        return [f"{pct(firsts, 50) * 1000:.0f}", f"{pct(full, 50) * 1000:.0f} ({len(full)})",
-                ", ".join(f"{v:.0f}" for v in per_run), f"{pct(full, 99) * 1000:.0f}",
-                f"{pct(during, 50) * 1000:.0f} ({len(during)})", f"{pct(calm, 50) * 1000:.0f} ({len(calm)})",
-                f"{pct(updates[give_way], 50):.1f}"]
+        return {"first_p50_ms": pct(firsts, 50) * 1000, "full_p50_ms": pct(full, 50) * 1000, "full_n": len(full),
+                "per_replay_p50_ms": [pct(full_times(r), 50) * 1000 for r in runs[give_way]],
+                "full_p99_ms": pct(full, 99) * 1000, "refresh_full_p50_ms": pct(during, 50) * 1000,
+                "refresh_n": len(during), "calm_full_p50_ms": pct(calm, 50) * 1000, "calm_n": len(calm),
+                "update_p50_s": pct(updates[give_way], 50)}
 
-    give, share = cells(True), cells(False)
-    body = "\n".join([
-        "## Composition latency: the memory model giving way to suggestions or not (`benchmarks/compose_latency.py`)",
-        "",
-        f"Command: `{command_line()}` · commit {git_commit()} · client: SmolLM2-135M on llama.cpp in process · "
-        f"memory model: {Path(args.memory_model).name if args.memory_model != 'smollm2' else 'SmolLM2, loaded again'}"
-        f" (in the same process) · memory: {args.memory_mode}, threshold {args.threshold} token edits · machine: "
-        f"{machine()} · {load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",
-        "",
-        f"The first {args.words} words of the lead of WikiText's {article['title']!r} typed {2 * args.alternate} times "
-        f"in one process ({len(typed)} keystrokes each, {args.char_delay * 1000:.0f} ms apart, "
-        f"{args.word_pause * 1000:.0f} ms more after each word), the memory model giving way (it pauses before each "
-        "of its steps while a suggestion is being written) and not, in ABBA order; collection of "
-        f"{n_chunks} chunks. Times pooled over the replays of each kind (n in brackets).",
-        "",
-        "| memory model | first token p50 (ms) | full suggestion p50 (ms) | p50 of each replay | full p99 | "
-        "full p50 during a refresh | full p50, no refresh | memory update p50 (s) |",
-        "|---|---:|---:|---|---:|---:|---:|---:|",
-        "| gives way | " + " | ".join(give) + " |",
-        "| shares the CPU | " + " | ".join(share) + " |",
-    ])
-    write_section("compose_latency_give_way", body)
+    numbers = {
+        "setup": {"client": "SmolLM2-135M on llama.cpp in process",
+                  "memory_model": Path(args.memory_model).name if args.memory_model != "smollm2"
+                  else "SmolLM2, loaded again", "memory_mode": args.memory_mode, "threshold": args.threshold,
+                  "words": args.words, "article": article["title"], "keystrokes": len(typed),
+                  "char_delay_ms": args.char_delay * 1000, "word_pause_ms": args.word_pause * 1000,
+                  "replays": 2 * args.alternate, "chunks": n_chunks},
+        "give_way": {"gives way": cells(True), "shares the CPU": cells(False)},
+        "load": load_note(load_before[0], load_after[0]), "total_min": (time.perf_counter() - t_start) / 60,
+    }
+    show(measurement("compose_latency", numbers, name=f"{args.name}_give_way"), write=not args.no_write)
 
 
 def main() -> None:
@@ -235,11 +225,12 @@ def main() -> None:
                          "e.g. gguf:~/.cache/marginalia-eval/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf)")
     ap.add_argument("--memory-threads", type=int, default=None,
                     help="CPU threads of the memory model (default: every core, as for any model loaded by spec)")
-    ap.add_argument("--section", default="compose_latency", help="the BENCHMARKS.md section to write")
+    ap.add_argument("--name", default="compose_latency", help="the measurement's name")
+    ap.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     ap.add_argument("--threshold", type=int, default=20)
     ap.add_argument("--alternate", type=int, default=0, metavar="N",
                     help="instead: replay the typing 2N times in one process, the memory model giving way and not "
-                         "in turn (ABBA order), and write the two side by side (section compose_latency_give_way)")
+                         "in turn (ABBA order), and store the two side by side (as <name>_give_way)")
     ap.add_argument("--dump", type=Path, default=None,
                     help="also write every suggestion's record (JSON lines: tokens prefilled and written, times) here")
     ap.add_argument("--no-give-way", dest="give_way", action="store_false",
@@ -348,61 +339,41 @@ def main() -> None:
     base_first = [b[0] for b in base]
     base_full = [b[1] for b in base if b[2] >= 15]
 
-    def row(label: str, values: list[float]) -> str:
-        return (f"| {label} | {pct(values, 50) * 1000:.0f} | {pct(values, 90) * 1000:.0f} | "
-                f"{pct(values, 99) * 1000:.0f} | {len(values)} |")
+    def row(values: list[float]) -> dict[str, Any]:
+        return {"p50_ms": pct(values, 50) * 1000, "p90_ms": pct(values, 90) * 1000, "p99_ms": pct(values, 99) * 1000,
+                "n": len(values)}
 
-    ratio_first = pct(base_first, 50) / pct(firsts, 50)
-    ratio_full = pct(base_full, 50) / pct(full, 50)
-    body_md = "\n".join([
-        "## Composition latency (`benchmarks/compose_latency.py`)",
-        "",
-        f"Command: `{command_line()}` · commit {git_commit()} · client: SmolLM2-135M on llama.cpp in process "
-        + (f"(no run of {guard} tokens twice per suggestion) · " if (guard := composer.client.params.no_repeat_ngram)
-           else "(plain greedy) · ")
-        + ("memory model: the same weights, loaded again" if args.memory_model == "smollm2" else
-           f"memory model: {Path(args.memory_model).name}") + " (in the same process, sharing its CPU"
-        + (f", {args.memory_threads} thread{'s' if args.memory_threads > 1 else ''}" if args.memory_threads else "")
-        + "; " + ("it pauses while a suggestion is written" if args.give_way else "it does not pause for suggestions")
-        + ") · background threads: "
-        + ("idle scheduling class" if threads.IDLE_CLASS else f"nice {threads.BACKGROUND_NICE}, normal class")
-        + " · OpenMP waiting: " + {"set": "marginalia's", "user": "the environment's", "late": "libgomp's (set too late)"}[
-            openmp.state] + " · "
-        f"memory: {args.memory_mode}, threshold {args.threshold} token edits, "
-        f"{options.hits} chunks per request · embedder {args.embedder} · machine: {machine()} · "
-        f"{load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",
-        "",
-        f"Typed: the first {args.words} words of the lead of WikiText's {article['title']!r} "
-        f"({len(typed)} keystrokes, {args.char_delay * 1000:.0f} ms apart, {args.word_pause * 1000:.0f} ms more "
-        f"after each word; every keystroke starts a suggestion and cancels the one in progress). Collection: the "
-        f"article's body, {len(others)} other articles and the whole article as the draft being written "
-        f"(excluded), {n_chunks} chunks. {len(measured)} suggestions started, "
-        f"{sum(not m.cancelled for m in measured)} ran to their end; {kinds.count('memory_requested')} memory "
-        f"requests made, {kinds.count('memory_started')} sent ({replaced} replaced while another was in flight), "
-        f"{len(updates)} memory updates, {kinds.count('memory_failed')} failures, "
-        f"{kinds.count('memory_swapped')} swaps into the client; memory items drawn from the draft: "
-        f"{len(drafted)}. Baseline at {len(picks)} word ends: retrieve {options.hits} chunks for the text's "
-        "last 60 words, then the memory model writes 15 tokens from them, stateless (llama.cpp still reuses "
-        "the shared instruction prefix between its requests).",
-        "",
-        "| ms | p50 | p90 | p99 | n |",
-        "|---|---:|---:|---:|---:|",
-        row("compose: time to the first suggestion token", firsts),
-        row("compose: full 15-token suggestion", full),
-        row("compose: first token, during a memory refresh", refresh_first),
-        row("compose: full suggestion, during a memory refresh", refresh_full),
-        row("compose: full suggestion, no refresh in progress", calm_full),
-        row("baseline: retrieve + write, time to the first token", base_first),
-        row("baseline: retrieve + write, full 15 tokens", base_full),
-        "",
-        f"- The baseline takes {ratio_first:.1f}x compose's median time to the first token and "
-        f"{ratio_full:.1f}x its median full suggestion.",
-        f"- Memory updates took {pct([u.seconds for u in updates], 50):.1f} s (median) from request to items; "
-        "suggestions never waited for them"
-        + (" (the memory model gave way to every suggestion in progress)." if args.give_way else "."),
-    ])
-    write_section(args.section, body_md)
-    print(body_md)
+    guard = composer.client.params.no_repeat_ngram
+    numbers = {
+        "setup": {
+            "client": "SmolLM2-135M on llama.cpp in process, "
+                      + (f"no run of {guard} tokens twice per suggestion" if guard else "plain greedy"),
+            "memory_model": ("the same weights, loaded again" if args.memory_model == "smollm2" else
+                             Path(args.memory_model).name)
+            + " (in the same process, sharing its CPU"
+            + (f", {args.memory_threads} thread{'s' if args.memory_threads > 1 else ''}" if args.memory_threads else "")
+            + "; " + ("it pauses while a suggestion is written" if args.give_way else "it does not pause for suggestions")
+            + ")",
+            "background": "idle scheduling class" if threads.IDLE_CLASS else f"nice {threads.BACKGROUND_NICE}, normal class",
+            "openmp": {"set": "marginalia's", "user": "the environment's", "late": "libgomp's (set too late)"}[openmp.state],
+            "memory_mode": args.memory_mode, "threshold": args.threshold, "hits": options.hits, "embedder": args.embedder,
+            "words": args.words, "article": article["title"], "keystrokes": len(typed),
+            "char_delay_ms": args.char_delay * 1000, "word_pause_ms": args.word_pause * 1000, "others": len(others),
+            "chunks": n_chunks, "give_way": args.give_way,
+        },
+        "counts": {"suggestions": len(measured), "finished": sum(not m.cancelled for m in measured),
+                   "memory_requested": kinds.count("memory_requested"), "memory_started": kinds.count("memory_started"),
+                   "replaced": replaced, "memory_updates": len(updates), "memory_failed": kinds.count("memory_failed"),
+                   "swaps": kinds.count("memory_swapped"), "drafted": len(drafted), "baseline_texts": len(picks)},
+        "rows": {"first": row(firsts), "full": row(full), "first_refresh": row(refresh_first),
+                 "full_refresh": row(refresh_full), "full_calm": row(calm_full), "baseline_first": row(base_first),
+                 "baseline_full": row(base_full)},
+        "baseline_first_ratio": pct(base_first, 50) / pct(firsts, 50),
+        "baseline_full_ratio": pct(base_full, 50) / pct(full, 50),
+        "memory_update_p50_s": pct([u.seconds for u in updates], 50),
+        "load": load_note(load_before[0], load_after[0]), "total_min": (time.perf_counter() - t_start) / 60,
+    }
+    show(measurement("compose_latency", numbers, name=args.name), write=not args.no_write)
 
 
 if __name__ == "__main__":

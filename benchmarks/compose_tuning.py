@@ -12,8 +12,9 @@ crash and it goes on (or with a larger ``--limit`` to add examples).
 
     python benchmarks/compose_tuning.py [--limit 69] [--steps 30] [--memory-model smollm2] [--out DIR]
 
-The tuned model's spec (``hf:<out>/model``) is printed at the end and written into BENCHMARKS.md. The texts
-are read at run time from ../shared/data (``--data``); nothing of them is kept in the repository.
+The tuned model's spec is printed at the end and stored with the numbers in
+benchmarks/measurements/compose_tuning.json (see benchmarks/report.py). The texts are read at run time from
+../shared/data (``--data``); nothing of them is kept in the repository.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any, get_args
 from marginalia.options import TuneOptions
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, command_line, git_commit, load_note, machine, write_if_changed, write_section  # noqa: E402
+from _common import ROOT, load_note, measurement, show, write_if_changed  # noqa: E402
 from compose_latency import clean  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "wikitext-test-articles.part1.jsonl"
@@ -88,6 +89,7 @@ def main() -> None:
     ap.add_argument("--precision", choices=get_args(precision.annotation), default=precision.default,
                     help="the training steps' number format (default: auto, bf16 where the processor has it)")
     ap.add_argument("--data-only", action="store_true", help="make (or extend) the examples, do not train")
+    ap.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     args = ap.parse_args()
     if not args.data.is_file():
         sys.exit(f"no data at {args.data}; give --data")
@@ -205,67 +207,34 @@ def main() -> None:
     per_article = Counter(e.source for e in examples)
     blank = sum(1 for e in examples if not e.label.strip())
 
-    def fmt(x: float | None, digits: int = 3) -> str:
-        return "n/a" if x is None else f"{x:.{digits}f}"
-
-    body = "\n".join([
-        "## Instruction tuning of the composition client (`benchmarks/compose_tuning.py`)",
-        "",
-        f"Command: `{command_line()}` · commit {git_commit()} · labels by {args.label_model.split('/')[-1]} "
-        f"(greedy{f', no run of {args.label_guard} tokens twice' if args.label_guard else ''}, at most "
-        f"{data_options.label_tokens} tokens, ended at a line break) on llama.cpp · memory: "
-        f"{compose.memory_mode} by {args.memory_model.split('/')[-1]}, {compose.hits} chunks "
-        f"per prefix from a collection of all {len(articles)} WikiText articles of the data file"
-        + (f" and the {len(squad)} articles of {args.squad.name}" if args.squad is not None else "")
-        + f" ({n_chunks} "
-        f"chunks; a prefix's own article excluded) · client: {args.client} on transformers, CPU, steps in "
-        f"{steps_in} · machine: "
-        f"{machine()} · {load_note(load_before[0], load_after[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min",
-        "",
-        f"Tuning data: articles {chosen.start}-{chosen.stop - 1} cut at word ends spread over each article, "
-        f"each cut's context its title and up to {data_options.max_words} words before it (at least "
-        f"{data_options.min_words} into the article; {data_options.cuts} cuts per article and run; the file holds "
-        f"{min(per_article.values())}-{max(per_article.values())} per article from its runs; articles "
-        f"0-{chosen.start - 1} never cut, left for evaluation"
-        + (f"; the {len(squad)} Wikipedia articles of {args.squad.name} cut the same way" if args.squad is not None else "")
-        + f"). {len(examples)} examples"
-        + (f", {len(per_label)} of them the prefixes and memory of `{relabelled_from.name}` labelled again "
-           f"({sum(per_label) / 60:.0f} min, median {statistics.median(per_label):.1f} s per label; "
-           f"{relabelled} by this run)" if per_label and relabelled_from is not None else "")
-        + (f"; {len(examples) - len(per_label)} cut for this file: {sum(per_example) / 60:.0f} min of memory and "
-           f"labels (median {statistics.median(per_example):.0f} s per example; {data.written} made by this run, "
-           f"{data.kept - len(per_label)} by earlier ones, which this one resumed)"
-           if len(examples) > len(per_label) else "")
-        + "; memory items per "
-        f"example: median {statistics.median(memory_items):.0f}, none for {memory_items.count(0)}; blank labels: "
-        f"{blank}.",
-        "",
-        f"LoRA: rank {options.rank}, alpha {options.alpha:g}, dropout {options.dropout:g} on {options.modules}; "
-        f"{options.steps} steps of {options.batch_size} examples, AdamW lr {options.learning_rate:g} ("
-        f"{options.schedule}{f' after {options.warmup_steps} warmup steps' if options.warmup_steps else ''}); "
-        f"loss on the "
-        f"label tokens only ({report.label_tokens} label tokens in {report.train_examples} training examples); "
-        f"{report.held_out_examples} examples of whole held-out articles. Training took {train_s:.0f} s.",
-        "",
-        "| | before | after |",
-        "|---|---:|---:|",
-        f"| training loss (mean of the first / last {k} steps) | {fmt(statistics.mean(losses[:k]))} | "
-        f"{fmt(statistics.mean(losses[-k:]))} |",
-        f"| held-out label loss (nats per token) | {fmt(report.held_out_before)} | {fmt(report.held_out_after)} |",
-        f"| held-out label perplexity | {fmt(report.perplexity_before, 2)} | {fmt(report.perplexity_after, 2)} |",
-        "",
-        (f"Held-out label loss every {options.eval_every} steps: "
-         + ", ".join(f"{step}: {loss:.3f}" for step, loss in report.held_out_curve)
-         + f". The model kept is step {report.kept_step}'s (the lowest; the held-out articles chose it, so "
-           "its 'after' is a little optimistic; the utility benchmark's items come from other articles)."
-         if report.held_out_curve else "The model kept is the last step's."),
-        "",
-        f"Tuned model: `{report.spec}` (the folder holds the adapter, its llama.cpp form `adapter.gguf` when the "
-        "client is a GGUF, the merged model and `tuning.json`); it loads as any model, e.g. "
-        "`marginalia compose --model <spec>` (on llama.cpp with the adapter where it can).",
-    ])
-    write_section("compose_tuning", body)
-    print(body)
+    numbers = {
+        "label_model": args.label_model.split("/")[-1], "label_guard": args.label_guard,
+        "label_tokens": data_options.label_tokens, "memory_mode": compose.memory_mode,
+        "memory_model": args.memory_model.split("/")[-1], "hits": compose.hits,
+        "articles": f"WikiText articles {chosen.start}-{chosen.stop - 1}"
+                    + (f" and the {len(squad)} Wikipedia articles of {args.squad.name}" if args.squad is not None else ""),
+        "collection_articles": len(articles) + len(squad), "chunks": n_chunks,
+        "cuts": data_options.cuts, "max_words": data_options.max_words, "min_words": data_options.min_words,
+        "examples": len(examples), "relabelled_from": relabelled_from.name if relabelled_from is not None else None,
+        "relabelled": relabelled, "relabelled_examples": len(per_label), "relabel_minutes": sum(per_label) / 60,
+        "made": data.written, "kept": data.kept,
+        "per_article": [min(per_article.values()), max(per_article.values())],
+        "median_example_s": statistics.median(per_example), "label_minutes": sum(per_example) / 60,
+        "memory_items_median": statistics.median(memory_items), "no_memory": memory_items.count(0),
+        "blank_labels": blank, "client": args.client, "precision": steps_in,
+        "lora": {"rank": options.rank, "alpha": options.alpha, "dropout": options.dropout, "modules": options.modules,
+                 "steps": options.steps, "batch_size": options.batch_size, "learning_rate": options.learning_rate,
+                 "schedule": options.schedule, "warmup_steps": options.warmup_steps},
+        "label_tokens_trained": report.label_tokens, "train_examples": report.train_examples,
+        "held_out_examples": report.held_out_examples, "train_s": train_s,
+        "loss_steps": k, "loss_first": statistics.mean(losses[:k]), "loss_last": statistics.mean(losses[-k:]),
+        "held_out_before": report.held_out_before, "held_out_after": report.held_out_after,
+        "perplexity_before": report.perplexity_before, "perplexity_after": report.perplexity_after,
+        "eval_every": options.eval_every, "held_out_curve": report.held_out_curve, "kept_step": report.kept_step,
+        "spec": report.spec, "load": load_note(load_before[0], load_after[0]),
+        "total_min": (time.perf_counter() - t_start) / 60,
+    }
+    show(measurement("compose_tuning", numbers), write=not args.no_write)
     print(f"\ntuned model spec: {report.spec}")
 
 

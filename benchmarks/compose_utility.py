@@ -34,11 +34,13 @@ completes the whole prefix with the memory the coordinator holds at its end. Rep
 With ``--enron-corpus mail`` the Enron items draw their memory from the other e-mails instead (a collection
 of the e-mails, as a user's own mailbox would be), never from the item's own e-mail or one that shares a
 10-word run with it (a reply quoting it, a copy): what memory does when the collection holds related text.
-That run writes its own section (``--section``) and skips the freshness replay with ``--fresh-items 0``.
+That run stores a measurement of its own (``--name``) and skips the freshness replay with ``--fresh-items 0``.
 
     python benchmarks/compose_utility.py [--wiki 32] [--enron 32] [--tuned-client SPEC] [--fresh-items 15]
     python benchmarks/compose_utility.py --wiki 0 --enron 60 --enron-corpus mail --fresh-items 0 \
-        --section compose_utility_mail
+        --name compose_utility_mail
+
+Stores benchmarks/measurements/<name>.json (see benchmarks/report.py) and the freshness plot beside it.
 
 The texts are read at run time from ../shared/data (``--data``); nothing of them is kept in the repository.
 """
@@ -57,9 +59,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, command_line, git_commit, load_note, machine, write_if_changed, write_section  # noqa: E402
+from _common import MEASUREMENTS, ROOT, git_commit, load_note, measurement, show, write_if_changed  # noqa: E402
 from compose_items import (  # noqa: E402
-    PREFIX_CHARS,
     SHARED_RUN,
     Item,
     detokenize_email,
@@ -72,7 +73,6 @@ from compose_tuning import span  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 EVAL_MODEL = Path.home() / ".cache" / "marginalia-eval" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-PLOT = ROOT / "benchmarks" / "compose_freshness.png"
 #: a completion with fewer than this share of its words distinct loops (`looping`)
 LOOPING = 0.6
 #: words of the prefix's end that retrieval searches with
@@ -310,49 +310,6 @@ def memory_share(draws: Sequence[tuple[set[str], set[str]]]) -> float | None:
     return sum(len(got) for _, got in draws) / new_units if new_units else None
 
 
-def paper_order(gleu: dict[str, float], share: float | None) -> str:
-    """Whether the paper's order holds on its rows' mean GLEU: each memory row it has (retrieved chunks,
-    takeaways) above the vanilla client, the tuned client + memory above each of them. The pairs that break it are
-    named, with the share of the labels' new words their memory holds (`memory_share`), which bounds what memory
-    can give a client. The WiM margins row, which the paper does not have, is placed against the same rows in a
-    sentence of its own."""
-    def broken(pairs: list[tuple[str, str]]) -> list[str]:
-        return [f"{low} {gleu[low]:.1f} >= {high} {gleu[high]:.1f}" for low, high in pairs
-                if low in gleu and high in gleu and gleu[low] >= gleu[high]]
-
-    why = (f"; the labels take {100 * share:.0f}% of their new word units from their memory (below), all that "
-           "memory can add to a client's words" if share is not None else "")
-    against = broken([("vanilla", row) for row in ("chunks", "takeaways")] +
-                     [(row, "tuned") for row in ("chunks", "takeaways")])
-    verdict = (f" The paper's order does not hold: {', '.join(against)}{why}." if against else
-               " The paper's order (vanilla < client + chunks or takeaways < tuned client + memory) holds on the "
-               "means.")
-    if "margins" in gleu:
-        margins_against = broken([("vanilla", "margins"), ("margins", "tuned")])
-        verdict += (" The WiM margins row (not in the paper) breaks the same order: "
-                    f"{', '.join(margins_against)}{why if not against else ''}." if margins_against else
-                    " The WiM margins row (not in the paper) falls in the same order.")
-    return verdict
-
-
-def perplexity_order(ppl: dict[str, float], intervals: dict[str, tuple[float, float]]) -> str:
-    """The same order on the labels' perplexity under each row's client (the paper's first metric; lower is
-    better): each memory row below the vanilla client, the tuned client + memory below each of them. Pairs
-    that break it are named; ``intervals`` (row -> paired 95% interval of its perplexity over the vanilla
-    client's) are quoted for the rows it has."""
-    order = " > ".join(f"{row} {ppl[row]:.2f}" for row in sorted(ppl, key=lambda row: -ppl[row]))
-    pairs = [("vanilla", row) for row in ("chunks", "takeaways")] + [(row, "tuned") for row in ("chunks", "takeaways")]
-    against = [f"{high} {ppl[high]:.2f} <= {low} {ppl[low]:.2f}" for high, low in pairs
-               if high in ppl and low in ppl and ppl[low] >= ppl[high]]
-    line = (f" Label perplexity (lower is better): {order}; the paper's order "
-            + (f"does not hold on it: {', '.join(against)}." if against else "holds on it."))
-    quoted = [f"{row} {ppl[row] / ppl['vanilla']:.2f}x [{low:.2f}, {high:.2f}]"
-              for row, (low, high) in intervals.items() if row in ppl and "vanilla" in ppl]
-    if quoted:
-        line += " Perplexity over the vanilla client's (paired 95% interval): " + ", ".join(quoted) + "."
-    return line
-
-
 def perplexity_ratio_interval(first: list[list[float]], second: list[list[float]]) -> tuple[float, float]:
     """A paired bootstrap 95% interval of PPL(first) / PPL(second), both on the same resampled items (each
     item's label token log-probabilities)."""
@@ -399,9 +356,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--enron-corpus", choices=("wikitext", "mail"), default="wikitext",
                     help="where the Enron items' memory comes from: the WikiText collection, or the other e-mails")
-    ap.add_argument("--section", default="compose_utility", help="the BENCHMARKS.md section written")
+    ap.add_argument("--name", default="compose_utility", help="the measurement's name")
     ap.add_argument("--no-write", action="store_true",
-                    help="print the section, leave BENCHMARKS.md and its plot alone (the plot goes to the home)")
+                    help="print the section, store nothing (the plot goes to the home)")
     return ap.parse_args()
 
 
@@ -590,7 +547,7 @@ def score_rows(args: argparse.Namespace, corpus: Corpus, records: Sequence[dict[
             result = rows.results[f"{dataset}/{row}"] = scores(preds, labels, lps, home)
             # how many items had any memory at all in this row (an empty memory is the vanilla prompt)
             source = MEMORY_OF[row]
-            result["with_memory"] = sum(bool(r[source]) for r in ds_records) if source else 0
+            result["with_memory"] = sum(bool(r[source]) for r in ds_records) if source else None
             rows.predictions.setdefault(dataset, {})[row] = preds
             rows.logprobs.setdefault(dataset, {})[row] = lps
             if source:
@@ -638,188 +595,69 @@ def freshness(args: argparse.Namespace, corpus: Corpus, records: Sequence[dict[s
     return out, len(fresh)
 
 
-# -- the section ----------------------------------------------------------------------------------------------
+# -- the numbers ------------------------------------------------------------------------------------------------
 
 
 def times(a: float, b: float) -> float:
     return a / b if b else float("inf")
 
 
-def result_tables(corpus: Corpus, rows: Rows) -> list[str]:
-    def fmt_row(dataset: str, row: str) -> str:
-        r = rows.results.get(f"{dataset}/{row}")
-        if r is None:
-            why = "not run (no tuned client given)" if row.startswith("tuned") else "not run"
-            return f"| {ROW_NAMES[row]} | {why} | | | | | | | | |"
-        low, high = r["gleu_ci"]
-        return (f"| {ROW_NAMES[row]} | {r['ppl']:.1f} | {r['gleu']:.1f} [{low:.1f}, {high:.1f}] | {r['meteor']:.1f} | "
-                f"{r['bleu4']:.1f} | {r['rouge1']:.1f} | {r['rougeL']:.1f} | {r['bertscore']:.1f} | {r['n']} | "
-                f"{r['with_memory'] if MEMORY_OF[row] else '–'} |")
-
-    tables = []
-    for dataset, title in (("wikitext", "WikiText (in domain)"), ("enron", "Enron e-mails (out of domain)")):
-        if corpus.has(dataset):
-            tables += [f"**{title}**", "",
-                       "| row | PPL (labels) | GLEU [95% CI] | METEOR | BLEU-4 | ROUGE-1 | ROUGE-L | BERTScore F1 | n | "
-                       "with memory |",
-                       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-                       *[fmt_row(dataset, row) for row in ROWS], ""]
-    return tables
+TITLES = {"wikitext": "WikiText (in domain)", "enron": "Enron e-mails (out of domain)"}
 
 
-def verdict_lines(rows: Rows) -> list[str]:
-    """Per dataset: the GLEU ordering, the paper's order, each memory row against the vanilla client and the
-    tuned client's ratio against the goal, with paired intervals."""
-    verdicts = []
-    for dataset in ("wikitext", "enron"):
-        vanilla = rows.results.get(f"{dataset}/vanilla")
-        if vanilla is None:
-            continue
-        gleu = rows.gleu(dataset)
-        kept = rows.predictions[dataset]
-        labels = rows.labels[dataset]
-        best_memory = max((gleu[r] for r in ("takeaways", "margins") if r in gleu), default=float("nan"))
-        line = (f"- {dataset}: GLEU ordering {' > '.join(sorted(gleu, key=lambda row: -gleu[row]))}; the best "
-                f"client + memory row has {times(best_memory, vanilla['gleu']):.2f}x the vanilla client's GLEU "
-                f"({vanilla['gleu']:.1f} -> {best_memory:.1f})." + paper_order(gleu, memory_share(rows.draws[dataset])))
-        against = []
-        for row in ("chunks", "takeaways", "margins"):
-            if row in kept:
-                low, high = gleu_ratio_interval(kept[row], kept["vanilla"], labels)
-                against.append(f"{row} {times(gleu[row], vanilla['gleu']):.2f}x [{low:.2f}, {high:.2f}]")
-        if against:
-            line += " Untuned client with memory over the vanilla client, GLEU (paired 95% interval): " + \
-                ", ".join(against) + "."
-        if "tuned" in gleu:
-            ratio = times(gleu["tuned"], vanilla["gleu"])
-            low, high = gleu_ratio_interval(kept["tuned"], kept["vanilla"], labels)
-            line += (f" Tuned client + memory: {ratio:.2f}x the vanilla GLEU ({vanilla['gleu']:.1f} -> "
-                     f"{gleu['tuned']:.1f}; paired 95% interval of the ratio [{low:.2f}, {high:.2f}]): goal (at "
-                     f"least 2x) {'met' if ratio >= 2 else 'not met'}.")
-            if "tuned-bare" in gleu:
-                line += (f" Without memory the tuned client has {times(gleu['tuned-bare'], vanilla['gleu']):.2f}x "
-                         f"({gleu['tuned-bare']:.1f}).")
-        else:
-            line += (" The goal (the tuned client + memory at least doubles the vanilla GLEU) is not measured: no "
-                     "tuned client was given.")
-        ppl = {row: rows.results[f"{dataset}/{row}"]["ppl"] for row in ROWS if f"{dataset}/{row}" in rows.results}
-        scored = rows.logprobs[dataset]
-        intervals = {row: perplexity_ratio_interval(scored[row], scored["vanilla"])
-                     for row in ("chunks", "takeaways", "margins", "tuned") if row in scored}
-        line += perplexity_order(ppl, intervals)
-        verdicts.append(line)
-    return verdicts
-
-
-def draw_lines(rows: Rows) -> list[str]:
-    """Per dataset: how much of what the labels add their memory holds, and each row's GLEU on the labels that
-    take any."""
+def dataset_numbers(rows: Rows, dataset: str) -> dict[str, Any]:
+    """One dataset's rows as the measurement file holds them: each row's scores, each row's GLEU and label
+    perplexity over the vanilla client's with paired 95% intervals, the completions that loop, what the labels
+    take from their memory (`memory_draw`) and each row's GLEU on the labels that take any, and what each memory
+    row's completions take from their memory beside the labels' share."""
     from marginalia.bench import generation_metrics as gm
 
-    lines = []
-    for dataset, draws in rows.draws.items():
-        if not draws:
-            continue
-        new_units = sum(len(new) for new, _ in draws)
-        from_memory = sum(len(got) for _, got in draws)
-        drawing = [i for i, (_, got) in enumerate(draws) if got]
-        line = (f"- {dataset}: of the labels' {new_units} new word units (not in their prefix), {from_memory} "
-                f"({100 * (memory_share(draws) or 0.0):.0f}%) are in their takeaways memory; {len(drawing)} of "
-                f"{len(draws)} labels take any from it.")
-        if drawing:
-            labels = rows.labels[dataset]
-            gleus = [f"{row} {gm.gleu([preds[i] for i in drawing], [labels[i] for i in drawing]):.1f}"
-                     for row, preds in rows.predictions.get(dataset, {}).items()]
-            line += " GLEU on them: " + ", ".join(gleus) + "."
-        lines.append(line)
-    return lines
+    results = {row: rows.results[f"{dataset}/{row}"] for row in ROWS if f"{dataset}/{row}" in rows.results}
+    kept, labels, scored = rows.predictions[dataset], rows.labels[dataset], rows.logprobs[dataset]
+    vanilla = results["vanilla"]
+    versus = {row: [times(results[row]["gleu"], vanilla["gleu"]), *gleu_ratio_interval(kept[row], kept["vanilla"], labels)]
+              for row in ROWS if row != "vanilla" and row in kept}
+    perplexity = {row: [results[row]["ppl"] / vanilla["ppl"], *perplexity_ratio_interval(scored[row], scored["vanilla"])]
+                  for row in ("chunks", "takeaways", "margins", "tuned") if row in scored}
+    draws = rows.draws[dataset]
+    drawing = [i for i, (_, got) in enumerate(draws) if got]
+    return {
+        "title": TITLES[dataset], "rows": results, "gleu_vs_vanilla": versus, "ppl_vs_vanilla": perplexity,
+        "loops": {**{row: sum(looping(p) for p in preds) for row, preds in kept.items()},
+                  "labels": sum(looping(label) for label in labels)},
+        "draw": {"new_units": sum(len(new) for new, _ in draws), "from_memory": sum(len(got) for _, got in draws),
+                 "share": memory_share(draws), "labels_drawing": len(drawing), "labels": len(draws),
+                 "gleu_on_them": {row: gm.gleu([preds[i] for i in drawing], [labels[i] for i in drawing])
+                                  for row, preds in kept.items()} if drawing else {}},
+        "copies": {row: list(shares) for row, shares in rows.copies.get(dataset, {}).items()},
+    }
 
 
-def copy_lines(rows: Rows) -> list[str]:
-    """Per dataset: how much of what each memory row's completions add to their prefix comes from that row's
-    memory, against the labels' share from the same memory: a client that takes more from its memory than the
-    labels do writes words the labels do not have."""
-    def pct(share: float | None) -> str:
-        return "–" if share is None else f"{100 * share:.0f}%"
-
-    return [f"- {dataset}: " + ", ".join(f"{row} {pct(own)} (labels {pct(label)})" for row, (own, label) in by_row.items())
-            + "." for dataset, by_row in rows.copies.items()]
-
-
-def loop_lines(rows: Rows) -> list[str]:
-    lines = []
-    for dataset, by_row in rows.predictions.items():
-        counts = [f"{row} {sum(looping(p) for p in preds)}" for row, preds in by_row.items()]
-        counts.append(f"the labels themselves {sum(looping(label) for label in rows.labels[dataset])}")
-        lines.append(f"- {dataset} ({len(rows.labels[dataset])} items): " + ", ".join(counts) + ".")
-    return lines
-
-
-def section(args: argparse.Namespace, corpus: Corpus, labelled: Labelled, rows: Rows, fresh_rows: list[dict[str, Any]],
-            fresh_items: int, plot_path: Path, timing: str) -> str:
-    fresh_table = ["| threshold (token edits) | memory requests / 1,000 typed tokens | requests | typed tokens | GLEU |",
-                   "|---:|---:|---:|---:|---:|",
-                   *[f"| {r['threshold']} | {r['rate']:.1f} | {r['requests']} | {r['typed']} | {r['gleu']:.1f} |"
-                     for r in fresh_rows]]
-    guard_note = f" with no run of {args.no_repeat_ngram} tokens twice" if args.no_repeat_ngram else ""
+def numbers(args: argparse.Namespace, corpus: Corpus, labelled: Labelled, rows: Rows,
+            fresh_rows: list[dict[str, Any]], fresh_items: int) -> dict[str, Any]:
+    """The run as the measurement file holds it: its setup, each dataset's `dataset_numbers`, and the freshness
+    replay."""
     wiki_n, enron_n = corpus.count("wikitext"), corpus.count("enron")
-    plot_ref = plot_path.relative_to(ROOT).as_posix() if plot_path.is_relative_to(ROOT) else str(plot_path)
-    return "\n".join([
-        "## Composition utility (`benchmarks/compose_utility.py`)"
-        + (": the Enron items' memory from the other e-mails" if corpus.mail_files else "")
-        + (f": labels with no run of {args.label_guard} tokens twice" if args.label_guard else "")
-        + (f"; the client tuned on {learned}" if (learned := tuning_summary(args.tuned_client)) else ""),
-        "",
-        f"Command: `{command_line()}` · commit {git_commit()} · client: {args.client} on llama.cpp "
-        f"(greedy{guard_note}, {args.tokens} new tokens, stops at a line end; the labels "
-        f"{f'greedy with no run of {args.label_guard} tokens twice' if args.label_guard else 'plain greedy'}) · "
-        "eval model (labels and memory): "
-        f"{args.eval_model.name} on llama.cpp · tuned client: {args.tuned_client or 'none given'} · "
-        f"machine: {machine()} · {timing}",
-        "",
-        "Items: " + " and ".join(
-            ([f"{wiki_n} WikiText prefixes (in domain; from articles {args.wiki_articles}, which the tuning left "
-              "out, a paragraph per article in turn, each cut 40-70% into a paragraph of 60+ words, after "
-              f"up to {PREFIX_CHARS} characters of the text before it)"] if wiki_n else [])
-            + ([f"{enron_n} Enron e-mail prefixes (out of domain; each cut 40-70% into the e-mail's body)"]
-               if enron_n else []))
-        + f". Memory is retrieved ({args.hits} chunks, hybrid search on the prefix's last {QUERY_WORDS} words) "
-        f"from {corpus.description} (memory items from what an item must not draw on: {labelled.drafted}). The "
-        f"eval model writes the takeaways, the WiM margins and the label: its own continuation of the prefix given "
-        f"the takeaways memory and our compose prompt (so the takeaways rows share the label's memory, as in the "
-        f"paper's setup). PPL is the perplexity of the label's tokens under that row's client and prompt; GLEU, "
-        f"METEOR, BLEU-4, ROUGE and BERTScore (all-MiniLM-L6-v2, last layer, no baseline rescaling) compare each "
-        f"completion with the label, 0-100; GLEU's interval is a bootstrap over items. Items with an empty label "
-        f"are left out.",
-        "",
-        *result_tables(corpus, rows),
-        *verdict_lines(rows),
-        "",
-        f"**Completions that loop** (fewer than {LOOPING:.0%} of their words distinct), per row:",
-        "",
-        *loop_lines(rows),
-        "",
-        "**What the labels take from the memory.** A word unit (`marginalia.patterns.grounding.units`: "
-        "lower-cased, lightly stemmed, stopwords dropped) that a label adds to its prefix and that its takeaways "
-        "memory holds is one a client could take from the memory; the rest no memory can supply:",
-        "",
-        *draw_lines(rows),
-        "",
-        "**What the completions take from their memory**, per memory row: the share of the word units a row's "
-        "completions add to their prefix that the row's own memory holds, and in brackets the labels' share from "
-        "that same memory:",
-        "",
-        *copy_lines(rows),
-        "",
-        *([f"**Freshness vs cost** ({fresh_items} WikiText prefixes typed token by token through the coordinator; "
-           f"each request's query is the text new since the last one, answered at once with the {args.hits} "
-           f"retrieved chunks as memory (memory size {args.hits}); the client then completes the prefix with the "
-           "memory held at its end). The paper's Fig. 5 trade-off: a lower threshold asks for memory more often.",
-           "",
-           *fresh_table,
-           "",
-           f"![freshness vs cost]({plot_ref})"] if fresh_rows else []),
-    ])
+    items = " and ".join(
+        ([f"{wiki_n} WikiText prefixes (in domain, from articles {args.wiki_articles}, which the tuning left out)"]
+         if wiki_n else []) + ([f"{enron_n} Enron e-mail prefixes (out of domain)"] if enron_n else []))
+    return {
+        "setup": {
+            "items": items, "eval_model": args.eval_model.name, "hits": args.hits,
+            "memory_from": f"{corpus.description}; memory items from what an item must not draw on: {labelled.drafted}",
+            "client": f"{args.client} on llama.cpp", "tokens": args.tokens,
+            "decoding": (f"greedy, no run of {args.no_repeat_ngram} tokens twice" if args.no_repeat_ngram else "greedy")
+                        + "; the labels " + (f"with no run of {args.label_guard} tokens twice" if args.label_guard
+                                             else "plain greedy"),
+            "tuned_client": args.tuned_client, "tuned_on": tuning_summary(args.tuned_client),
+            "query_words": QUERY_WORDS, "looping_share": LOOPING,
+        },
+        "datasets": {dataset: dataset_numbers(rows, dataset) for dataset in ("wikitext", "enron")
+                     if f"{dataset}/vanilla" in rows.results},
+        "freshness": {"items": fresh_items, "rows": fresh_rows},
+        "labelled": {"made": labelled.made, "relabelled": labelled.relabelled, "minutes": labelled.seconds / 60},
+        "rows_minutes": rows.seconds / 60,
+    }
 
 
 # -- main ----------------------------------------------------------------------------------------------------
@@ -861,8 +699,7 @@ def main() -> None:
     t_start = time.perf_counter()
     load_before = os.getloadavg()
     home = resolve_home(args.home) / "bench-compose-utility"
-    plot_name = PLOT.name if args.section == "compose_utility" else f"{args.section}_freshness.png"
-    plot_path = (home if args.no_write else PLOT.parent) / plot_name
+    plot_path = (home if args.no_write else MEASUREMENTS) / f"{args.name}_freshness.png"
     client_gen, client, tuned = load_clients(args, home)
     corpus = load_corpus(args, home, client_gen.tokenizer.count)
     eval_gen = LlamaCppGenerator(args.eval_model, name=f"gguf:{args.eval_model.name}", n_ctx=8192,
@@ -875,15 +712,13 @@ def main() -> None:
     if fresh_rows:
         plot([r["threshold"] for r in fresh_rows], [r["rate"] for r in fresh_rows], [r["gleu"] for r in fresh_rows],
              plot_path)
-    timing = (f"{load_note(load_before[0], os.getloadavg()[0])} · total {(time.perf_counter() - t_start) / 60:.1f} min "
-              f"(eval model on {labelled.made} new items"
-              f"{f' and {labelled.relabelled} new labels' if labelled.relabelled else ''}: "
-              f"{labelled.seconds / 60:.1f} min; client rows {rows.seconds / 60:.1f} min; "
-              f"freshness replay {fresh_s / 60:.1f} min)")
-    body = section(args, corpus, labelled, rows, fresh_rows, fresh_items, plot_path, timing)
-    if not args.no_write:
-        write_section(args.section, body)
-    print(body)
+    result = numbers(args, corpus, labelled, rows, fresh_rows, fresh_items)
+    result["load"] = load_note(load_before[0], os.getloadavg()[0])
+    result["total_min"] = (time.perf_counter() - t_start) / 60
+    result["freshness_minutes"] = fresh_s / 60
+    if fresh_rows and plot_path.is_relative_to(ROOT):
+        result["figure"] = plot_path.relative_to(ROOT).as_posix()
+    show(measurement("compose_utility", result, name=args.name), write=not args.no_write)
     out = home / "last-run.json"
     out.write_text(json.dumps({"results": rows.results, "freshness": fresh_rows, "predictions": rows.predictions,
                                "commit": git_commit(), "args": {k: str(v) for k, v in vars(args).items()}},

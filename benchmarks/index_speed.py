@@ -13,9 +13,10 @@ the text. Queries are real SQuAD questions, embedded by MiniLM at query time. La
 measured per ``Collection.search`` call (query embedding included) for hybrid, dense and
 BM25, first with exact dense search, then with the IVF-PQ index ``optimize()`` builds. Hybrid
 is interleaved query by query with LanceDB's own hybrid query called directly (query embedding
-included too), and the section says whether ours meets the goal set against it.
+included too), and the measurement says whether ours meets the goal set against it. Stores
+benchmarks/measurements/index_speed.json (see benchmarks/report.py).
 
-    python benchmarks/index_speed.py [--rows 100000] [--chunks auto] [--queries 60]
+    python benchmarks/index_speed.py [--rows 100000] [--chunks auto] [--queries 60] [--no-write]
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, machine, write_section  # noqa: E402
+from _common import measurement, show  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 HEADING = re.compile(r"^ (=(?: =)*) (.+?) \1 $")
@@ -368,7 +369,7 @@ def main() -> None:
                     help="real chunks for the throughput part; auto: what MiniLM embeds in about 2.5 minutes")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved raw/store rounds (default 3)")
     ap.add_argument("--queries", type=int, default=60, help="SQuAD questions timed per mode (default 60)")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"the development data is not at {DATA}")
@@ -400,85 +401,10 @@ def main() -> None:
         shutil.rmtree(home, ignore_errors=True)
     total_min = (time.perf_counter() - started) / 60
 
-    ratios = ", ".join(f"{r:.2f}" for r in p1["ratios"])
-    body = "\n".join([
-        "## Persistent hybrid index (`benchmarks/index_speed.py`)",
-        "",
-        f"Command: `{command_line()}` · commit {git_commit()} · embedder `minilm` (all-MiniLM-L6-v2, "
-        f"{p2['dim']} dims) · LanceDB {_lancedb_version()} · machine: {machine()} · total {total_min:.1f} min",
-        "",
-        "The machine was shared with other engineers' test runs: timings are noisy; the ratio comes from "
-        "interleaved rounds and latencies are percentiles over many queries (1-minute load average "
-        f"{p2['loadavg_start']:.1f} when the latency runs began, {p2['loadavg_end']:.1f} when they ended).",
-        "",
-        f"**(1) Indexing throughput.** {p1['chunks']} real paragraphs ({p1['docs']} WikiText and SQuAD articles, "
-        f"{p1['mean_chars']:.0f} characters on average, section path prepended) through "
-        "`Collection.add_document`, against the raw embedder on the same texts, "
-        f"{p1['rounds']} interleaved rounds.",
-        "",
-        "| | chunks/s |",
-        "|---|---:|",
-        f"| raw MiniLM (`embed_documents`) | {p1['raw_rate']:.1f} |",
-        f"| `Collection.add_document` (embed + write + BM25 upkeep) | {p1['store_rate']:.1f} |",
-        "",
-        f"Store / raw throughput: **{p1['ratio_median']:.3f}** (median of rounds: {ratios}; "
-        f"over all chunks {p1['ratio_total']:.3f}).",
-        "",
-        f"**(2) Query latency at {p2['rows']:,} chunks.** Synthetic bulk: texts are real sentences (WikiText, "
-        f"SQuAD, essays; {p2['pool_sentences']} in the pool) recombined 2-5 at a time, vectors are MiniLM "
-        "vectors of part (1)'s texts plus Gaussian noise (cosine ~0.7 to their base), *not* embeddings of "
-        "those texts — embedding 100k chunks with MiniLM here would take hours. Latency only; relevance is "
-        f"not measured. {p2['queries']} SQuAD questions, k=5 (dense k=10), one `Collection.search` call each, "
-        "query embedding included. MiniLM query embedding alone, on one torch thread as `Collection.search` does: "
-        f"p50 {p2['embed_query_one_p50_ms']:.1f} ms, p95 {p2['embed_query_one_p95_ms']:.1f} ms; the same texts on "
-        f"torch's {p2['torch_threads']} threads, in turn with it: p50 {p2['embed_query_default_p50_ms']:.1f} ms, "
-        f"p95 {p2['embed_query_default_p95_ms']:.1f} ms.",
-        "",
-        "| dense search | mode | p50 (ms) | p95 (ms) |",
-        "|---|---|---:|---:|",
-        *[f"| {label} | {name} | {p2[f'{key}_{mode}_p50_ms']:.1f} | {p2[f'{key}_{mode}_p95_ms']:.1f} |"
-          for key, label in (("exact", "exact scan"), ("ivfpq", "IVF-PQ"))
-          for mode, name in (("hybrid", "hybrid"), ("hybrid_native", "hybrid, LanceDB's own query (native)"),
-                             ("hybrid_threaded", f"hybrid, query embedded on torch's {p2['torch_threads']} threads"),
-                             ("dense", "dense"), ("bm25", "bm25"))],
-        "",
-        "*Native* is LanceDB's hybrid query called directly, interleaved query by query with ours (and with ours "
-        "embedding the query on torch's default threads instead of one; each of the three first on every third "
-        "query): the MiniLM query embedding, then the query `Collection.search` asks of LanceDB "
-        f"(each side {HYBRID_DEPTH} deep, cosine, the same IVF-PQ probes and refinement, chunks only, "
-        "`RRFReranker(K=60)`), without our visibility prefilter and `Hit` records. Its top 5 matched ours on "
-        f"{p2['exact_hybrid_same_top5']}/{p2['queries']} queries (exact scan) and "
-        f"{p2['ivfpq_hybrid_same_top5']}/{p2['queries']} (IVF-PQ).",
-        "",
-        goal_line(p2),
-        "",
-        f"Building: {p2['rows']:,} rows through `add_document` with precomputed vectors (store only, no "
-        f"embedding) {p2['fill_s']:.1f} s ({p2['rows'] / p2['fill_s']:.0f} chunks/s, BM25 index kept up to "
-        f"date on the way); `optimize()` {p2['optimize_s']:.1f} s; BM25 index from scratch "
-        f"{p2['fts_build_s']:.1f} s; IVF-PQ index {p2['ivfpq_build_s']:.1f} s. IVF-PQ recall@10 against the "
-        f"exact scan (nprobes 20, refine factor 10): {p2['ivfpq_recall_at_10_neighbours']:.3f} for queries with "
-        f"true neighbours (part (1)'s vectors; each has ~{p2['rows'] // max(1, p2['bases'])} noisy siblings), "
-        f"{p2['ivfpq_recall_at_10_squad']:.3f} for the SQuAD questions (whose top 10 among synthetic vectors "
-        "are near-ties). On disk: "
-        f"{p2['disk_mb']:.0f} MiB.",
-    ])
-    print(body)
-    if not args.no_write:
-        write_section("index_speed", body)
-
-
-def goal_line(p2: dict[str, Any]) -> str:
-    """Whether hybrid search with the IVF-PQ index meets the goal, and by how much it misses if not."""
-    ratio = p2["ivfpq_hybrid_p50_ms"] / p2["ivfpq_hybrid_native_p50_ms"]
-    tail = p2["ivfpq_hybrid_p95_ms"] / p2["ivfpq_hybrid_p50_ms"]
-    checks = [
-        (f"p50 {ratio:.2f}x native", f"at most {GOAL_RATIO_TO_NATIVE}x", ratio <= GOAL_RATIO_TO_NATIVE),
-        (f"p95 {tail:.2f}x our p50", f"at most {GOAL_TAIL:.0f}x", tail <= GOAL_TAIL),
-    ]
-    parts = [f"{what} ({goal}: {'met' if ok else 'not met'})" for what, goal, ok in checks]
-    verdict = "**met**" if all(ok for *_, ok in checks) else "**not met**"
-    return f"Goal for hybrid search with the IVF-PQ index, query embedding counted on both sides: {verdict}: " \
-        + "; ".join(parts) + "."
+    numbers = {"embedder": "minilm", "dims": p2["dim"], "lancedb": _lancedb_version(), "total_min": total_min,
+               "goals": {"p50_to_native": GOAL_RATIO_TO_NATIVE, "p95_to_p50": GOAL_TAIL}, "hybrid_depth": HYBRID_DEPTH,
+               "throughput": p1, "latency": p2}
+    show(measurement("index_speed", numbers), write=not args.no_write)
 
 
 def _torch_threads() -> int:

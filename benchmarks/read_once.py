@@ -8,7 +8,7 @@ side by side; goal: the batched margin phase at most 0.5x the sequential one, an
 out the same. Then a fresh process answers the second question from the reading stored on disk, batched. Long
 context (no reading kept, a stateless prompt) is asked the same two questions for comparison: on llama.cpp its
 scratch context keeps the last prompt, so the second question re-evaluates only from the document's last batch
-boundary.
+boundary. Stores benchmarks/measurements/read_once.json (read_once_<backend> for another backend).
 
     python benchmarks/read_once.py [--segment-tokens 512] [--questions 0 1] [--rounds 3] [--backend transformers]
 """
@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, machine, write_section  # noqa: E402
+from _common import measurement, show  # noqa: E402
 
 
 def load(branches: int, backend: str = "llamacpp") -> Any:
@@ -75,8 +75,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="second questions timed, each way")
     ap.add_argument("--backend", choices=("llamacpp", "transformers"), default="llamacpp",
                     help="in-process backend (transformers: SmolLM2 de-quantized to fp32)")
-    ap.add_argument("--section", default=None, help="BENCHMARKS.md section (default: read_once, or "
+    ap.add_argument("--name", default=None, help="the measurement's name (default: read_once, or "
                     "read_once_<backend> for another backend)")
+    ap.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -129,75 +130,28 @@ def main() -> None:
     def med(name: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[name])
 
-    runtime = {"llamacpp": "llama.cpp", "transformers": "transformers (fp32)"}[args.backend]
-    doc = first["context_tokens"]
-    b, s = runs["batched"][0], runs["sequential"][0]
-    same = sum(x == y for x, y in zip(b["margins"], s["margins"], strict=True))
-    wall_ratio = med("batched", "wall_s") / first["wall_s"]
-    default_ratio = med("sequential", "wall_s") / first["wall_s"]
-    fresh_ratio = fresh["wall_s"] / first["wall_s"]
-    margin_ratio = med("batched", "margin_s") / med("sequential", "margin_s")
-
     def per_token(name: str) -> float:
         return statistics.median(1000 * r["margin_s"] / max(r["margin_tokens"], 1) for r in runs[name])
 
-    def verdict(ok: bool) -> str:
-        return "met" if ok else "NOT met"
+    def row(r: dict[str, Any], **medians: float) -> dict[str, Any]:
+        return {k: v for k, v in {**r, **medians}.items() if k != "margins"}
 
-    rows = [
-        ("first question (reads the report)", first),
-        ("second question, batch_margins (median)", {**b, "wall_s": med("batched", "wall_s"),
-                                                       "margin_s": med("batched", "margin_s")}),
-        ("second question, margins one after another, the default (median)", {**s, "wall_s": med("sequential", "wall_s"),
-                                                                  "margin_s": med("sequential", "margin_s")}),
-        ("second question, fresh process, stored reading, batch_margins", fresh),
-        ("long context, first question", lc_first),
-        ("long context, second question (median)", lc_second),
-    ]
-    body = "\n".join([
-        "## Read once, ask many (`benchmarks/read_once.py`)" + ("" if args.backend == "llamacpp" else
-                                                                  f": {args.backend}"),
-        "",
-        f"Command: `{command_line()}` · commit {git_commit()} · SmolLM2-135M on {runtime} in process · "
-        f"{args.segment_tokens}-token segments · machine: {machine()} · total "
-        f"{(time.perf_counter() - t_start) / 60:.1f} min",
-        "",
-        f"The bundled report ({doc} tokens). First question: {q1!r}; second: {q2!r}. The second question "
-        f"is timed {args.rounds} times each way, interleaved; the fresh process's time leaves out loading the "
-        "model (it includes reading the stored state from disk).",
-        "",
-        "| | wall (s) | document tokens prefilled | from the kept reading | margin phase (s) | margin tokens |",
-        "|---|---:|---:|---:|---:|---:|",
-        *[f"| {label} | {r['wall_s']:.1f} | {r['prefilled_context']} | {r['cached_context']} | {r['margin_s']:.1f} "
-          f"| {r['margin_tokens']} |" for label, r in rows],
-        "",
-        f"- Document tokens prefilled by the second question: {b['prefilled_context'] / doc:.3f}x the document "
-        f"(goal at most 0.05x: {verdict(b['prefilled_context'] <= 0.05 * doc)}); from a fresh process "
-        f"{fresh['prefilled_context'] / doc:.3f}x ({verdict(fresh['prefilled_context'] <= 0.05 * doc)}).",
-        f"- Wall time of the second question: by default {default_ratio:.2f}x the first's (goal at most 0.25x: "
-        f"{verdict(default_ratio <= 0.25)}); with batch_margins {wall_ratio:.2f}x ({verdict(wall_ratio <= 0.25)}); "
-        f"from a fresh process, batch_margins, {fresh_ratio:.2f}x ({verdict(fresh_ratio <= 0.25)}).",
-        f"- Margin phase, batched against one after another: {margin_ratio:.2f}x (goal at most 0.5x: "
-        f"{verdict(margin_ratio <= 0.5)}). Margins the same, word for word: {same}/{len(b['margins'])}"
-        + ("." if same == len(b["margins"]) else
-           " (batched branches round differently from single requests, so a greedy margin may change where "
-           "two tokens were nearly tied: why batching is an option, not the default)."),
-        f"- Per margin token (the margin prompts' prefill included): batched {per_token('batched'):.1f} ms, "
-        f"one after another {per_token('sequential'):.1f} ms. Side by side, every branch attends over the whole "
-        "reading (an early segment's margin too, its later cells masked), where one after another a margin "
-        "attends only up to its segment; batching pays only as far as a decode step costs less per token "
-        "with more tokens in it.",
-        f"- Long context asked the second question: {lc_second['wall_s'] / lc_first['wall_s']:.2f}x its first "
-        f"question's wall time, {lc_second['prefilled_context']} of {doc} document tokens prefilled again (from "
-        "the last batch boundary its kept prompt shares; every answer is the one a fresh context gives, "
-        "tests/test_llamacpp_backend.py). WiM's second question against long context's: "
-        f"{default_ratio * first['wall_s'] / lc_second['wall_s']:.2f}x the wall time.",
-        f"- Answers: batched {b['answer']!r}; one after another {s['answer']!r}; long context "
-        f"{lc_second['answer']!r}.",
-    ])
-    write_section(args.section or ("read_once" if args.backend == "llamacpp" else f"read_once_{args.backend}"),
-                  body)
-    print(body)
+    b, s = runs["batched"][0], runs["sequential"][0]
+    numbers = {
+        "backend": args.backend, "runtime": {"llamacpp": "llama.cpp", "transformers": "transformers (fp32)"}[args.backend],
+        "segment_tokens": args.segment_tokens, "rounds": args.rounds, "document_tokens": first["context_tokens"],
+        "questions": [q1, q2],
+        "rows": {"first": row(first),
+                 "batched": row(b, wall_s=med("batched", "wall_s"), margin_s=med("batched", "margin_s")),
+                 "sequential": row(s, wall_s=med("sequential", "wall_s"), margin_s=med("sequential", "margin_s")),
+                 "fresh": row(fresh), "lc_first": row(lc_first), "lc_second": row(lc_second)},
+        "same_margins": sum(x == y for x, y in zip(b["margins"], s["margins"], strict=True)),
+        "margins": len(b["margins"]),
+        "per_token_ms": {"batched": per_token("batched"), "sequential": per_token("sequential")},
+        "total_min": (time.perf_counter() - t_start) / 60,
+    }
+    name = args.name or ("read_once" if args.backend == "llamacpp" else f"read_once_{args.backend}")
+    show(measurement("read_once", numbers, name=name), write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ checks, shared with the tests).
     python benchmarks/server_fuzz.py [--requests 1000] [--documents 6500] [--asks 2500] [--uploads 1000]
                                      [--pdfs 30] [--line-mb 10] [--no-write]
 
-Writes the section ``server_fuzz`` of BENCHMARKS.md (unless ``--no-write``) and prints it.
+Stores benchmarks/measurements/server_fuzz.json (unless ``--no-write``; see benchmarks/report.py) and prints its
+section.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from _common import command_line, git_commit, load_note, machine, write_section  # noqa: E402
+from _common import load_note, measurement, show  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -192,42 +193,23 @@ def classes(statuses: Counter[int]) -> dict[str, int]:
     return dict(out)
 
 
-def report(parts: list[Part], service: fz.FuzzedService, args: argparse.Namespace, total: float,
-           load: tuple[float, float]) -> str:
+def numbers(parts: list[Part], service: fz.FuzzedService, args: argparse.Namespace, total: float,
+            load: tuple[float, float]) -> dict[str, Any]:
+    """The run as the measurement file holds it: HTTP requests by status class, server errors and replies with a
+    problem, each part's inputs, outcomes and unhandled exceptions, and the first problems met."""
     http = service.tally
-    hypothesis_inputs = sum(p.inputs for p in parts[1:4])
-    rows = []
-    for p in parts:
-        shown = ", ".join(f"{k} {v}" for k, v in sorted(p.outcomes.items()))
-        rows.append(f"| {p.name} | {p.inputs} | {shown} | {p.unhandled} | {p.seconds:.0f} |")
-    lines = [
-        "## Server and loader fuzz (`benchmarks/server_fuzz.py`)",
-        "",
-        f"Command: `{command_line()}` · commit {git_commit()} · machine: {machine()} · "
-        f"{load_note(load[0], load[1], 'wall times are noisy')} · "
-        f"total {total / 60:.1f} min · scripted model, hashing embedder, the server's key set",
-        "",
-        f"HTTP requests: {http.requests} ({args.requests}+ from schemathesis over the app's OpenAPI schema, the "
-        f"rest hypothesis bodies and uploads); by status class: "
-        + ", ".join(f"{k} {v}" for k, v in http.classes().items())
-        + f"; **server errors (5xx): {http.server_errors}**; unhandled exceptions out of the app: "
-        f"{http.unhandled}; replies or jobs with a problem (a 5xx, an error not in the one JSON shape, an "
-        f"upload's name that could be a path, a job failed with internal_error): {http.bad}.",
-        f"Hypothesis inputs: {hypothesis_inputs} (documents, ask bodies, uploads); unhandled exceptions: "
-        f"**{sum(p.unhandled for p in parts)}** in all parts.",
-        "",
-        "| part | inputs | outcomes | unhandled | wall s |",
-        "|---|---|---|---|---|",
-        *rows,
-        "",
-        "Outcomes: HTTP status classes, or a loader's result (`ok`, `unsupported` type by name, or the "
-        "project's error it was refused with: `BadInput`, `EmptyDocument`, `IngestError`); each document "
-        "goes through two loaders, so its outcomes count twice.",
-    ]
-    problems = http.problems + [q for p in parts for q in p.problems]
-    if problems:
-        lines += ["", "Problems (first ones):", "", *[f"- `{q[:300]}`" for q in problems[:10]]]
-    return "\n".join(lines)
+    return {
+        "requests_target": args.requests,
+        "http": {"requests": http.requests, "classes": http.classes(), "server_errors": http.server_errors,
+                 "unhandled": http.unhandled, "bad": http.bad},
+        "hypothesis_inputs": sum(p.inputs for p in parts[1:4]),
+        "unhandled": sum(p.unhandled for p in parts),
+        "parts": [{"name": p.name, "inputs": p.inputs, "outcomes": dict(sorted(p.outcomes.items())),
+                   "unhandled": p.unhandled, "seconds": p.seconds} for p in parts],
+        "problems": [q[:300] for q in (http.problems + [q for p in parts for q in p.problems])[:10]],
+        "load": load_note(load[0], load[1], "wall times are noisy"),
+        "total_min": total / 60,
+    }
 
 
 def main() -> None:
@@ -238,7 +220,7 @@ def main() -> None:
     parser.add_argument("--uploads", type=int, default=1000, help="uploads, each job followed (default 1000)")
     parser.add_argument("--pdfs", type=int, default=30, help="mutated copies of the sample PDF (default 30)")
     parser.add_argument("--line-mb", type=int, default=10, help="MB of the one long line (default 10)")
-    parser.add_argument("--no-write", action="store_true", help="print the report, leave BENCHMARKS.md alone")
+    parser.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     args = parser.parse_args()
     logging.getLogger("marginalia.server").setLevel(logging.CRITICAL)  # 500s are counted, not logged
     load_before = os.getloadavg()[0]
@@ -255,10 +237,8 @@ def main() -> None:
         print(f"uploads: {parts[-1].inputs} in {parts[-1].seconds:.0f} s", file=sys.stderr)
         parts.append(run_pdfs(args.pdfs))
         parts.append(run_long_line(args.line_mb))
-        body = report(parts, service, args, time.perf_counter() - t0, (load_before, os.getloadavg()[0]))
-    if not args.no_write:
-        write_section("server_fuzz", body)
-    print(body)
+        result = numbers(parts, service, args, time.perf_counter() - t0, (load_before, os.getloadavg()[0]))
+    show(measurement("server_fuzz", result), write=not args.no_write)
     failed = service.tally.server_errors + service.tally.unhandled + sum(p.unhandled for p in parts)
     sys.exit(1 if failed else 0)
 

@@ -20,7 +20,7 @@ read the whole document each time.
 
     python benchmarks/server_load.py [--clients 32] [--requests 3] [--model-ms 5] [--fair-clients 6] [--rounds 3]
 
-Writes the section ``server_load`` of BENCHMARKS.md (and prints it).
+Stores benchmarks/measurements/server_load.json (see benchmarks/report.py) and prints its section.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, load_note, machine, write_section  # noqa: E402
+from _common import load_note, measurement, show  # noqa: E402
 
 from marginalia.models.fake import Request  # noqa: E402
 
@@ -384,10 +384,6 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f}"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=32, help="(a) clients streaming at once")
@@ -401,6 +397,7 @@ def main() -> None:
                     help="(c) read only the report's first CHARS characters (default: all of it)")
     ap.add_argument("--threads", type=int, default=None,
                     help="(b), (c) llama.cpp threads, the server's and the in-process model's (default: all cores)")
+    ap.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     args = ap.parse_args()
 
     t_start = time.perf_counter()
@@ -417,69 +414,12 @@ def main() -> None:
     over = overhead(args.rounds, args.chars, args.threads)
     load_after = os.getloadavg()
 
-    lines = [
-        "## Load on the HTTP service (`benchmarks/server_load.py`)",
-        "",
-        f"Command: `{command_line()}` · commit {git_commit()} · machine: {machine()} · "
-        f"{load_note(load_before[0], load_after[0], 'rounds are few and wall-clock times are noisy')} · total {(time.perf_counter() - t_start) / 60:.1f} min",
-        "",
-        "The server runs in its own process (uvicorn on 127.0.0.1, a free port, real sockets, as `marginalia "
-        "serve` runs it); clients are threads of the benchmark's process, each with its own connection, reading "
-        "`POST /v1/ask` as server-sent events. One model reads one request at a time; the rest wait in the "
-        "bounded queue, and beyond it get 429 with `Retry-After`, which these clients honour.",
-        "",
-        f"### (a) {args.clients} streaming clients at once, scripted model",
-        "",
-        f"Each client asks {args.requests} questions, one after another, each over its own copy of a short "
-        f"report (wim, 24-token segments, {runs[0]['segments']} segments): question and text hold a token of that request alone, and "
-        f"the scripted model ({args.model_ms:g} ms per call) echoes the token of the prompt it is given in every "
-        "margin and answer. Checked in every event each client receives: no other request's token; every margin "
-        "and the answer carry its own; its one reference quotes its own fact. Times from the first attempt "
-        "(Retry-After waits included); the first event is `started`, sent as the model begins the reading, so "
-        "it includes the wait in the queue behind the other clients.",
-        "",
-        "| queue | answers | errors | delivered to the wrong client | 429s (requests refused at least once) | "
-        "first event p50 / p99 ms | `done` p50 / p99 ms | answers/s |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for run in runs:
-        lines.append(
-            f"| {run['queue']} | {len(run['done'])} of {args.clients * args.requests} | {len(run['errors'])} | "
-            f"{len(run['wrong'])} | {run['refused']} ({run['requests_refused']}) | "
-            f"{ms(pct(run['first'], 50))} / {ms(pct(run['first'], 99))} | "
-            f"{ms(pct(run['done'], 50))} / {ms(pct(run['done'], 99))} | {len(run['done']) / run['wall']:.1f} |")
-    for run in runs:
-        for what in (run["errors"][:3] + run["wrong"][:3]):
-            lines.append(f"\n- queue {run['queue']}: {what}")
     threads = f"llama.cpp on {args.threads} thread(s)" if args.threads else "llama.cpp on all cores"
     clients = fair["clients"]
     served_order = sorted(range(len(clients)), key=lambda i: clients[i]["got"].started or float("inf"))
     fifo = served_order == list(range(len(clients)))
     everyone = all(c["got"].answer is not None and c["got"].answer["question"] == c["question"]
                    and c["got"].answer["answer"].strip() for c in clients)
-    lines += [
-        "",
-        f"### (b) {len(clients)} clients on SmolLM2 ({threads}, in the server's process)",
-        "",
-        f"Each asks one question over its own short text (wim, one segment), {fair['stagger']:g} s after the one "
-        "before, so they queue behind the first; the queue admits them all. Wait: from sending the request to its "
-        "`started` event (the model began reading it).",
-        "",
-        "| asked | served | sent at s | wait s | reading s | question | answer (first 60 characters) |",
-        "|---:|---:|---:|---:|---:|---|---|",
-    ]
-    for i, c in enumerate(clients):
-        got = c["got"]
-        answer = (got.answer or {}).get("answer", got.error or "none").replace("\n", " ").replace("|", "/")
-        lines.append(f"| {i + 1} | {served_order.index(i) + 1} | {c['asked']:.2f} | "
-                     f"{(got.started or float('nan')) - c['asked']:.2f} | "
-                     f"{(got.done or float('nan')) - (got.started or float('nan')):.2f} | {c['question']} | "
-                     f"{answer[:60]} |")
-    lines += [
-        "",
-        f"- Served in the order asked (FIFO): {'yes' if fifo else 'no'}. Every client got an answer to its own "
-        f"question: {'yes' if everyone else 'no'}.",
-    ]
     t = over["times"]
     med = {w: {k: statistics.median(v) for k, v in t[w].items()} for w in t}
     ratio_first = med["http"]["first"] / med["in process"]["first"]
@@ -490,41 +430,6 @@ def main() -> None:
     steady = {k: (med["in process"][k] + added["http"][k] - added["in process"][k]) / med["in process"][k]
               for k in ("first", "total")}
     same = over["answers"]["http"] == over["answers"]["in process"] and len(over["answers"]["http"]) == 1
-    what = ("The bundled report" if over["whole"] else
-            f"The bundled report's first {over['chars']} characters (of {over['report_tokens']} tokens in all: at "
-            "this machine's load a whole reading took too long for several rounds)")
-    lines += [
-        "",
-        f"### (c) What HTTP adds to a WiM reading, SmolLM2 ({threads})",
-        "",
-        f"{what}: {over['tokens']} tokens, {over['segments']} segment(s) of the default 512; its first question "
-        f"({over['question']!r}); default wim options; read {args.rounds} times each way, interleaved (the order "
-        "alternates by round): in process with `app.reader(...).ask(...)` on a model loaded here, and streamed "
-        "from `POST /v1/ask` on the server's own copy of the same model, started with `cache_readings=False` "
-        "(`serve --no-cache`) so it reads the whole text every time, as the in-process reader does. Times as "
-        "the caller sees them, from the call to the first `margin_written` and to `done`; \"added\" is that "
-        "minus the reading's own time (its stats: `time_to_first_margin`, `total_seconds`), per reading.",
-        "",
-        "| s | first margin, median | answer, median | added to the first margin, median | added to the answer, "
-        "median | first margin, each round | answer, each round |",
-        "|---|---:|---:|---:|---:|---|---|",
-    ]
-    for way in ("in process", "http"):
-        lines.append(f"| {way} | {med[way]['first']:.2f} | {med[way]['total']:.2f} | {added[way]['first']:.3f} | "
-                     f"{added[way]['total']:.3f} | {', '.join(f'{v:.2f}' for v in t[way]['first'])} | "
-                     f"{', '.join(f'{v:.2f}' for v in t[way]['total'])} |")
-    lines += [
-        f"| http / in process | {ratio_first:.3f}x | {ratio_total:.3f}x | | | | |",
-        "",
-        f"- Goal ≤ 1.05x, on the medians as measured: first margin {'met' if ratio_first <= 1.05 else 'not met'} "
-        f"({ratio_first:.3f}x), answer {'met' if ratio_total <= 1.05 else 'not met'} ({ratio_total:.3f}x). The "
-        "readings' own times vary from round to round with the machine's load far more than HTTP adds, so the "
-        "ratio of medians mostly measures that noise.",
-        f"- The in-process median plus what HTTP adds beyond what the in-process call adds: "
-        f"{steady['first']:.3f}x for the first margin, {steady['total']:.3f}x for the answer.",
-        f"- The same answer every time both ways (greedy): {'yes' if same else 'no'}"
-        f"{'' if same else ' — ' + repr(sorted(over['answers']['http'] | over['answers']['in process']))}.",
-    ]
     goals = [
         ("(a) no errors, nothing delivered to the wrong client",
          all(not r["errors"] and not r["wrong"] and len(r["done"]) == args.clients * args.requests for r in runs)),
@@ -534,10 +439,41 @@ def main() -> None:
          ratio_first <= 1.05 and ratio_total <= 1.05),
         ("(c) the same, from what HTTP adds per reading", steady["first"] <= 1.05 and steady["total"] <= 1.05),
     ]
-    lines += ["", "Goals: " + "; ".join(f"{name}: {'met' if ok else 'not met'}" for name, ok in goals) + "."]
-    body = "\n".join(lines)
-    write_section("server_load", body)
-    print(body)
+
+    def answer_of(got: Streamed) -> str:
+        return str((got.answer or {}).get("answer", got.error or "none"))
+
+    numbers = {
+        "clients": args.clients, "requests": args.requests, "model_ms": args.model_ms,
+        "segments": runs[0]["segments"],
+        "many": [{"queue": r["queue"], "answers": len(r["done"]), "asked": args.clients * args.requests,
+                  "errors": len(r["errors"]), "wrong": len(r["wrong"]), "refused": r["refused"],
+                  "requests_refused": r["requests_refused"],
+                  "first_p50_ms": 1000 * pct(r["first"], 50), "first_p99_ms": 1000 * pct(r["first"], 99),
+                  "done_p50_ms": 1000 * pct(r["done"], 50), "done_p99_ms": 1000 * pct(r["done"], 99),
+                  "answers_per_s": len(r["done"]) / r["wall"], "problems": (r["errors"][:3] + r["wrong"][:3])}
+                 for r in runs],
+        "fair": {"threads": threads, "stagger": fair["stagger"], "fifo": fifo, "everyone": everyone,
+                 "clients": [{"asked_s": c["asked"], "served": served_order.index(i) + 1,
+                              "wait_s": None if c["got"].started is None else c["got"].started - c["asked"],
+                              "reading_s": None if c["got"].done is None or c["got"].started is None
+                              else c["got"].done - c["got"].started,
+                              "question": c["question"], "answer": answer_of(c["got"])}
+                             for i, c in enumerate(clients)]},
+        "overhead": {"tokens": over["tokens"], "segments": over["segments"], "question": over["question"],
+                     "rounds": args.rounds, "whole": over["whole"], "chars": over["chars"],
+                     "report_tokens": over["report_tokens"], "threads": threads,
+                     "ways": {w: {"first": med[w]["first"], "total": med[w]["total"],
+                                  "added_first": added[w]["first"], "added_total": added[w]["total"],
+                                  "first_each": t[w]["first"], "total_each": t[w]["total"]} for w in t},
+                     "ratio_first": ratio_first, "ratio_total": ratio_total,
+                     "steady_first": steady["first"], "steady_total": steady["total"], "same_answer": same,
+                     "answers": sorted(over["answers"]["http"] | over["answers"]["in process"])},
+        "goals": [{"goal": name, "met": ok} for name, ok in goals],
+        "load": load_note(load_before[0], load_after[0], "rounds are few and wall-clock times are noisy"),
+        "total_min": (time.perf_counter() - t_start) / 60,
+    }
+    show(measurement("server_load", numbers), write=not args.no_write)
 
 
 if __name__ == "__main__":

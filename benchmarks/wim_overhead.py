@@ -5,9 +5,9 @@ model: tokens prefilled (context vs instructions/margins), tokens generated, wal
 time to first margin, peak resident memory. The context tokens prefilled are the backend's own
 count (what it passed to prefill, position by position: `marginalia.models.ledger`), not the
 segments' lengths added up. Fails (exit 1) when WiM prefilled any context token twice, or more
-context tokens than LC.
+context tokens than LC. Stores benchmarks/measurements/wim_overhead.json (see benchmarks/report.py).
 
-    python benchmarks/wim_overhead.py [--model smollm2] [--segment-tokens 512]
+    python benchmarks/wim_overhead.py [--model smollm2] [--segment-tokens 512] [--no-write]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, machine, write_section  # noqa: E402
+from _common import measurement, show  # noqa: E402
 
 
 def child(pattern: str, model: str, segment_tokens: int, question_no: int) -> None:
@@ -74,6 +74,7 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--segment-tokens", type=int, default=512)
     ap.add_argument("--question", type=int, default=0, help="index into the demo questions")
+    ap.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -89,46 +90,10 @@ def main() -> None:
             sys.exit(f"{pattern} failed:\n{out.stderr}")
         rows[pattern] = json.loads(out.stdout.strip().splitlines()[-1])
         print(json.dumps(rows[pattern]), flush=True)
-    lc, wim = rows["lc"], rows["wim"]
-    ratio = wim["prefilled_context"] / lc["prefilled_context"]
-    failed = problems(lc, wim)
-
-    def f(v: float | None, fmt: str = ".1f") -> str:
-        return "-" if v is None else format(v, fmt)
-
-    table = [
-        "| | LC | WiM |", "|---|---:|---:|",
-        f"| context tokens prefilled (backend's count) | {lc['prefilled_context']} | {wim['prefilled_context']} |",
-        f"| of which prefilled again | {lc['reprefilled_context']} | {wim['reprefilled_context']} |",
-        f"| other tokens prefilled (instructions, margin prompts) | {lc['prefilled_other']} | {wim['prefilled_other']} |",
-        f"| tokens generated (WiM: margins + answer) | {lc['generated']} | {wim['generated']} ({wim['margin_tokens']} in margins) |",
-        f"| wall time (s) | {f(lc['wall_s'])} | {f(wim['wall_s'])} |",
-        f"| of which prefill (s) | {f(lc['prefill_s'])} | {f(wim['prefill_s'])} |",
-        f"| time to first margin (s) | - | {f(wim['first_margin_s'])} |",
-        f"| time to first answer token (s) | {f(lc['first_answer_token_s'])} | {f(wim['first_answer_token_s'])} |",
-        f"| peak RSS (MiB) / after model load | {lc['peak_rss_mb']:.0f} / {lc['rss_after_load_mb']:.0f} | {wim['peak_rss_mb']:.0f} / {wim['rss_after_load_mb']:.0f} |",
-        f"| answer correct | {lc['correct']} | {wim['correct']} |",
-    ]
-    verdict = "PASS" if not failed else "FAIL: " + "; ".join(failed)
-    body = "\n".join([
-        "## WiM overhead vs long context (`benchmarks/wim_overhead.py`)",
-        "",
-        f"Command: `{command_line()}` · commit {git_commit()} · model `{args.model}` · "
-        f"machine: {machine()}",
-        "",
-        f"Document: the bundled demo report ({lc['context_tokens']} tokens); question: "
-        f"\"{lc['question']}\"; WiM segments: {wim['segments']} of <= {args.segment_tokens} tokens, "
-        "grounded judge. One run each, in separate processes.",
-        "",
-        *table,
-        "",
-        f"WiM prefilled context tokens / LC's = **{ratio:.3f}**, as the backend counted what it evaluated "
-        f"(goal: no context token prefilled twice, none more than LC: {verdict}).",
-        "",
-        f"Answers: LC \"{lc['answer']}\" · WiM \"{wim['answer']}\"",
-    ])
-    write_section("wim_overhead", body)
-    print(body)
+    failed = problems(rows["lc"], rows["wim"])
+    numbers = {"model": args.model, "segment_tokens": args.segment_tokens, "lc": rows["lc"], "wim": rows["wim"],
+               "problems": failed}
+    show(measurement("wim_overhead", numbers), write=not args.no_write)
     if failed:
         sys.exit(1)
 

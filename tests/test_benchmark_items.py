@@ -200,51 +200,43 @@ def test_a_guarded_row_reuses_the_greedy_rows_label_scores(tmp_path: Path) -> No
     assert plain.scored == 1 and guarded.scored == 0 and len(done) == 2  # its own completion, the scores reused
 
 
-def test_paper_order_names_the_pairs_that_break_it():
+def test_the_perplexity_ratio_interval_is_paired() -> None:
+    # the same items resampled for both rows: a row that is a constant factor better on every item has a
+    # zero-width interval at that factor
     cu = load("compose_utility")
-    held = cu.paper_order({"vanilla": 8.0, "chunks": 9.0, "takeaways": 10.0, "margins": 9.5, "tuned": 16.0}, 0.3)
-    assert "holds" in held and "does not" not in held
-    broken = cu.paper_order({"vanilla": 8.3, "chunks": 8.5, "takeaways": 8.0, "margins": 7.9, "tuned": 14.7},
-                            0.08)
-    assert "does not hold" in broken
-    assert "vanilla 8.3 >= takeaways 8.0" in broken and "vanilla 8.3 >= margins 7.9" in broken
-    assert "chunks" not in broken.split(":")[1].split(";")[0]  # chunks beat vanilla and lost to tuned: not named
-    assert "8% of their new word units" in broken
-    # the margins row, which the paper has not, is judged in its own sentence
-    assert "margins" not in broken.split(". The WiM margins row")[0]
-    mixed = cu.paper_order({"vanilla": 8.3, "chunks": 8.5, "takeaways": 9.6, "margins": 7.9, "tuned": 17.3}, 0.08)
-    assert "The paper's order (vanilla < client + chunks or takeaways < tuned client + memory) holds" in mixed
-    assert "The WiM margins row (not in the paper) breaks the same order: vanilla 8.3 >= margins 7.9" in mixed
-    assert "8% of their new word units" in mixed
-    placed = cu.paper_order({"vanilla": 8.0, "takeaways": 9.0, "margins": 8.5, "tuned": 16.0}, 0.1)
-    assert "margins row (not in the paper) falls in the same order" in placed and "does not" not in placed
-    # rows not run are not judged
-    assert "holds" in cu.paper_order({"vanilla": 8.0, "takeaways": 9.0}, None)
-
-
-def test_perplexity_order_is_judged_lower_is_better_with_paired_intervals():
-    cu = load("compose_utility")
-    held = cu.perplexity_order({"vanilla": 5.5, "chunks": 4.9, "takeaways": 4.6, "margins": 5.4, "tuned": 2.9},
-                               {"chunks": (0.85, 0.93)})
-    assert "vanilla 5.50 > margins 5.40 > chunks 4.90 > takeaways 4.60 > tuned 2.90" in held
-    assert "the paper's order holds on it" in held and "does not" not in held
-    assert "chunks 0.89x [0.85, 0.93]" in held
-    broken = cu.perplexity_order({"vanilla": 5.0, "chunks": 5.2, "takeaways": 4.6, "tuned": 4.8}, {})
-    assert "does not hold on it: vanilla 5.00 <= chunks 5.20, takeaways 4.60 <= tuned 4.80" in broken
-    assert "paired" not in broken  # no intervals given, none quoted
-    # the interval is paired: the same items resampled for both rows, so a row that is a constant factor
-    # better on every item has a zero-width interval at that factor
     first = [[-1.0, -2.0], [-0.5], [-3.0, -1.0, -2.0]]
     second = [[lp - 0.1 for lp in item] for item in first]
     low, high = cu.perplexity_ratio_interval(first, second)
     assert abs(low - high) < 1e-9 and abs(low - math.exp(-0.1)) < 1e-9
 
 
-def test_copy_lines_set_each_rows_share_from_memory_beside_the_labels():
+def test_a_datasets_numbers_hold_each_rows_scores_and_its_ratios_to_the_vanilla_client() -> None:
+    import pytest
+
+    pytest.importorskip("nltk")
     cu = load("compose_utility")
+    labels = [f"alpha{i} beta{i} gamma{i} delta{i} eps{i} zeta{i}" for i in range(12)]
+    better = [" ".join(label.split()[:4]) + " x y" for label in labels]
+    worse = [" ".join(label.split()[:2]) + " x y z w" for label in labels]
     rows = cu.Rows({}, {}, {}, {}, {}, 0.0)
-    rows.copies["wikitext"] = {"chunks": (0.41, 0.12), "takeaways": (0.2, None)}
-    assert cu.copy_lines(rows) == ["- wikitext: chunks 41% (labels 12%), takeaways 20% (labels –)."]
+    rows.results = {"wikitext/vanilla": {"gleu": 10.0, "ppl": 5.0, "with_memory": None},
+                    "wikitext/takeaways": {"gleu": 20.0, "ppl": 4.0, "with_memory": 12}}
+    rows.predictions["wikitext"] = {"vanilla": worse, "takeaways": better}
+    rows.logprobs["wikitext"] = {"vanilla": [[-2.0]] * 12, "takeaways": [[-1.0]] * 12}
+    rows.labels["wikitext"] = labels
+    rows.draws["wikitext"] = [({"a", "b", "c", "d"}, {"a"})] + [({"e"}, set())] * 11
+    rows.copies["wikitext"] = {"takeaways": (0.41, None)}
+    numbers = cu.dataset_numbers(rows, "wikitext")
+    assert numbers["title"] == "WikiText (in domain)" and set(numbers["rows"]) == {"vanilla", "takeaways"}
+    ratio, low, high = numbers["gleu_vs_vanilla"]["takeaways"]
+    assert ratio == 2.0 and low <= high and low > 1.0  # better on every item: its interval stays above 1
+    ppl, ppl_low, ppl_high = numbers["ppl_vs_vanilla"]["takeaways"]
+    assert ppl == 0.8 and abs(ppl_low - math.exp(-1.0)) < 1e-9 and abs(ppl_high - ppl_low) < 1e-9
+    assert numbers["draw"]["new_units"] == 15 and numbers["draw"]["from_memory"] == 1
+    assert numbers["draw"]["share"] == 1 / 15 and numbers["draw"]["labels_drawing"] == 1
+    assert set(numbers["draw"]["gleu_on_them"]) == {"vanilla", "takeaways"}
+    assert numbers["copies"] == {"takeaways": [0.41, None]}
+    assert numbers["loops"] == {"vanilla": 0, "takeaways": 0, "labels": 0}
 
 
 def test_a_tuned_clients_section_says_what_it_learned_from(tmp_path: Path) -> None:
