@@ -20,7 +20,7 @@ from marginalia.errors import UserError
 from marginalia.models.base import Tokenizer
 from marginalia.models.fake import WordTokenizer
 
-DATA = Path(os.environ.get("BENCH_DATA_DIR") or Path(__file__).parents[2] / "shared" / "data")
+DATA = Path(os.environ.get("BENCH_DATA_DIR") or Path(__file__).parents[3] / "shared" / "data")
 
 _NOUNS = ["river", "stone", "lantern", "meadow", "copper", "orchard", "willow", "ember", "canvas", "thistle"]
 _ADJS = ["quiet", "narrow", "bright", "old", "damp", "tall", "round", "pale"]
