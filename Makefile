@@ -28,8 +28,13 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(BIN)/marginalia demo
 
+# every test, the real embedded models' included (the ones marked slow)
 test: setup
 	$(BIN)/python -m pytest -q --durations=5
+
+# the edit loop: every test but those that load a real model (marked slow)
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" --durations=5
 
 # every benchmark behind BENCHMARKS.md (about 1.5 hours on 2 cores; each script rewrites its own section)
 bench: setup

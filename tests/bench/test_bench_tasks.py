@@ -302,6 +302,7 @@ def smol_tokenizer(request: pytest.FixtureRequest) -> Tokenizer:
         return request.getfixturevalue("smollm2").tokenizer  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("dataset", "name"), [("squad", "squad-v1.1-dev.part1.json"),
                                                ("hotpotqa", "hotpotqa-dev-distractor.part1.json")])
 def test_real_data_with_smollm2_tokenizer(dataset: str, name: str, smol_tokenizer: Tokenizer) -> None:

@@ -675,6 +675,7 @@ def second_smollm2(smollm2_llamacpp: Any) -> Any:
     return load_generator("smollm2", backend="llamacpp")
 
 
+@pytest.mark.slow
 def test_real_smollm2_reuses_its_cache_and_swaps_memory_in(smollm2_llamacpp: Any, second_smollm2: Any) -> None:
     from marginalia.compose.client import common_prefix
 

