@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lab-test bench benchmarks-md check clean
+.PHONY: setup demo test test-fast lab-test bench benchmarks-md check clean
 
 setup: $(STAMP)
 
@@ -28,8 +28,13 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(BIN)/marginalia demo
 
+# every test, the real embedded models' included (the ones marked slow)
 test: setup
 	$(BIN)/python -m pytest -q --durations=5
+
+# the edit loop: every test but those that load a real model (marked slow)
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" --durations=5
 
 # the lab's tests (lab/, the experiments beside the product; `make test` does not run them)
 lab-test: setup

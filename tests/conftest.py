@@ -100,6 +100,19 @@ def smol(smollm2: Any) -> Iterator[Any]:
     yield smollm2.fork(keep_cache=False)
 
 
+REAL_MODEL_FIXTURES = {"smollm2", "smollm2_llamacpp", "smol", "inproc"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for the embedded model must be marked slow, so that `make test-fast` never loads it."""
+    unmarked = [item.nodeid for item in items
+                if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ()))
+                and item.get_closest_marker("slow") is None]
+    if unmarked:
+        raise pytest.UsageError("these tests load the embedded model but are not marked "
+                                "@pytest.mark.slow:\n  " + "\n  ".join(unmarked))
+
+
 # -- a tiny random Llama -------------------------------------------------------
 
 TINY_CORPUS = [

@@ -2,13 +2,16 @@
 
 An atomic write goes to a temporary file in the target's folder, is flushed and fsynced, then renamed
 over the target, so a crash leaves the old file or the new one, never half of one. Appended records
-are fsynced line by line, so what was written before a kill is on disk.
+are fsynced line by line, so what was written before a kill is on disk. What is too big or too
+particular to be written here (a model's folder, a checkpoint) is written beside its target by its own
+code and then moved into place here, with `atomic_rename` or, over a folder that exists, `swap_folder`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,11 +27,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        atomic_rename(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(target.parent)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -44,6 +46,35 @@ def atomic_write_json(path: str | os.PathLike[str], data: Any, indent: int | Non
 def atomic_write_lines(path: str | os.PathLike[str], records: Iterable[Any]) -> None:
     """Replace ``path`` with one JSON object per line (JSONL) atomically."""
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
+def atomic_rename(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Rename ``source`` to ``target`` in one step and make the rename durable (fsync of the folder).
+
+    Both must be on one file system (write ``source`` beside ``target``). A file replaces a file at
+    ``target``; a folder takes the place of a missing or empty folder (over a non-empty one the rename
+    fails with `OSError`: use `swap_folder`).
+    """
+    os.replace(source, target)
+    _fsync_dir(Path(target).parent)
+
+
+def swap_folder(new: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
+    """Put the finished folder ``new`` in the place of ``folder``, which may exist and hold files: the old
+    folder is renamed aside first, renamed back if ``new`` cannot take its place, and deleted after."""
+    new, folder = Path(new), Path(folder)
+    old = None
+    if folder.exists():
+        old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+        os.replace(folder, old)
+    try:
+        atomic_rename(new, folder)
+    except BaseException:
+        if old is not None and not folder.exists():
+            os.replace(old, folder)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def append_line(f: IO[str], record: Any) -> None:

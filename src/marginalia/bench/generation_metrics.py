@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MissingDependency, UserError
+from ..files import atomic_rename
 from ..home import resolve_home
 
 METRICS_INSTALL = "pip install 'marginalia[metrics]'"
@@ -96,7 +97,7 @@ def wordnet_data(home: str | os.PathLike[str] | None = None) -> Path:
         (work / _WORDNET_DONE).write_text(str(source))
         if target.exists():  # an incomplete copy from an interrupted run
             shutil.rmtree(target)
-        os.replace(work, target)
+        atomic_rename(work, target)
     except FileExistsError:  # another process finished first
         shutil.rmtree(work, ignore_errors=True)
     except BaseException:

@@ -416,6 +416,7 @@ class CompletionClient:
             finally:
                 with self._state:
                     self._preparing = False
+                    self._state.notify_all()  # `wait_prepared`
 
     def _prepare(self, cache: _Cache, target: _Memory) -> None:
         t0 = time.perf_counter()
@@ -446,16 +447,13 @@ class CompletionClient:
 
     def wait_prepared(self, timeout: float | None = None) -> bool:
         """Block until no memory is being prepared (for tests and benchmarks); False on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._state:
-                idle = not self._preparing and (self._target is None or self._ready is not None
-                                                or self._target.version <= self._memory.version)
-            if idle:
-                return True
-            if deadline is not None and time.monotonic() > deadline:
-                return False
-            time.sleep(0.005)
+        with self._state:
+            return self._state.wait_for(self._nothing_to_prepare, timeout)
+
+    def _nothing_to_prepare(self) -> bool:
+        """No memory is being prepared or waits to be (called under ``_state``)."""
+        return not self._preparing and (self._target is None or self._ready is not None
+                                        or self._target.version <= self._memory.version)
 
     def _emit(self, event: ComposeEvent) -> None:
         if self.on_event is not None:

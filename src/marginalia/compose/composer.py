@@ -85,12 +85,18 @@ class Composer:
 
     def edit(self, text: str) -> None:
         """The text as it is now: cancels the suggestion in progress; may ask for new memory."""
+        self._edit(text)
+
+    def _edit(self, text: str) -> int:
+        """`edit`; returns the count of edits as this one left it (counted under the same lock as the text
+        is set, so that a newer edit from another thread always counts on top)."""
         with self._edit_lock:
             with self._lock:
                 if text == self._text:
-                    return
+                    return self._edits
                 self._text = text
                 self._edits += 1
+                edits = self._edits
                 current, self._current = self._current, None
                 self._lock.notify_all()
             if current is not None:
@@ -98,6 +104,7 @@ class Composer:
             ids = self.client.encode(text)
             self.client.update(ids)
             self.coordinator.observe(text, ids)
+            return edits
 
     def stream(self, text: str) -> Completion:
         """Start a suggestion for ``text`` (after `edit`); iterate it for text deltas. A later edit cancels it."""
@@ -114,9 +121,8 @@ class Composer:
     def settle(self, text: str) -> bool:
         """`edit` to ``text``, then wait ``debounce`` seconds for more typing; False when the text changed
         meanwhile (a suggestion for ``text`` is not wanted any more)."""
-        self.edit(text)
+        seq = self._edit(text)
         with self._lock:
-            seq = self._edits
             deadline = time.monotonic() + self.debounce
             while self._edits == seq and (left := deadline - time.monotonic()) > 0:
                 self._lock.wait(left)

@@ -186,15 +186,18 @@ class AugmentationCoordinator:
                 items, error = [], exc
             finally:
                 timer.cancel()
-            with self._lock:
-                self._in_flight = None
-            if timed_out.is_set():
-                log.info("memory request %d returned after it timed out; its items are dropped", request.id)
-            elif error is not None:
-                log.debug("memory request %d failed", request.id, exc_info=error)
-                self._failed(request, f"{type(error).__name__}: {error}", False)
-            else:
-                self._succeeded(request, items, time.perf_counter() - t0)
+            try:
+                if timed_out.is_set():
+                    log.info("memory request %d returned after it timed out; its items are dropped", request.id)
+                elif error is not None:
+                    log.debug("memory request %d failed", request.id, exc_info=error)
+                    self._failed(request, f"{type(error).__name__}: {error}", False)
+                else:
+                    self._succeeded(request, items, time.perf_counter() - t0)
+            finally:  # in flight until its memory and events are out, so that `wait_idle` means done
+                with self._lock:
+                    self._in_flight = None
+                    self._lock.notify_all()
 
     def _succeeded(self, request: MemoryRequest, items: list[MemoryItem], seconds: float) -> None:
         with self._lock:
@@ -232,14 +235,10 @@ class AugmentationCoordinator:
                 log.exception("a compose event listener failed")
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Block until no request is in flight or pending (for tests and benchmarks); False on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if not self.busy():
-                return True
-            if deadline is not None and time.monotonic() > deadline:
-                return False
-            time.sleep(0.005)
+        """Block until no request is in flight or pending, the last one's memory and events given out (for
+        tests and benchmarks); False on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._in_flight is None and self._pending is None, timeout)
 
     def close(self) -> None:
         """Stop taking requests; a request in flight finishes on its own (its thread is a daemon)."""

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import MissingDependency, UserError
-from ..files import atomic_write_json
+from ..files import atomic_rename, atomic_write_json
 from ..home import resolve_home
 from ..records import Chunk, Document, Section
 from .embedders import Embedder, load_embedder
@@ -184,7 +184,7 @@ def delete_collection(name: str, home: str | os.PathLike[str] | None = None, *, 
     with WriterLock(path / LOCK_FILE, name, lock_timeout):
         # rename first, so the name is free at once and a crash mid-delete leaves no half collection
         trash = path.with_name(f".{name}.deleted-{os.getpid()}-{time.monotonic_ns()}")
-        os.replace(path, trash)
+        atomic_rename(path, trash)
     shutil.rmtree(trash, ignore_errors=True)
 
 

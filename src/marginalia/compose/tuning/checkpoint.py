@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...files import atomic_rename
 from ...options import TuneOptions
 
 #: the options a checkpoint does not depend on: how long to train and how often to save
@@ -79,7 +80,7 @@ def save(path: Path, key: str, state: TrainingState, adapters: dict[str, Any], o
     os.close(fd)
     try:
         torch.save(payload, tmp)
-        os.replace(tmp, path)
+        atomic_rename(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -16,7 +16,6 @@ import functools
 import hashlib
 import json
 import math
-import os
 import random
 import shutil
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BackendError, MissingDependency, UserError
+from ...files import swap_folder
 from ...models.base import Generator
 from ...models.lora_gguf import ADAPTER_FILE, TUNED_RECORD, write_lora_gguf
 from ...models.registry import gguf_file
@@ -331,7 +331,6 @@ def _save(lora: Any, tokenizer: Any, folder: Path, report: TuneReport, options: 
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     tmp.chmod(0o755)  # mkdtemp's folder is private; a model folder is read like any other
-    old = None
     try:
         lora.save_pretrained(tmp / "adapter")
         if base_gguf is not None:
@@ -346,16 +345,9 @@ def _save(lora: Any, tokenizer: Any, folder: Path, report: TuneReport, options: 
         record.update(options=options.model_dump(), data=str(data_path) if data_path else None,
                       perplexity_before=report.perplexity_before, perplexity_after=report.perplexity_after)
         (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n", "utf-8")
-        if folder.exists():
-            old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
-            os.replace(folder, old)
-        os.replace(tmp, folder)
+        swap_folder(tmp, folder)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not folder.exists():
-            os.replace(old, folder)
         if isinstance(exc, (UserError, MissingDependency)) or not isinstance(exc, Exception):
             raise
         raise BackendError(f"could not save the tuned model in {folder}: {exc}") from exc
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

@@ -77,6 +77,7 @@ def test_an_intro_and_segment_that_do_not_fit_alone_are_refused(long_doc: str) -
     assert info.value.window == 400 and info.value.needed > 400
 
 
+@pytest.mark.slow
 def test_llamacpp_drop_matches_a_fresh_prefill(smollm2_llamacpp: Any) -> None:
     """Removing cells and shifting the later ones down gives nearly the logits of prefilling the kept
     tokens at their new positions (not exactly: the kept cells were computed while the dropped ones were

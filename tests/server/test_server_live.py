@@ -4,7 +4,6 @@ and clients that go away (their reading stops within a segment and the model is 
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import pytest
@@ -140,11 +139,10 @@ def test_a_client_that_leaves_a_stream_stops_its_reading_within_a_segment():
         wait_for(lambda: http.get("/v1/health").json()["queue"]["running"] == 0, timeout=5)
         stopped_at = slow.margins
         assert stopped_at <= 4, stopped_at  # of 60 segments
-        time.sleep(0.5)
-        assert slow.margins == stopped_at
-        t0 = time.monotonic()
+        # the model is free: a reading after it on the model's one thread answers, and the stopped one wrote
+        # no margin meanwhile
         reply = http.post("/v1/ask", json={"question": QUESTION, "text": REPORT, "reading": {"pattern": "lc"}})
-        assert reply.status_code == 200 and time.monotonic() - t0 < 2
+        assert reply.status_code == 200 and slow.margins == stopped_at
 
 
 def test_a_client_that_leaves_a_json_request_frees_the_model():

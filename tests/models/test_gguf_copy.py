@@ -35,6 +35,7 @@ def file_type(path: Path) -> int:
         llama_cpp.llama_model_free(model)
 
 
+@pytest.mark.slow
 @needs_model
 def test_the_copy_is_q8_0_made_once_in_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from marginalia.models.loaders import embedded_gguf
@@ -59,6 +60,7 @@ def test_the_copy_is_q8_0_made_once_in_the_cache(tmp_path: Path, monkeypatch: py
     assert gguf_copy.q8_copy(source, again.append) == copy and again == []
 
 
+@pytest.mark.slow
 @needs_model
 def test_smollm2_on_llamacpp_reads_the_copy_and_a_gguf_spec_reads_its_file() -> None:
     from marginalia.models import load_generator

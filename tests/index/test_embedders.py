@@ -25,6 +25,7 @@ def minilm() -> Any:
     return load_embedder("minilm")
 
 
+@pytest.mark.slow
 def test_minilm_ranks_by_meaning(minilm: Any) -> None:
     docs = minilm.embed_documents([FACT, "Traders sold apples and wool at the market.",
                                    "The weather stayed mild through May."])
@@ -34,6 +35,7 @@ def test_minilm_ranks_by_meaning(minilm: Any) -> None:
     assert int(np.argmax(sims)) == 0 and sims[0] > sims[1] + 0.3
 
 
+@pytest.mark.slow
 def test_rag_with_minilm_retrieves_the_fact(minilm: Any, make_haystack: Callable[..., str]) -> None:
     doc = make_haystack(60, FACT, 0.6)
 

@@ -103,6 +103,7 @@ def test_a_second_question_prefills_no_context(make_haystack: Callable[..., str]
     assert second.stats.cached_context_tokens == second.stats.context_tokens
 
 
+@pytest.mark.slow
 def test_llamacpp_counts_what_a_shared_context_evaluates_again(smollm2_llamacpp: Any) -> None:
     gen = smollm2_llamacpp.fork(keep_cache=False)
     ids = gen.tokenizer.encode("The harbour opens at dawn. Rain fell all week.")

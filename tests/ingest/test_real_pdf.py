@@ -12,7 +12,7 @@ pytest.importorskip("pymupdf4llm")
 from marginalia.ingest.loaders import load_document  # noqa: E402
 from marginalia.ingest.sections import parse_sections  # noqa: E402
 
-HERE = Path(__file__).parent / "data" / "pdf"
+HERE = Path(__file__).parents[1] / "data" / "pdf"
 
 
 def tex_sections() -> list[tuple[str, str]]:

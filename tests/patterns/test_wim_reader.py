@@ -268,6 +268,7 @@ def test_stop_at_score_keeps_a_first_reading_writing_margins_as_it_reads(make_ti
     assert kinds[:3] == [SegmentRead, MarginWritten, SegmentRead] and not calls
 
 
+@pytest.mark.slow
 def test_smollm2_llamacpp_oracle(smollm2_llamacpp: Any, make_haystack: Callable[..., str], tmp_path: Path) -> None:
     """In memory, and from a stored state in a new reader: the same greedy margins and answer."""
     doc = make_haystack(14, FACT, 0.5)
@@ -289,6 +290,7 @@ def test_smollm2_llamacpp_oracle(smollm2_llamacpp: Any, make_haystack: Callable[
         assert answer.text == expected.text
 
 
+@pytest.mark.slow
 def test_smollm2_llamacpp_batched_branches_keep_the_cache(smollm2_llamacpp: Any,
                                                          make_haystack: Callable[..., str]) -> None:
     """Margins decoded side by side: no document token prefilled, the cache as it was, and margins that
@@ -363,6 +365,7 @@ def test_tiny_llama_whole_answer_equals_long_context_with_wims_intro(make_tiny: 
     assert whole.text == expected.text
 
 
+@pytest.mark.slow
 def test_smollm2_llamacpp_whole_answer_after_other_work(smollm2_llamacpp: Any,
                                                        make_haystack: Callable[..., str]) -> None:
     """The model's one context served other requests (a judge, say) between the reading and lc's answer:

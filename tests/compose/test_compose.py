@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -36,12 +35,21 @@ from marginalia.compose.client import strip_trailing  # noqa: E402
 from marginalia.compose.coordinator import new_part  # noqa: E402
 
 
-def wait_for(condition: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.002)
+class Events(list):  # type: ignore[type-arg]
+    """A listener that keeps the events, with a wait for one of a kind (events come from other threads)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._came = threading.Condition()
+
+    def append(self, event: Any) -> None:
+        with self._came:
+            super().append(event)
+            self._came.notify_all()
+
+    def wait_for_kind(self, kind: str, timeout: float = 5.0) -> bool:
+        with self._came:
+            return self._came.wait_for(lambda: any(e.kind == kind for e in self), timeout)
 
 
 def item(text: str, doc: str = "d1") -> MemoryItem:
@@ -70,6 +78,7 @@ class Gate:
 
     def __init__(self, items: Sequence[MemoryItem] = (), fail: bool = False) -> None:
         self.calls: list[MemoryRequest] = []
+        self.called = threading.Event()
         self.release = threading.Event()
         self.running = 0
         self.most = 0
@@ -82,6 +91,7 @@ class Gate:
             self.calls.append(request)
             self.running += 1
             self.most = max(self.most, self.running)
+        self.called.set()
         try:
             if not self.release.wait(5):
                 raise AssertionError("the gate was never opened")
@@ -93,8 +103,8 @@ class Gate:
                 self.running -= 1
 
 
-def coordinator(fetch: Any, threshold: int = 4, size: int = 3, **kw: Any) -> tuple[AugmentationCoordinator, list]:
-    events: list = []
+def coordinator(fetch: Any, threshold: int = 4, size: int = 3, **kw: Any) -> tuple[AugmentationCoordinator, Events]:
+    events = Events()
     return AugmentationCoordinator(fetch, threshold=threshold, memory_size=size, on_event=events.append, **kw), events
 
 
@@ -133,7 +143,7 @@ def test_one_request_in_flight_and_a_newer_trigger_replaces_the_pending_one() ->
     gate = Gate(items=["note"])
     coord, events = coordinator(gate, threshold=2)
     r1 = coord.observe("one two", [1, 2])
-    wait_for(lambda: len(gate.calls) == 1)
+    assert gate.called.wait(5)  # r1 is being answered
     r2 = coord.observe("one two three four", [1, 2, 3, 4])
     r3 = coord.observe("one two three four five six", [1, 2, 3, 4, 5, 6])
     assert r1 and r2 and r3
@@ -193,13 +203,14 @@ def test_a_request_past_its_time_is_dropped_and_the_next_waits_for_it() -> None:
     gate = Gate(items=["late"])
     coord, events = coordinator(gate, threshold=2, timeout=0.05)
     coord.observe("one two", [1, 2])
-    wait_for(lambda: any(e.kind == "memory_failed" for e in events))
+    assert events.wait_for_kind("memory_failed")
     failed = next(e for e in events if e.kind == "memory_failed")
     assert failed.timed_out and "0.05 s" in failed.notice
     assert "busy machine" in failed.notice and "longer memory timeout" in failed.notice  # what to do about it
-    coord.observe("one two three four", [1, 2, 3, 4])
-    time.sleep(0.05)
-    assert len(gate.calls) == 1 and coord.in_flight is not None  # still one in flight
+    second = coord.observe("one two three four", [1, 2, 3, 4])
+    # the request that timed out still holds the memory model (it is blocked in the gate): the next one waits
+    assert second is not None and coord.pending == second and coord.in_flight is not None
+    assert len(gate.calls) == 1
     gate.release.set()
     coord.wait_idle(5)
     assert len(gate.calls) == 2 and gate.most == 1
@@ -474,48 +485,40 @@ def test_a_long_text_keeps_its_end_and_the_cut_moves_in_steps() -> None:
     assert more.result is not None and more.result.prefilled_tokens == 2  # the cut stayed where it was
 
 
-class Slow(ScriptedGenerator):
-    """Decodes one token per ``delay`` seconds."""
+class StuckStandby:
+    """A fork of ``gen`` (``generator``) whose prefill waits until ``gate`` is set: ``entered`` says that a
+    prefill waits there, ``gave_up`` that one stopped waiting (after 5 s, and failed)."""
 
-    delay = 0.02
+    def __init__(self, gen: ScriptedGenerator) -> None:
+        self.generator = gen.fork(keep_cache=False)
+        self.gate, self.entered, self.gave_up = threading.Event(), threading.Event(), threading.Event()
+        prefill = self.generator.prefill
 
-    def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
-        for token in super()._sample_tokens(params):
-            time.sleep(self.delay)
-            yield token
+        def gated(ids: Sequence[int]) -> None:
+            self.entered.set()
+            if not self.gate.wait(5):
+                self.gave_up.set()
+                raise AssertionError("the standby's gate was never opened")
+            prefill(ids)
 
-
-def gated_standby(gen: ScriptedGenerator) -> tuple[ScriptedGenerator, threading.Event]:
-    """A fork whose prefill waits until the returned event is set."""
-    standby = gen.fork(keep_cache=False)
-    gate = threading.Event()
-    prefill = standby.prefill
-
-    def gated(ids: Sequence[int]) -> None:
-        if not gate.wait(5):
-            raise AssertionError("the standby's gate was never opened")
-        prefill(ids)
-
-    standby.prefill = gated  # type: ignore[method-assign]
-    return standby, gate
+        self.generator.prefill = gated  # type: ignore[method-assign]
 
 
 def test_new_memory_is_prepared_aside_and_never_blocks_a_completion() -> None:
     gen = ScriptedGenerator(default=" sails at dawn")
-    standby, gate = gated_standby(gen)
+    standby = StuckStandby(gen)
     events: list = []
-    client = CompletionClient(gen, standby=standby, suggestion_tokens=3, on_event=events.append)
+    client = CompletionClient(gen, standby=standby.generator, suggestion_tokens=3, on_event=events.append)
     client.complete("The ferry").text()
     client.set_memory([item("The ferry sails twice a day.")], 1)
-    wait_for(client.preparing)
-    t0 = time.perf_counter()
-    during = client.complete("The ferry to")  # the standby is stuck: this must not wait for it
+    assert standby.entered.wait(5)  # the memory is being prepared, and stuck
+    during = client.complete("The ferry to")  # this must not wait for the standby
     during.text()
-    assert time.perf_counter() - t0 < 1.0
+    assert not standby.gave_up.is_set()  # it did not: it would have waited until the standby gave up
     assert during.result is not None and during.result.memory_version == 0
     assert during.result.prefilled_tokens == 2
     assert "twice a day" not in gen.requests[-1].prompt
-    gate.set()
+    standby.gate.set()
     assert client.wait_prepared(5)
     after = client.complete("The ferry to Lindholm")
     after.text()
@@ -531,14 +534,14 @@ def test_new_memory_is_prepared_aside_and_never_blocks_a_completion() -> None:
 
 def test_newer_memory_replaces_memory_being_prepared() -> None:
     gen = ScriptedGenerator(default=" x")
-    standby, gate = gated_standby(gen)
-    client = CompletionClient(gen, standby=standby, suggestion_tokens=1)
+    standby = StuckStandby(gen)
+    client = CompletionClient(gen, standby=standby.generator, suggestion_tokens=1)
     client.complete("Start").text()
     client.set_memory([item("old note")], 1)
-    wait_for(client.preparing)
+    assert standby.entered.wait(5)  # the old note is being prepared
     client.set_memory([item("new note")], 2)
     client.set_memory([item("stale note")], 1)  # an older version is ignored
-    gate.set()
+    standby.gate.set()
     assert client.wait_prepared(5)
     client.complete("Start").text()
     assert client.memory_version == 2 and "new note" in gen.requests[-1].prompt
@@ -547,18 +550,18 @@ def test_newer_memory_replaces_memory_being_prepared() -> None:
 
 
 def test_typing_cancels_the_completion_in_progress() -> None:
-    gen = Slow(default=" " + " ".join(f"word{i}" for i in range(40)))
+    gen = Held(default=" " + " ".join(f"word{i}" for i in range(40)), at=3)
     composer = Composer(CompletionClient(gen, suggestion_tokens=60), lambda r: [], threshold=1000, memory_size=2)
     results: list = []
     worker = threading.Thread(target=lambda: results.append(composer.suggest("The ferry")))
     worker.start()
-    wait_for(lambda: gen.usage.generated_tokens >= 3)
+    assert gen.writing.wait(5)  # its first words are written
     composer.edit("The ferry sails")
+    gen.release.set()
     worker.join(5)
     (result,) = results
     assert result.cancelled and result.generated_tokens < 20 and result.text.startswith(" word0")
     assert gen.length == len(composer.client.prompt_ids(composer.client.encode("The ferry")))  # rolled back
-    gen.delay = 0.0
     again = composer.suggest("The ferry sails")
     assert not again.cancelled and again.prefilled_tokens == 2
     composer.close()
@@ -566,15 +569,23 @@ def test_typing_cancels_the_completion_in_progress() -> None:
 
 def test_a_suggestion_waits_for_the_debounce_and_a_keystroke_in_it_cancels_it() -> None:
     gen = ScriptedGenerator(default=" a b")
-    composer = Composer(CompletionClient(gen, suggestion_tokens=2), lambda r: [], threshold=1000, memory_size=2,
-                        debounce=0.3)
+    client = CompletionClient(gen, suggestion_tokens=2)
+    taken = threading.Event()
+    update = client.update
+
+    def taking(ids: Sequence[int]) -> None:  # the last step of an edit, once its text counts
+        update(ids)
+        taken.set()
+
+    client.update = taking  # type: ignore[method-assign]
+    composer = Composer(client, lambda r: [], threshold=1000, memory_size=2, debounce=60.0)
     results: list = []
-    worker = threading.Thread(target=lambda: results.append(composer.suggest("Hello")))
+    worker = threading.Thread(target=lambda: results.append(composer.suggest("Hello")), daemon=True)
     worker.start()
-    time.sleep(0.05)
+    assert taken.wait(5)  # the suggestion has its text and waits out the debounce
     composer.edit("Hello there")
-    worker.join(5)
-    assert results[0].cancelled and gen.requests == []
+    worker.join(5)  # the keystroke ended the wait: not 60 s
+    assert results and results[0].cancelled and gen.requests == []
     composer.debounce = 0.0
     assert composer.suggest("Hello there").text == " a"
     composer.close()
@@ -675,6 +686,7 @@ def second_smollm2(smollm2_llamacpp: Any) -> Any:
     return load_generator("smollm2", backend="llamacpp")
 
 
+@pytest.mark.slow
 def test_real_smollm2_reuses_its_cache_and_swaps_memory_in(smollm2_llamacpp: Any, second_smollm2: Any) -> None:
     from marginalia.compose.client import common_prefix
 
@@ -732,33 +744,35 @@ def test_background_threads_run_in_the_idle_class_and_nicer_than_the_caller() ->
 
 
 def test_a_closed_composer_is_joined_once_its_memory_request_returns() -> None:
-    gate = threading.Event()
+    gate, asked = threading.Event(), threading.Event()
 
     def fetch(r: MemoryRequest) -> list[MemoryItem]:
+        asked.set()
         assert gate.wait(5)
         return [item("The ferry sails twice a day.")]
 
     composer = Composer(CompletionClient(ScriptedGenerator(default=" on"), suggestion_tokens=2), fetch,
                         threshold=1, memory_size=2)
     composer.edit("The ferry")
-    wait_for(lambda: composer.coordinator.in_flight is not None)
+    assert asked.wait(5)
     composer.close()
-    assert not composer.join(0.05)  # the request in flight still uses the memory model
+    assert not composer.join(0)  # the request in flight still uses the memory model
     gate.set()
     assert composer.join(5)  # it returned, and nothing else runs: the models are free
 
 
 class Held(ScriptedGenerator):
-    """Writes its first token, then waits for ``release`` before the rest (a suggestion in progress)."""
+    """Writes its first ``at`` tokens, then waits for ``release`` before the rest (a suggestion in progress)."""
 
-    def __init__(self, *args: Any, **kw: Any) -> None:
+    def __init__(self, *args: Any, at: int = 1, **kw: Any) -> None:
         super().__init__(*args, **kw)
+        self.at = at
         self.writing = threading.Event()
         self.release = threading.Event()
 
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         for i, token in enumerate(super()._sample_tokens(params)):
-            if i == 1:
+            if i == self.at:
                 self.writing.set()
                 assert self.release.wait(5)
             yield token
@@ -772,8 +786,17 @@ def test_the_memory_model_waits_while_a_suggestion_is_written(give_way: bool,
     monkeypatch.setattr(client_module, "YIELD_AT_MOST", 30.0)  # no time limit on giving way in this test
     memory_model = ScriptedGenerator(default="The ferry sails twice a day from the old harbour.")
     gen = Held(default=" sails at dawn every day")
-    composer = Composer(CompletionClient(gen, suggestion_tokens=5),
-                        TakeawayMemory(FakeCollection(), memory_model, hits=1, exclude={"draft.md"}),
+    client = CompletionClient(gen, suggestion_tokens=5)
+    stepping, stepped_while_written = threading.Event(), []
+    give_way_now = client.give_way
+
+    def watched() -> None:  # what the memory model calls before each of its steps
+        stepping.set()
+        give_way_now()
+        stepped_while_written.append(not gen.release.is_set())
+
+    client.give_way = watched  # type: ignore[method-assign]
+    composer = Composer(client, TakeawayMemory(FakeCollection(), memory_model, hits=1, exclude={"draft.md"}),
                         threshold=4, memory_size=3, give_way=give_way)
     completion = composer.client.complete("The ferry to Lindholm")
     reader = threading.Thread(target=completion.text)
@@ -781,15 +804,16 @@ def test_the_memory_model_waits_while_a_suggestion_is_written(give_way: bool,
     assert gen.writing.wait(5)  # the suggestion is being written: its model holds the foreground
     composer.coordinator.observe("The ferry to Lindholm", composer.client.encode("The ferry to Lindholm"))
     if give_way:
-        wait_for(lambda: composer.coordinator.in_flight is not None)
-        time.sleep(0.3)
-        assert memory_model.requests == []  # not one step (its prompt's prefill) while the suggestion is written
-    else:  # it went on beside the suggestion
-        wait_for(lambda: len(memory_model.requests) == 1 and not composer.coordinator.busy())
+        assert stepping.wait(5)  # the memory model is at its first step (its prompt's prefill) ...
+        assert memory_model.requests == []
+    else:  # it went on beside the suggestion, and finished
+        assert composer.coordinator.wait_idle(5) and len(memory_model.requests) == 1
     gen.release.set()
     reader.join(5)
     assert composer.wait_idle(5)
     assert len(memory_model.requests) == 1
+    # ... and no step of the memory model's (nor of the memory's preparation) ran while the suggestion was written
+    assert not any(stepped_while_written) and (stepped_while_written or not give_way)
     assert [i.text for i in composer.memory] == ["The ferry sails twice a day from the old harbour."]
     composer.close()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
@@ -105,6 +104,7 @@ def test_writer_validates_retries_skips_and_cites():
 def test_writer_sends_independent_requests_side_by_side_when_the_model_allows():
     doc, sections, chunks = _doc()
     threads: set[str] = set()
+    overlapped: list[bool] = []
 
     def writer(concurrency: int) -> QuestionWriter:
         replies = _replying({
@@ -112,10 +112,18 @@ def test_writer_sends_independent_requests_side_by_side_when_the_model_allows():
             "Orla Maye": ['garbage', 'Which dredger cleared the inner basin?", "answer": "Orla Maye"'],
             "Ingrid Tasker": ['Who is the coxswain?", "answer": "Ingrid Tasker"'],
         })
+        arrived, second = [], threading.Event()
+        lock = threading.Lock()
 
         def respond(request) -> str:
             threads.add(threading.current_thread().name)
-            time.sleep(0.05)
+            with lock:
+                arrived.append(request)
+                n = len(arrived)
+            if n == 2:
+                second.set()
+            if n == 1 and concurrency > 1:  # the first reply waits for a second request to come beside it
+                overlapped.append(second.wait(5))
             return replies(request)
 
         gen = ScriptedGenerator(respond)
@@ -127,6 +135,7 @@ def test_writer_sends_independent_requests_side_by_side_when_the_model_allows():
     assert threads == {threading.current_thread().name}
     three = writer(3).write(doc, sections, chunks, density="dense", progress=lambda *a: progress.append(a))
     assert any(name.startswith("questions") for name in threads)
+    assert overlapped == [True]  # a second request came while the first was still being answered
     # taken in order: the same bank and the same counts
     def bank(report):
         return [(p.question, p.answer, p.start) for p in report.pairs]

@@ -36,6 +36,7 @@ def test_transformers_scores_match_one_full_forward(make_tiny: Any, tiny_parts: 
     assert "".join(gen.generate_from_cache([], GREEDY)) == before  # the cache is as it was
 
 
+@pytest.mark.slow
 def test_llamacpp_batch_scores_match_token_by_token(smollm2_llamacpp: Any) -> None:
     gen = smollm2_llamacpp.fork(keep_cache=False)
     tok = gen.tokenizer

@@ -20,7 +20,7 @@ from marginalia.errors import UserError
 from marginalia.models.base import Tokenizer
 from marginalia.models.fake import WordTokenizer
 
-DATA = Path(os.environ.get("BENCH_DATA_DIR") or Path(__file__).parents[2] / "shared" / "data")
+DATA = Path(os.environ.get("BENCH_DATA_DIR") or Path(__file__).parents[3] / "shared" / "data")
 
 _NOUNS = ["river", "stone", "lantern", "meadow", "copper", "orchard", "willow", "ember", "canvas", "thistle"]
 _ADJS = ["quiet", "narrow", "bright", "old", "damp", "tall", "round", "pale"]
@@ -302,6 +302,7 @@ def smol_tokenizer(request: pytest.FixtureRequest) -> Tokenizer:
         return request.getfixturevalue("smollm2").tokenizer  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("dataset", "name"), [("squad", "squad-v1.1-dev.part1.json"),
                                                ("hotpotqa", "hotpotqa-dev-distractor.part1.json")])
 def test_real_data_with_smollm2_tokenizer(dataset: str, name: str, smol_tokenizer: Tokenizer) -> None:

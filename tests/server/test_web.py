@@ -59,7 +59,7 @@ def test_no_page_file_loads_anything_from_elsewhere(name):
 
 
 def test_the_page_ships_with_the_package():
-    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
     assert '"server/static/*"' in pyproject
 
 

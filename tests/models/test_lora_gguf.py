@@ -18,6 +18,8 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("peft")
 pytest.importorskip("gguf")
 
+pytestmark = pytest.mark.slow  # every test here loads the embedded model
+
 TEXT = "The harbour opens at dawn and closes at dusk. Rain fell on the market square"
 MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -222,18 +221,24 @@ def test_the_editor_shows_a_suggestion_that_tab_accepts(town: tuple[Any, list[st
 
     sessions: list[Any] = []
     made = PromptSession.__init__
+    changed = threading.Condition()  # the editor's buffer changed (its text or its suggestion)
+
+    def notify(*_: Any) -> None:
+        with changed:
+            changed.notify_all()
 
     def capture(self: Any, *args: Any, **kwargs: Any) -> None:
         made(self, *args, **kwargs)
+        self.default_buffer.on_text_changed += notify
+        self.default_buffer.on_suggestion_set += notify
         sessions.append(self)
+        notify()
 
     monkeypatch.setattr(PromptSession, "__init__", capture)
 
     def wait_for(condition: Any) -> None:
-        deadline = time.monotonic() + 20
-        while not condition():
-            assert time.monotonic() < deadline, "timed out"
-            time.sleep(0.01)
+        with changed:
+            assert changed.wait_for(condition, timeout=20), "timed out"
 
     output = tmp_path / "written.md"
     with create_pipe_input() as keys, create_app_session(input=keys, output=DummyOutput()):

@@ -14,6 +14,8 @@ from marginalia.records import MarginJudged, SegmentRead
 
 torch = pytest.importorskip("torch")
 
+pytestmark = pytest.mark.slow  # every test here loads the embedded model
+
 GREEDY = GenerationParams(max_new_tokens=16)
 
 
@@ -99,7 +101,6 @@ def facts_haystack(make_haystack: Callable[..., str], fact: str, depth: float) -
     return make_haystack(150, fact, depth)  # about 2.5k SmolLM2 tokens
 
 
-@pytest.mark.slow
 def test_wim_finds_the_planted_fact(inproc: Any, make_haystack: Callable[..., str]) -> None:
     smol = inproc  # the same test on transformers and on llama.cpp
     fact = "The secret code for the Brackwater vault is 4719."

@@ -20,6 +20,8 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
+pytestmark = pytest.mark.slow  # every test here loads the embedded model
+
 FACT = "The secret code for the Brackwater vault is 4719."
 QUESTION = "What is the secret code for the Brackwater vault?"
 

@@ -106,7 +106,7 @@ def test_a_pdf_by_content_is_read_as_pdf_whatever_its_name(client):
     pytest.importorskip("pymupdf4llm")
     from pathlib import Path
 
-    pdf = next(Path(__file__).parent.joinpath("data").rglob("*.pdf"), None)
+    pdf = next(Path(__file__).parents[1].joinpath("data").rglob("*.pdf"), None)
     if pdf is None:
         pytest.skip("no sample PDF in tests/data")
     job = index_text(client, "docs", "paper.txt", pdf.read_bytes())

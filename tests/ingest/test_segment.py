@@ -68,6 +68,7 @@ def test_invariants_word_tokenizer(text: str, max_tokens: int) -> None:
     assert all(1 <= s.n_tokens <= max_tokens for s in segment_text(text, tok, max_tokens))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=texts, max_tokens=st.integers(1, 50))
 def test_invariants_smollm2_tokenizer(smollm2: Any, text: str, max_tokens: int) -> None:
@@ -78,6 +79,7 @@ def test_invariants_smollm2_tokenizer(smollm2: Any, text: str, max_tokens: int) 
     check_invariants(text, tok, max_tokens)
 
 
+@pytest.mark.slow
 def test_smollm2_segments_respect_size(smollm2: Any) -> None:
     text = "Fact 3: the value is 33. \u00dcber caf\u00e9s \u2014 fine.\n\n" * 30
     for max_tokens in (2, 5, 17, 50):
@@ -151,6 +153,7 @@ def test_cuts_keep_sentences_whole_word_tokenizer(layout: str) -> None:
     _facts_intact(LAYOUTS[layout], WordTokenizer(), 40)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_cuts_keep_sentences_whole_smollm2(smollm2: Any, layout: str) -> None:
     """Found as a bug: byte-level BPE puts the space after '.' into the next token, so the

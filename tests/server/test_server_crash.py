@@ -19,9 +19,10 @@ from server_support import REPORT, index_text, wait_for
 pytest.importorskip("uvicorn")
 pytest.importorskip("lancedb")
 
-# a server whose embedder takes 0.2 s per batch of 4 chunks, so that a kill lands mid-document
+# a server that writes chunks in batches of 4; told to hold, its embedder stops for good at long.md's third batch,
+# so that the kill lands mid-document
 SERVER = """
-import sys, time
+import sys, threading
 import uvicorn
 import marginalia.index.store as store
 from marginalia.index.embedders import HashingEmbedder
@@ -29,14 +30,19 @@ from marginalia.models.fake import ScriptedGenerator
 from marginalia.server import Settings, create_app
 
 store.WRITE_BATCH = 4
+HOLD = sys.argv[3] == "hold"
 
-class Slow(HashingEmbedder):
+class Holding(HashingEmbedder):
+    batches = 0
+
     def _embed(self, texts, kind):
-        if kind == "document":
-            time.sleep(0.2)
+        if HOLD and kind == "document" and any("Paragraph" in t for t in texts):
+            if Holding.batches == 2:
+                threading.Event().wait()  # until the test kills the server
+            Holding.batches += 1
         return super()._embed(texts, kind)
 
-app = create_app(Settings(home=sys.argv[1]), generator=ScriptedGenerator(), embedder=Slow())
+app = create_app(Settings(home=sys.argv[1]), generator=ScriptedGenerator(), embedder=Holding())
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 """
 
@@ -49,10 +55,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(home: Path) -> tuple[subprocess.Popen[bytes], httpx.Client]:
+def start(home: Path, hold: bool = False) -> tuple[subprocess.Popen[bytes], httpx.Client]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(home), str(port)], env=env)
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(home), str(port), "hold" if hold else "go"], env=env)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
 
     def up() -> bool:
@@ -67,14 +73,14 @@ def start(home: Path) -> tuple[subprocess.Popen[bytes], httpx.Client]:
 
 def test_a_server_killed_mid_index_loses_nothing(tmp_path):
     home = tmp_path / "home"
-    proc, client = start(home)
+    proc, client = start(home, hold=True)
     try:
         assert index_text(client, "docs", "report.md", REPORT)["status"] == "done"
         reply = client.post("/v1/collections/docs/documents?min_tokens=5&max_tokens=30",
                             files={"file": ("long.md", LONG.encode())})
         job_url = reply.headers["location"]
         job = wait_for(lambda: (j := client.get(job_url).json())["chunks_done"] >= 8 and j, timeout=60)
-        assert job["status"] == "running" and job["chunks_done"] < job["chunks_total"]
+        assert job["status"] == "running" and job["chunks_done"] == 8 < job["chunks_total"]  # held at its third batch
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)

@@ -14,7 +14,7 @@ from marginalia.bench.datasets import DatasetFormatError, load_examples, load_po
 from marginalia.bench.items import Example
 from marginalia.errors import UserError
 
-DATA = Path(os.environ.get("BENCH_DATA_DIR") or Path(__file__).parents[2] / "shared" / "data")
+DATA = Path(os.environ.get("BENCH_DATA_DIR") or Path(__file__).parents[3] / "shared" / "data")
 
 
 def write_json(path: Path, data: Any) -> Path:
