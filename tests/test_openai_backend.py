@@ -26,12 +26,11 @@ from marginalia.models.fake import ScriptedGenerator, WordTokenizer
 from marginalia.models.openai_backend import OpenAIGenerator, from_spec
 from marginalia.patterns import make_pattern
 from marginalia.patterns.base import Framing
-from marginalia.patterns.judges import FusedJudge
 from marginalia.patterns.long_context import LongContext
 from marginalia.patterns.wim import WiM
 from marginalia.prompts import render
 from marginalia.records import MarginJudged
-from wim_requests import FUSED_INTRO, MARGIN_INTRO
+from wim_requests import MARGIN_INTRO
 
 FACT = "The night ferry to Brackwater leaves from pier 47."
 QUESTION = "Which pier does the night ferry to Brackwater leave from?"
@@ -315,7 +314,9 @@ def test_a_constrained_first_token_then_a_continuation(server: FakeServer, make_
 def test_a_constrained_no_costs_one_request(server: FakeServer, make_gen: Callable[..., Any]) -> None:
     server.respond = continues("NO, it is not.", after="NO")
     gen = make_gen()
-    assert FusedJudge().read(gen.stream("Is it?", CHOOSE)) == "NO"
+    stream = gen.stream("Is it?", CHOOSE)
+    assert next(stream) == "NO"  # a consumer that has read enough after the first token
+    stream.close()
     assert len(server.posts()) == 1 and gen.usage.requests == 1
     server.respond = lambda prompt: "Perhaps."  # a biased server still answers with a choice
     assert gen.generate("Is it?", replace(CHOOSE, max_new_tokens=1)) == "YES"
@@ -344,10 +345,7 @@ def test_chat_mode_refuses_first_choices(server: FakeServer, make_gen: Callable[
     gen.prefill(gen.tokenizer.encode("A prefix."))
     with pytest.raises(UserError, match="cannot restrict the first generated token"):
         list(gen.generate_from_cache([], CHOOSE))
-    with pytest.raises(UserError, match="fused judge needs .* grounded or separate judge"):
-        WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="fused")
     assert server.posts() == [] and gen.length == len(gen.tokenizer.encode("A prefix."))
-    WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="grounded")  # the other judges are fine
 
 
 def test_chat_mode_sends_the_messages_back(server: FakeServer, make_gen: Callable[..., Any]) -> None:
@@ -713,22 +711,6 @@ def reader() -> Callable[[str], str]:
     return respond
 
 
-def fused_reader() -> Callable[[str], str]:
-    """`reader` for the fused judge: YES and the fact, or NO; the rest of a reply after YES."""
-    seen = [0]
-
-    def respond(prompt: str) -> str:
-        if NOTES_MARK in prompt:
-            return ANSWER if "pier 47" in prompt.split(NOTES_MARK)[1] else "I do not know."
-        if prompt.endswith("YES"):
-            return f" {FACT}"
-        read = prompt.rsplit("Question:", 1)[0]
-        latest, seen[0] = read[seen[0]:], len(read)
-        return f"YES {FACT}" if FACT in latest else "NO, the part does not say."
-
-    return respond
-
-
 @pytest.fixture
 def doc(make_haystack: Callable[..., str]) -> str:
     return make_haystack(40, FACT, 0.6)
@@ -777,34 +759,6 @@ def test_wim_in_chat_mode_extends_the_user_text(server: FakeServer, make_gen: Ca
         assert user.endswith(margin_text) and user.startswith(previous)
         previous = user[:-len(margin_text)]
     assert bodies[-1][1]["content"].startswith(previous)
-
-
-@pytest.mark.parametrize("concurrency", [1, 3])
-def test_wim_fused_judge_over_http(server: FakeServer, make_gen: Callable[..., Any], doc: str,
-                                   concurrency: int) -> None:
-    server.respond = fused_reader()
-    gen = make_gen(concurrency=concurrency)
-    pattern = WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="fused")
-    answer = pattern.answer(doc, QUESTION)
-    assert answer.text == ANSWER and [m.text for m in answer.margins if m.relevant] == [FACT]
-    n = len(pattern.segments(doc))
-    assert [m.reason for m in answer.margins].count("the model said NO") == n - 1
-
-    tok = gen.tokenizer
-    yes, no = tok.encode("YES")[0], tok.encode("NO")[0]
-    bodies = [s.body for s in server.posts()]
-    chosen = [b for b in bodies if "logit_bias" in b]
-    assert len(chosen) == n and len(bodies) == n + 2  # a token per margin, one continuation, the answer
-    assert all(b["logit_bias"] == {str(yes): 100, str(no): 100} and b["max_tokens"] == 1 for b in chosen)
-    assert FUSED_INTRO in tok.decode(chosen[0]["prompt"])
-    # the YES margin went on from its own prompt plus the chosen token
-    (rest,) = [b for b in bodies if "logit_bias" not in b and NOTES_MARK not in tok.decode(b["prompt"])]
-    assert any(rest["prompt"] == b["prompt"] + [yes] for b in chosen)
-    suffix = pattern.framing().suffix(gen, "margin_fused", question=QUESTION)
-    bases = [b["prompt"][:-len(suffix)] for b in chosen]
-    assert all(b["prompt"][-len(suffix):] == suffix for b in chosen)
-    assert all(later[:len(before)] == before and len(later) > len(before)
-               for before, later in zip(bases, bases[1:], strict=False))
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])

@@ -102,15 +102,13 @@ def test_a_constrained_first_token_agrees_with_in_process_llamacpp(remote: Any, 
     assert remote.usage.requests - before == 2
 
 
-@pytest.mark.parametrize("pattern", ["lc", "rag", "wim", "wim-fused"])
+@pytest.mark.parametrize("pattern", ["lc", "rag", "wim"])
 def test_patterns_run_against_the_server(remote: Any, pattern: str,
                                          make_haystack: Callable[..., str]) -> None:
     context = make_haystack(60, FACT, 0.5)
     options: dict[str, Any] = {"embedder": HashingEmbedder()} if pattern == "rag" else {}
-    if pattern.startswith("wim"):
+    if pattern == "wim":
         options["segment_tokens"] = 256
-    if pattern == "wim-fused":
-        pattern, options["judge"] = "wim", "fused"
     before = remote.usage.snapshot()
     answer = make_pattern(pattern, remote, **options).answer(context, QUESTION)
     assert "4719" in answer.text

@@ -93,6 +93,17 @@ def test_the_body_reuses_the_records_defaults():
     ({"question": ""}, "question"),
     ({"question": "   "}, "question"),
     ({"colour": "blue"}, "colour"),
+    # options no longer offered are refused as any unknown field is
+    ({"reading": {"pattern": "wim", "tally_lists": False}}, "reading.tally_lists"),
+    ({"reading": {"pattern": "wim", "kept_as": "sentence"}}, "reading.kept_as"),
+    ({"reading": {"pattern": "wim", "margin_decoding": "copy"}}, "reading.margin_decoding"),
+    ({"reading": {"pattern": "wim", "margin_style": "extract"}}, "reading.margin_style"),
+    ({"reading": {"pattern": "wim", "instructions": "margin"}}, "reading.instructions"),
+    ({"reading": {"pattern": "wim", "judge": "fused"}}, "reading.judge"),
+    ({"reading": {"pattern": "wim", "judge": "combined"}}, "reading.judge"),
+    ({"reading": {"pattern": "lc", "answer_style": "short"}}, "reading.answer_style"),
+    ({"reading": {"pattern": "lc", "answer_decoding": "distinct"}}, "reading.answer_decoding"),
+    ({"reading": {"pattern": "rag", "split": "tokens"}}, "reading.split"),
 ])
 def test_validation_errors_are_422_naming_the_field(body, field):
     reply = ask(make_client(), **body)

@@ -23,7 +23,9 @@ from ..errors import ContextOverflow, MarginaliaError, UserError
 from ..files import append_line, atomic_write_json, mend_tail
 from ..index.embedders import CachedEmbedder, Embedder
 from ..models.base import GenerationParams, Generator, Tokenizer
+from ..options import RunSettings
 from ..patterns.base import Pattern
+from ..patterns.long_context import LongContext
 from ..patterns.wim import WiM, WimReader
 from ..records import Answer, Margin, Stats
 from .config import PatternConfig, RunConfig, VotingConfig, pattern_record
@@ -172,9 +174,13 @@ class OnReading(Pattern):
         if hasattr(self, "inner"):  # Pattern.__init__ sets it before `inner` exists
             self.inner.answer_params = value
 
-    def answer(self, context: str, question: str, source: str = "context") -> Answer:
+    def answer(self, context: str, question: str, source: str = "context",
+               settings: RunSettings | None = None) -> Answer:
         reader = self.readings.reader(self.wim, context, source)
-        return (reader.ask_whole(question, self.inner) if self.whole else reader.ask(question)).answer()
+        if self.whole:
+            assert isinstance(self.inner, LongContext)
+            return reader.ask_whole(question, self.inner, settings).answer()
+        return reader.ask(question, settings).answer()
 
     def _events(self, run: Any, context: str, question: str, source: str) -> Iterator[Any]:
         raise NotImplementedError  # pragma: no cover - answer() goes through the reader
@@ -235,7 +241,7 @@ def answer_item(pattern: Pattern, item: Item, voting: VotingConfig | None = None
 def margin_fields(margin: Margin) -> dict[str, Any]:
     """One margin as results.jsonl keeps it: enough to read a wrong answer back, and to score the judge."""
     return {"segment": margin.segment_index, "text": margin.text, "kept": margin.relevant,
-            "reason": margin.reason, "score": margin.score, "p_yes": margin.p_yes,
+            "reason": margin.reason, "score": margin.score,
             "evidence": list(margin.evidence) if margin.evidence else None, "read_to": margin.read_to}
 
 

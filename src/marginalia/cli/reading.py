@@ -31,8 +31,7 @@ from .common import (
 )
 
 #: the CLI's names for options whose flag is not ``--field-name``
-FLAGS = {"max_new_tokens": "--max-tokens", "use_questions": "--no-question-bank", "tally_lists": "--no-tally-lists",
-         "tally_only": "--keep-list-notes"}
+FLAGS = {"max_new_tokens": "--max-tokens", "use_questions": "--no-question-bank"}
 METAVARS = {"top_k": "K", "certain": "SIM", "uncertain": "SIM"}
 
 
