@@ -498,6 +498,29 @@ def test_voting_keeps_the_medoid_and_records_every_sample(tmp_path: Path) -> Non
     assert record["stats"]["generated_answer_tokens"] > one  # summed over the five samples
 
 
+def test_voting_leaves_each_pattern_as_it_was_built() -> None:
+    """The samples' temperature and seeds go to their runs alone: the next answer is greedy again, and no
+    pattern (lc, wim on a shared reading, lc from that reading) was changed."""
+    from marginalia.bench.config import VotingConfig
+    from marginalia.bench.runner import answer_item
+    from marginalia.patterns.long_context import LongContext
+    from marginalia.patterns.wim import SharedReading, WiM
+
+    gen = ScriptedGenerator(answering)
+    item = make_items(TaskSpec("fake", lengths=(300,), depths=(0.5,), name="fake"))[0]
+    shared = SharedReading(WiM(gen, segment_tokens=100))
+    for pattern in (LongContext(gen), shared.answering(), shared.answering(LongContext(gen, max_new_tokens=12))):
+        built, params = dict(vars(pattern)), pattern.answer_params
+        answer, samples = answer_item(pattern, item, VotingConfig(samples=3, temperature=0.5), seed=7)
+        asked = [r.params for r in gen.requests if not is_margin(r)][-3:]
+        assert [(p.temperature, p.seed) for p in asked] == [(0.5, 7), (0.5, 8), (0.5, 9)], pattern.name
+        assert samples is not None and [s["seed"] for s in samples] == [7, 8, 9]
+        answer_item(pattern, item)
+        last = [r.params for r in gen.requests if not is_margin(r)][-1]
+        assert (last.temperature, last.seed, last.max_new_tokens) == (0.0, None, params.max_new_tokens)
+        assert vars(pattern) == built and pattern.answer_params is params
+
+
 def test_judge_verdicts_and_disagreements(tmp_path: Path) -> None:
     def judged(req: Request) -> str:
         if "You grade answers" in req.prompt:
