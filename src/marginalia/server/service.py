@@ -1,7 +1,7 @@
 """The service's state and its adapter over `marginalia.app`: the model, the embedders, collections, the
 model's worker, indexing jobs, chat and compose sessions, and how a request's target becomes a reading.
 
-Everything a request sets (its options, its temperature) lands on objects built for that request. The
+A request's options land on objects built for that request, its temperature on its run alone. The
 model is shared and used by one reading at a time (see `worker`); the embedders and the model's tokenizer
 are shared by that reading and the one indexing job that may run beside it (see `jobs`).
 """
@@ -22,8 +22,8 @@ from ..index.store import Collection, collections_dir, delete_collection, is_col
 from ..ingest.base import content_id
 from ..ingest.sections import parse_sections, section_at
 from ..models.base import Generator
-from ..options import ChunkingOptions, PatternOptions, WimOptions
-from ..patterns import Pattern, Run
+from ..options import ChunkingOptions, PatternOptions, RunSettings, WimOptions
+from ..patterns import Run
 from ..patterns.base import check_question
 from ..records import Answer, Document, Section
 from .compose import ComposeSession, ComposeSessions, ModelPool
@@ -237,50 +237,38 @@ class Service:
         """
         check_question(question)
         options = target.options
+        settings = RunSettings(temperature=temperature)
         if target.collection is None:
             text = target.text or ""
             doc = Document(PASTED, text, content_id(text), format="markdown")
-            return self._read_document(doc, parse_sections(doc), options, question, temperature)
+            return self._read_document(doc, parse_sections(doc), options, question, settings)
         store = self.open_collection(target.collection, search=True)
         if target.document is not None:
             info = self.find_document(store, target.document)
             return self._read_document(store.document(info.doc_id), store.sections(info.doc_id), options,
-                                       question, temperature)
+                                       question, settings)
         reading = target.collection_options
 
         def start() -> Run:
             reader = app.collection_reader(store, options, reading, generator=self.generator,
                                            home=self.settings.home)
-            set_temperature(reader, temperature)
-            return reader.ask(question, source=store.name)
+            return reader.ask(question, source=store.name, settings=settings)
 
         return Prepared(start)
 
     def _read_document(self, doc: Document, sections: list[Section], options: PatternOptions, question: str,
-                       temperature: float | None) -> Prepared:
+                       settings: RunSettings) -> Prepared:
         embedder = self.embedder() if options.pattern == "rag" else None
 
         def start() -> Run:
             if isinstance(options, WimOptions):  # from a stored reading when there is one
                 reader = app.reader(doc.text, options, generator=self.generator, source=doc.source,
                                     cache=self.readings)
-                set_temperature(reader.wim, temperature)
-                return reader.ask(question)
+                return reader.ask(question, settings)
             pattern = app.pattern(options, self.generator, embedder)
-            set_temperature(pattern, temperature)
-            return pattern.run(doc.text, question, source=doc.source)
+            return pattern.run(doc.text, question, source=doc.source, settings=settings)
 
         return Prepared(start, partial(locate, doc=doc, sections=sections))
-
-
-def set_temperature(pattern: Pattern, temperature: float | None) -> None:
-    """Sample this request's answer at ``temperature`` (the pattern, and a collection reader's inner one,
-    are built for this request alone)."""
-    if temperature is None:
-        return
-    for each in (pattern, getattr(pattern, "inner", None)):
-        if isinstance(each, Pattern):
-            each.answer_params = replace(each.answer_params, temperature=temperature)
 
 
 def locate(answer: Answer, *, doc: Document, sections: list[Section]) -> Answer:
