@@ -769,6 +769,27 @@ def test_a_run_begun_before_an_option_existed_resumes(tmp_path: Path) -> None:
     assert run(config, out).written == 20
 
 
+def test_a_run_stored_with_a_settled_option_resumes_at_the_behaviour_left(tmp_path: Path) -> None:
+    """An option that is no longer a choice changes nothing a run did that chose the behaviour left; a run that
+    chose another is a different config."""
+    out = tmp_path / "run"
+    config = write_config(tmp_path)
+    run(config, out, patterns=["lc"], limit=1)
+    info = json.loads((out / "run.json").read_text())
+    settled = {"lc": {"answer_style": "sentence", "answer_decoding": "free"}, "rag": {"split": "paragraphs"},
+               "wim": {"margin_decoding": "lists", "tally_lists": True, "tally_only": True, "kept_as": "written",
+                       "margin_style": "sentence", "instructions": "intro"}}
+    for p in info["config"]["patterns"]:
+        p.update(settled[p["kind"]])  # as a run made while these were options stored them
+    (out / "run.json").write_text(json.dumps(info))
+    assert run(config, out).written == 20
+    for p in info["config"]["patterns"]:
+        p.update({"margin_decoding": "free"} if p["kind"] == "wim" else {})
+    (out / "run.json").write_text(json.dumps(info))
+    with pytest.raises(UserError, match="holds results of a different config .differs in: .*margin_decoding"):
+        run(config, out)
+
+
 def test_a_folder_being_written_is_refused_before_a_judge_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from filelock import FileLock
