@@ -255,3 +255,39 @@ def test_lc_on_a_wim_reading_answers_with_its_own_settings(doc: str) -> None:
     last = gen.requests[-1]
     assert "Notes taken" not in last.suffix and (last.params.max_new_tokens, last.params.temperature) == (9, 0.5)
     assert lc.answer_params.temperature == 0.0
+
+
+def test_only_patterns_subclass_a_pattern_and_nothing_sets_a_built_ones_settings() -> None:
+    """Ways of reading live in marginalia.patterns; elsewhere a pattern or a judge is built and run, never
+    subclassed nor changed: no attribute of one is assigned outside its own methods."""
+    import ast
+    from pathlib import Path
+
+    import marginalia
+    from marginalia.patterns.judges import GroundedJudge
+    from marginalia.patterns.wim import WiM
+
+    package = Path(marginalia.__file__).parent
+    patterns = package / "patterns"
+    pattern_classes = {"Pattern", "WiM", "LongContext", "RAG", "CollectionReader"}
+    settings = {"answer_params", "margin_params", "options", "judge", "threshold", "topic_threshold",
+                "cover_threshold", "link_sentences", "clause_share", "segment_tokens", "stop_at_score",
+                "batch_margins", "copy_lists"}  # a pattern's and a judge's settings
+    judge_settings = set(vars(GroundedJudge()))
+    assert judge_settings | set(vars(WiM(ScriptedGenerator()))) >= settings  # the names are real ones
+    problems = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        where = path.relative_to(package)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and patterns not in path.parents:
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                if bases & pattern_classes:
+                    problems.append(f"{where}: class {node.name} subclasses {sorted(bases & pattern_classes)}")
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr in settings and not (
+                        isinstance(target.value, ast.Name) and target.value.id == "self"):
+                    problems.append(f"{where}:{node.lineno}: sets {ast.unparse(target)}")
+    assert problems == []
