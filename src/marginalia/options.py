@@ -75,9 +75,9 @@ class WimOptions(PatternOptions):
     segment_tokens: int = Field(default=512, gt=0, description="wim: model tokens per segment")
     judge: JudgeMode = Field(
         default="grounded",
-        description="wim: how a margin is judged relevant: grounded, kept when the text read supports it and "
-                    "is on the question (no extra request); or separate, the model classifies each margin in a "
-                    "request of its own, overlapped with reading the next segment (the WiM paper's method)")
+        description="wim: how a margin is judged relevant: grounded, when the text read supports it and is on the "
+                    "question; or separate, the model classifies it in a request of its own beside the reading "
+                    "(the WiM paper's method)")
     margin_tokens: int = Field(default=48, gt=0, description="wim: the most tokens per margin")
     grounding_threshold: float = Field(
         default=0.5, ge=0.0, le=1.0,
@@ -85,19 +85,17 @@ class WimOptions(PatternOptions):
                     "hold; a margin copied from the text holds them all")
     topic_threshold: float = Field(
         default=TOPIC_THRESHOLD, ge=0.0, le=1.0,
-        description="wim, grounded judge: share of the question's words (by rarity) the sentence that supports "
-                    "a margin must hold (0: any supported margin is on topic, as when retrieval chose the text)")
+        description="wim, grounded judge: share of the question's words (by rarity) the sentence supporting "
+                    "a margin must hold (0: any supported margin is on topic)")
     batch_margins: bool = Field(
         default=False,
-        description="wim: write margins side by side in-process (a kept reading's at once, a first reading's "
-                    "once the document is read, unless stop_at_score is set): faster where a decode step costs "
-                    "less per token with more tokens in it, such as a GPU; a greedy margin may then differ where "
-                    "two tokens were nearly tied")
+        description="wim: write margins side by side in-process once their segments are read: faster where a "
+                    "decode step costs less per token with more tokens in it (a GPU); a greedy margin may differ "
+                    "where two tokens nearly tie")
     stop_at_score: float | None = Field(
         default=None, ge=0.0, le=1.0,
         description="wim: stop reading once a margin is judged relevant with at least this score (grounded: "
-                    "its support times its sentence's share of the question's words; separate: 1 for YES); "
-                    "off when not given")
+                    "its support times its topicality; separate: 1); off when not given")
 
 
 PATTERN_OPTIONS: dict[str, type[PatternOptions]] = {"wim": WimOptions, "lc": LcOptions, "rag": RagOptions}
