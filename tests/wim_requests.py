@@ -11,13 +11,8 @@ from marginalia.models.fake import Request
 from marginalia.prompts import render
 
 MARGIN_INTRO = render("wim_intro").strip()
-FUSED_INTRO = render("wim_intro_fused").strip()
 ANSWER_ASK = "Answer the question"
 
 
 def is_margin(req: Request) -> bool:
-    return (MARGIN_INTRO in req.prefix or FUSED_INTRO in req.prefix) and ANSWER_ASK not in req.suffix
-
-
-def is_fused_margin(req: Request) -> bool:
-    return is_margin(req) and FUSED_INTRO in req.prefix
+    return MARGIN_INTRO in req.prefix and ANSWER_ASK not in req.suffix

@@ -14,8 +14,8 @@ Use-cases: `load_model`, `load_embedder`, `read_file`, `ask_text`, `ask_file`, `
 once with WiM, asked many questions), `document_cache`, `ask_collection`, `collection_reader`,
 `index_paths`, `generate_questions`, `compose` (a composer for writing with suggestions), `tuning_data` and
 `tune_client` (instruction tuning of the composer's client), `demo`.
-Options: `WimOptions`, `LcOptions`, `RagOptions`, `CollectionOptions`, `ChunkingOptions`, `ComposeOptions`,
-`TuneDataOptions`, `TuneOptions`.
+Options: `WimOptions`, `LcOptions`, `RagOptions`, `RunSettings` (what one run may change), `CollectionOptions`,
+`ChunkingOptions`, `ComposeOptions`, `TuneDataOptions`, `TuneOptions`.
 Lower layers: `make_pattern`, `segment_text`.
 
 Importing the package is cheap (no torch); backends load when a model is asked for. It sets how the OpenMP
@@ -33,8 +33,8 @@ __version__ = "0.1.0"
 _APP = ("load_model", "load_embedder", "read_file", "ask_text", "ask_file", "reader", "document_cache",
         "ask_collection", "collection_reader", "index_paths", "generate_questions", "compose", "tuning_data",
         "tune_client", "demo")
-_OPTIONS = ("WimOptions", "LcOptions", "RagOptions", "CollectionOptions", "ChunkingOptions", "ComposeOptions",
-            "TuneDataOptions", "TuneOptions")
+_OPTIONS = ("WimOptions", "LcOptions", "RagOptions", "RunSettings", "CollectionOptions", "ChunkingOptions",
+            "ComposeOptions", "TuneDataOptions", "TuneOptions")
 _LAZY = {
     **{name: ("marginalia.app", name) for name in _APP},
     **{name: ("marginalia.options", name) for name in _OPTIONS},

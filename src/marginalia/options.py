@@ -15,23 +15,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import UserError
 
 PatternName = Literal["wim", "lc", "rag"]
-JudgeMode = Literal["grounded", "fused", "separate", "combined"]
-RagSplit = Literal["tokens", "paragraphs"]
+JudgeMode = Literal["grounded", "separate"]
 Scope = Literal["sections", "chunks", "documents"]
 SearchMode = Literal["hybrid", "dense", "bm25"]
 MemoryMode = Literal["takeaways", "margins"]
-AnswerStyle = Literal["sentence", "lead", "short"]
 
 PATTERNS: tuple[str, ...] = get_args(PatternName)
 JUDGE_MODES: tuple[str, ...] = get_args(JudgeMode)
-RAG_SPLITS: tuple[str, ...] = get_args(RagSplit)
 SCOPES: tuple[str, ...] = get_args(Scope)
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
 MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
-ANSWER_STYLES: tuple[str, ...] = get_args(AnswerStyle)
-#: the grounded judge's least topicality (`grounding.Reading.topic`) for a supported margin's sentence; tuned
-#: on the development data (benchmarks/relevance_check.py: a multi-hop answer's sentence holds only its own hop's
-#: share of the question's words)
+#: the grounded judge's least topicality (`grounding.Reading.topic`) for a supported margin's sentence: low,
+#: because a multi-hop answer's sentence holds only its own hop's share of the question's words
 TOPIC_THRESHOLD = 0.25
 #: the composition client's loop guard where its model can mask tokens (`ComposeOptions.no_repeat_ngram`;
 #: benchmarks/loop_guard.py measures what it cuts, benchmarks/compose_utility.py what it does to suggestions)
@@ -57,17 +52,6 @@ class PatternOptions(Options):
 
     pattern: ClassVar[str]
     max_new_tokens: int = Field(default=96, gt=0, description="the most tokens of the answer")
-    answer_style: AnswerStyle = Field(
-        default="sentence",
-        description="how the answer is asked for: one short sentence (opening with yes or no for a question "
-                    "that asks for one: \"Were they ...?\"); lead: one short sentence that opens with the answer "
-                    "itself (a name, a number, a date), or with yes or no; or short: the answer alone, and yes or "
-                    "no for such a question")
-    answer_decoding: Literal["free", "distinct"] = Field(
-        default="free",
-        description="how the answer is decoded: freely, or distinct: no piece of it between commas, full stops "
-                    "and line ends written twice (an answer that lists things names each once; in-process "
-                    "models only)")
 
 
 class LcOptions(PatternOptions):
@@ -82,10 +66,6 @@ class RagOptions(PatternOptions):
     pattern: ClassVar[str] = "rag"
     chunk_tokens: int = Field(default=128, gt=0, description="rag: model tokens per retrieved chunk")
     top_k: int = Field(default=4, gt=0, description="rag: how many chunks the answer sees")
-    split: RagSplit = Field(
-        default="paragraphs",
-        description="rag: chunk each paragraph on its own (a passage gives the same chunks wherever it "
-                    "sits), or cut the whole text by tokens")
 
 
 class WimOptions(PatternOptions):
@@ -95,69 +75,41 @@ class WimOptions(PatternOptions):
     segment_tokens: int = Field(default=512, gt=0, description="wim: model tokens per segment")
     judge: JudgeMode = Field(
         default="grounded",
-        description="wim: how margins are classified relevant (combined: grounded, weighed with the model's own "
-                    "probability of YES; in-process models only)")
+        description="wim: how a margin is judged relevant: grounded, when the text read supports it and is on the "
+                    "question; or separate, the model classifies it in a request of its own beside the reading "
+                    "(the WiM paper's method)")
     margin_tokens: int = Field(default=48, gt=0, description="wim: the most tokens per margin")
     grounding_threshold: float = Field(
         default=0.5, ge=0.0, le=1.0,
-        description="wim, grounded and combined judges: share of a margin's new words (by rarity) one sentence "
-                    "read must hold; a margin copied from the text holds them all")
+        description="wim, grounded judge: share of a margin's new words (by rarity) one sentence read must "
+                    "hold; a margin copied from the text holds them all")
     topic_threshold: float = Field(
         default=TOPIC_THRESHOLD, ge=0.0, le=1.0,
-        description="wim, grounded and combined judges: share of the question's words (by rarity) the sentence "
-                    "that supports a margin must hold (0: any supported margin is on topic, as when retrieval "
-                    "chose the text)")
-    margin_style: Literal["sentence", "extract"] = Field(
-        default="sentence",
-        description="wim (grounded, combined and separate judges): what the intro asks each margin to copy: "
-                    "the sentence that answers the question, or also, for a question whose answer gathers "
-                    "things from the whole document, the items the part adds as a short list")
-    instructions: Literal["intro", "margin"] = Field(
-        default="intro",
-        description="wim (grounded, combined and separate judges): where WiM says what a margin is: in the "
-                    "intro before the document, or in each margin's own prompt, with the document introduced as "
-                    "long context introduces it (so an lc answer from the same reading is long context's exact "
-                    "prompt)")
-    tally_lists: bool = Field(
-        default=True,
-        description="wim: when two or more kept margins are lists (words, names, figures: partial aggregates of "
-                    "their parts), add to the notes the items they name, each with how many notes name it, most "
-                    "named first (the answer then combines counts it need not make itself)")
-    tally_only: bool = Field(
-        default=True,
-        description="wim: with tally_lists, leave the list notes out: their tally, of every item they name, "
-                    "stands for them (off: the list notes stay beside it)")
-    margin_decoding: Literal["free", "copy", "lists"] = Field(
-        default="lists",
-        description="wim: how a margin is decoded: freely; copy: each piece of it between commas, full "
-                    "stops and line ends copied from the part just read (or NONE), none twice, so a margin "
-                    "cannot name what the part does not hold (in-process models only; margins are then written "
-                    "one after another); or lists: freely, and a margin written as a list whose items the part "
-                    "mostly does not hold is written again with copy (where the model cannot copy, and for margins "
-                    "written side by side by batch_margins, it stays)")
-    kept_as: Literal["written", "sentence"] = Field(
-        default="written",
-        description="wim: what a kept margin puts before the answer: the margin as written, or the sentences "
-                    "of the text it was drawn from (its evidence, where the judge found one; list margins stay "
-                    "as written), so a short margin such as a bare name comes with what the text says of it "
-                    "(with the eval model it answered worse on multi-hop questions: BENCHMARKS.md)")
+        description="wim, grounded judge: share of the question's words (by rarity) the sentence supporting "
+                    "a margin must hold (0: any supported margin is on topic)")
     batch_margins: bool = Field(
         default=False,
-        description="wim: write margins side by side, in-process: a kept reading's at once, and on a first "
-                    "reading of a document that fits the window, all of them once it is read (they then arrive "
-                    "after the reading, not during it; stop_at_score keeps them one after another). Pays where "
-                    "a decode step costs less per token with more tokens in it: a GPU, transformers more than "
-                    "llama.cpp on a CPU (BENCHMARKS.md); a greedy margin may then differ where two tokens were "
-                    "nearly tied")
+        description="wim: write margins side by side in-process once their segments are read: faster where a "
+                    "decode step costs less per token with more tokens in it (a GPU); a greedy margin may differ "
+                    "where two tokens nearly tie")
     stop_at_score: float | None = Field(
         default=None, ge=0.0, le=1.0,
-        description="wim: stop reading once a margin is judged relevant with at least this score (the "
-                    "judge's own: grounded, its support times its sentence's share of the question's words; "
-                    "combined, its support times that share weighed with the model's YES; fused and separate, "
-                    "1 for YES); off when not given")
+        description="wim: stop reading once a margin is judged relevant with at least this score (grounded: "
+                    "its support times its topicality; separate: 1); off when not given")
 
 
 PATTERN_OPTIONS: dict[str, type[PatternOptions]] = {"wim": WimOptions, "lc": LcOptions, "rag": RagOptions}
+
+
+class RunSettings(Options):
+    """What may change from one run of a built pattern to the next, given to the run (``pattern.run(...,
+    settings=...)``) and laid over the pattern's own answer decoding; the pattern itself is never changed."""
+
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0,
+                                      description="the answer's sampling temperature (0: greedy; default: "
+                                                  "the pattern's own)")
+    seed: int | None = Field(default=None, ge=0, description="the answer's sampling seed (default: the "
+                                                             "pattern's own)")
 
 
 class ChunkingOptions(Options):

@@ -101,7 +101,6 @@ class Margin:
     score: float | None = None
     reason: str = ""
     evidence: tuple[int, int] | None = None  # char span in the context that supports it
-    p_yes: float | None = None  # the model's own probability that the note helps (the combined judge asked)
     read_to: int | None = None  # char offset in the context where its segment ends: the text read when written
 
 

@@ -102,7 +102,7 @@ def test_a_bad_combination_is_a_usage_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("pattern", "values", "says"), [
     ("wim", {"segment_tokens": 0}, "segment_tokens"),
     ("wim", {"judge": "vibes"}, "unknown judge 'vibes'"),
-    ("rag", {"split": "sentences"}, "unknown split"),
+    ("rag", {"top_k": 0}, "top_k"),
     ("lc", {"top_k": 3}, "lc has no option 'top_k'"),
     ("skim", {}, "choose one of wim, lc, rag"),
 ])
@@ -110,6 +110,63 @@ def test_records_refuse_bad_values_with_the_field_named(pattern: str, values: di
     with pytest.raises(UserError) as info:
         pattern_options(pattern, **values)
     assert says in str(info.value)
+
+
+#: choices no longer offered, each with a value it took
+REMOVED = {"wim": {"answer_style": "short", "answer_decoding": "distinct", "margin_style": "extract",
+                   "instructions": "margin", "tally_lists": False, "tally_only": False, "margin_decoding": "copy",
+                   "kept_as": "sentence"},
+           "lc": {"answer_style": "lead", "answer_decoding": "distinct"},
+           "rag": {"split": "tokens", "answer_style": "short"}}
+
+
+def test_wim_keeps_one_field_per_setting_that_stays() -> None:
+    assert list(WimOptions.model_fields) == ["max_new_tokens", "segment_tokens", "judge", "margin_tokens",
+                                             "grounding_threshold", "topic_threshold", "batch_margins",
+                                             "stop_at_score"]
+    assert JUDGE_MODES == ("grounded", "separate")
+    assert list(RagOptions.model_fields) == ["max_new_tokens", "chunk_tokens", "top_k"]
+    assert list(LcOptions.model_fields) == ["max_new_tokens"]
+
+
+@pytest.mark.parametrize(("pattern", "field", "value"),
+                         [(p, f, v) for p, fields in REMOVED.items() for f, v in fields.items()])
+def test_a_removed_option_is_refused_by_name(pattern: str, field: str, value: Any) -> None:
+    with pytest.raises(UserError, match=f"{pattern} has no option '{field}'"):
+        pattern_options(pattern, **{field: value})
+
+
+@pytest.mark.parametrize("judge", ["fused", "combined"])
+def test_a_removed_judge_mode_is_refused(judge: str) -> None:
+    with pytest.raises(UserError, match=f"unknown judge '{judge}'; choose 'grounded' or 'separate'"):
+        WimOptions.build(judge=judge)
+
+
+@pytest.mark.parametrize("flag", ["--answer-style", "--answer-decoding", "--margin-style", "--instructions",
+                                  "--margin-decoding", "--kept-as", "--no-tally-lists", "--keep-list-notes",
+                                  "--split"])
+def test_a_removed_flag_is_a_usage_error(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["ask", "doc.md", "q?", flag], out=io.StringIO(), err=io.StringIO())
+    assert exc.value.code == 2
+    assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("kind", "field", "value"),
+                         [(p, f, v) for p, fields in REMOVED.items() for f, v in fields.items()])
+def test_a_bench_config_naming_a_removed_option_fails_naming_it(kind: str, field: str, value: Any,
+                                                                 tmp_path: Path) -> None:
+    raw = {"tasks": [{"dataset": "niah"}], "patterns": [{"kind": kind, field: value}]}
+    with pytest.raises(UserError, match=rf"run.toml: \[\[patterns\]\] #1 \({kind}\): unknown key '{field}'"):
+        parse_config(raw, tmp_path / "run.toml")
+
+
+def test_descriptions_say_what_and_why_not_how_a_benchmark_went() -> None:
+    for record in READING:
+        for name, info in record.model_fields.items():
+            text = info.description or ""
+            assert text and "\n" not in text, (record.__name__, name)
+            assert "BENCHMARKS" not in text and "%" not in text and "measured" not in text, (record.__name__, name)
 
 
 def test_records_are_frozen_and_refuse_unknown_fields() -> None:
@@ -126,8 +183,8 @@ def test_make_pattern_takes_a_record() -> None:
     gen = ScriptedGenerator()
     wim = make_pattern(WimOptions(segment_tokens=64, margin_tokens=7, max_new_tokens=11), gen)
     assert (wim.segment_tokens, wim.margin_params.max_new_tokens, wim.answer_params.max_new_tokens) == (64, 7, 11)  # type: ignore[attr-defined]
-    rag = make_pattern(RagOptions(top_k=2, split="tokens"), gen)
-    assert (rag.top_k, rag.split) == (2, "tokens")  # type: ignore[attr-defined]
+    rag = make_pattern(RagOptions(top_k=2, chunk_tokens=64), gen)
+    assert (rag.top_k, rag.chunk_tokens) == (2, 64)  # type: ignore[attr-defined]
     assert make_pattern("lc", gen, max_new_tokens=5).options == LcOptions(max_new_tokens=5)
 
 

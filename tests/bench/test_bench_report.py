@@ -215,8 +215,7 @@ def test_find_run_by_name_or_folder(tmp_path: Path, hermetic: Path) -> None:
 
 def test_report_gives_kept_margin_precision_and_recall(tmp_path: Path) -> None:
     def margin(text: str, kept: bool) -> dict[str, Any]:
-        return {"segment": 0, "text": text, "kept": kept, "reason": "r", "score": 1.0 if kept else 0.0,
-                "p_yes": None}
+        return {"segment": 0, "text": text, "kept": kept, "reason": "r", "score": 1.0 if kept else 0.0}
 
     one = result("wim", 1000, 0.0, 1, 1.0, n=0)
     one["answers"] = ["pier 47"]

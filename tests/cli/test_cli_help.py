@@ -22,8 +22,6 @@ from marginalia.options import (
     WimOptions,
 )
 
-#: the fields WimOptions keeps (issue 63); while it has more, ask's help is longer than one screen
-KEPT_WIM_FIELDS = 8
 
 
 def command(*names: str) -> argparse.ArgumentParser:
@@ -42,8 +40,6 @@ def groups(parser: argparse.ArgumentParser) -> dict[str, set[str]]:
     return {g.title or "": {a.dest for a in g._group_actions} for g in parser._action_groups}
 
 
-@pytest.mark.xfail(len(WimOptions.model_fields) > KEPT_WIM_FIELDS, strict=True,
-                   reason="WimOptions still holds the options issue 63 deletes")
 def test_ask_help_fits_on_one_screen(monkeypatch: pytest.MonkeyPatch) -> None:
     lines = help_text(monkeypatch, "ask").splitlines()
     assert len(lines) <= 80, f"{len(lines)} lines"

@@ -111,13 +111,3 @@ def test_no_piece_is_written_twice() -> None:
     for token in (5, 2, 3):  # "NONE, "
         copying.feed(token)
     assert not copying.allowed(5)  # NONE once is enough
-
-
-def test_without_a_source_any_text_passes_but_no_piece_twice() -> None:
-    chars = Chars(PIECES)
-    copying = CopyState(None, chars.decode)
-    for piece in (" apple", ",", " New York", ","):  # neither is in SOURCE: no copy is asked for
-        assert copying.allowed(chars.id(piece))
-        copying.feed(chars.id(piece))
-    assert not copying.allowed(chars.id(" apple"))
-    assert copying.allowed(chars.id(" hydrogen"))

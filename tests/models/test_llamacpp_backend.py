@@ -127,15 +127,10 @@ def test_stateless_requests_reuse_the_prompt_they_share_and_answer_the_same(smol
 
 
 @pytest.mark.slow
-def test_first_choices_and_a_bad_rollback(smollm2_llamacpp: Any) -> None:
+def test_a_bad_rollback(smollm2_llamacpp: Any) -> None:
     from marginalia.errors import BackendError
 
     gen = smollm2_llamacpp.fork(keep_cache=False)
-    messages = [{"role": "user", "content": "Is the sky green? Answer in a sentence."}]
-    params = GenerationParams(max_new_tokens=3, first_choices=("YES", "NO"))
-    allowed = {gen.tokenizer.encode(choice)[0] for choice in params.first_choices}  # 'Y' of 'YES', 'NO'
-    assert gen.tokenizer.encode(gen.generate(messages, GREEDY))[0] not in allowed  # unconstrained
-    assert gen.tokenizer.encode(gen.generate(messages, params))[0] in allowed
     gen.prefill(gen.tokenizer.encode(TEXT))
     with pytest.raises(BackendError, match="cannot roll back"):
         gen.rollback(gen.length + 1)
@@ -154,22 +149,6 @@ def test_copy_decoding_writes_only_pieces_of_the_source(smollm2_llamacpp: Any) -
     copied = gen.generate(messages, GenerationParams(max_new_tokens=16, copy_from=source))
     pieces = [" ".join(p.split()).casefold() for p in JOINERS.split(copied)]
     assert copied.strip() and all(p in source for p in pieces), copied
-
-
-@pytest.mark.slow
-def test_distinct_pieces_write_no_piece_twice(smollm2_llamacpp: Any) -> None:
-    from marginalia.models.copying import JOINERS
-
-    gen = smollm2_llamacpp.fork(keep_cache=False)
-    prompt = "Fruit list: apple, apple, apple, apple,"  # a plain prompt, continued
-
-    def pieces(text: str) -> list[str]:
-        return [k for k in (" ".join(p.split()).casefold() for p in JOINERS.split(text)) if k]
-
-    free = pieces(gen.generate(prompt, GenerationParams(max_new_tokens=16)))
-    assert len(set(free)) < len(free)  # unconstrained, it repeats itself
-    distinct = pieces(gen.generate(prompt, GenerationParams(max_new_tokens=16, distinct_pieces=True)))
-    assert distinct and len(set(distinct)) == len(distinct), distinct
 
 
 @pytest.mark.slow

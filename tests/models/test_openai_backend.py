@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,12 +26,11 @@ from marginalia.models.fake import ScriptedGenerator, WordTokenizer
 from marginalia.models.openai_backend import OpenAIGenerator, from_spec
 from marginalia.patterns import make_pattern
 from marginalia.patterns.base import Framing
-from marginalia.patterns.judges import FusedJudge
 from marginalia.patterns.long_context import LongContext
 from marginalia.patterns.wim import WiM
 from marginalia.prompts import render
 from marginalia.records import MarginJudged
-from wim_requests import FUSED_INTRO, MARGIN_INTRO
+from wim_requests import MARGIN_INTRO
 
 FACT = "The night ferry to Brackwater leaves from pier 47."
 QUESTION = "Which pier does the night ferry to Brackwater leave from?"
@@ -40,7 +39,6 @@ MARGIN_SPLIT = "\n\nQuestion:"
 NOTES_MARK = "Notes taken while reading the document:"
 SEGMENT_TOKENS = 100
 _PIECE = re.compile(r"\s*\S+\s*|\s+")
-_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")  # the word tokenizer's first token of a reply
 
 
 # -- the fake server ---------------------------------------------------------------
@@ -72,9 +70,7 @@ class FakeServer:
     ``script`` first, then streams ``respond(prompt text)`` word by word, with a one-slot
     prefix cache whose hits it reports as ``usage.prompt_tokens_details.cached_tokens``
     (or as llama.cpp's ``timings`` when ``usage_style == "llamacpp"``; token counts without
-    cache details when "plain", as llama-cpp-python's server does; none when "none").
-    A request with ``logit_bias`` gets one token: the reply's first if it is biased up,
-    else the first biased one (unless ``honour_bias`` is false)."""
+    cache details when "plain", as llama-cpp-python's server does; none when "none")."""
 
     def __init__(self) -> None:
         self.tok: WordTokenizer | None = None
@@ -84,7 +80,6 @@ class FakeServer:
         self.models: list[dict[str, Any]] = [{"id": "tiny", "max_model_len": 1_000_000}, {"id": "other"}]
         self.usage_style = "openai"
         self.honour_stop = True
-        self.honour_bias = True
         self.reported: list[tuple[int, int]] = []  # (prompt_tokens, cached) per generated stream
         self.pace = 0.0  # seconds between the streamed events of a reply (0: all at once)
         self.spans: list[tuple[float, float]] = []  # (received, finished) per answered POST
@@ -186,11 +181,6 @@ class FakeServer:
             for stop in body.get("stop", []):
                 reply = reply.split(stop)[0]
         pieces = _PIECE.findall(reply)[: body["max_tokens"]]
-        if body.get("logit_bias") and self.honour_bias:
-            assert self.tok is not None
-            allowed = {self.tok.decode([int(i)]): int(i) for i, bias in body["logit_bias"].items() if bias > 0}
-            first = _TOKEN.match(reply)
-            pieces = [first.group() if first and first.group() in allowed else next(iter(allowed))]
         cached = 0
         while cached < min(len(units), len(self._last)) and units[cached] == self._last[cached]:
             cached += 1
@@ -283,71 +273,6 @@ def test_text_prompts_and_client_side_stop(server: FakeServer, make_gen: Callabl
     gen = make_gen(token_prompts=False)
     assert gen.generate("Count", GenerationParams(stop=("\n\n",))) == "one two"
     assert server.posts()[0].body["prompt"] == "Count"
-
-
-CHOOSE = GenerationParams(max_new_tokens=6, first_choices=("YES", "NO"))
-
-
-def continues(reply: str, after: str = "YES") -> Callable[[str], str]:
-    """A responder: ``reply`` for a prompt, its rest for the prompt extended by ``after``."""
-    return lambda prompt: reply[len(after):] if prompt.endswith(after) else reply
-
-
-@pytest.mark.parametrize("streamed", [False, True])
-def test_a_constrained_first_token_then_a_continuation(server: FakeServer, make_gen: Callable[..., Any],
-                                                       streamed: bool) -> None:
-    server.respond = continues("YES it is, by the pier.")
-    gen = make_gen()
-    assert gen.supports_first_choices
-    text = "".join(gen.stream("Is it?", CHOOSE)) if streamed else gen.generate("Is it?", CHOOSE)
-    assert text == "YES it is, by the pier."  # the fake streams words: five after the YES
-    first, rest = (s.body for s in server.posts())
-    tok = gen.tokenizer
-    yes, no = tok.encode("YES")[0], tok.encode("NO")[0]
-    assert first["prompt"] == tok.encode("Is it?") and first["max_tokens"] == 1
-    assert first["logit_bias"] == {str(yes): 100, str(no): 100} and "stop" not in first
-    # the continuation's prompt extends the first one, so a prefix cache serves it
-    assert rest["prompt"] == first["prompt"] + [yes] and rest["max_tokens"] == 5
-    assert "logit_bias" not in rest
-    assert gen.usage.requests == 2 and server.reported[1][1] == len(first["prompt"])
-
-
-def test_a_constrained_no_costs_one_request(server: FakeServer, make_gen: Callable[..., Any]) -> None:
-    server.respond = continues("NO, it is not.", after="NO")
-    gen = make_gen()
-    assert FusedJudge().read(gen.stream("Is it?", CHOOSE)) == "NO"
-    assert len(server.posts()) == 1 and gen.usage.requests == 1
-    server.respond = lambda prompt: "Perhaps."  # a biased server still answers with a choice
-    assert gen.generate("Is it?", replace(CHOOSE, max_new_tokens=1)) == "YES"
-    assert len(server.posts()) == 2  # a one-token budget: no continuation
-
-
-def test_stop_strings_span_the_chosen_token(server: FakeServer, make_gen: Callable[..., Any]) -> None:
-    server.respond = continues("YES it is.")
-    assert make_gen().generate("Is it?", replace(CHOOSE, stop=("S it",))) == "YE"
-    assert server.posts()[1].body["stop"] == ["S it"]
-
-
-def test_a_server_that_ignores_logit_bias(server: FakeServer, make_gen: Callable[..., Any]) -> None:
-    server.honour_bias = False
-    gen = make_gen()
-    with pytest.raises(BackendError, match=r"ignored logit_bias: .*'YES', 'NO', it sent 'Hello '"):
-        gen.generate("Is it?", CHOOSE)
-    assert len(server.posts()) == 1
-
-
-def test_chat_mode_refuses_first_choices(server: FakeServer, make_gen: Callable[..., Any], doc: str) -> None:
-    gen = make_gen(mode="chat")
-    assert not gen.supports_first_choices
-    with pytest.raises(UserError, match="cannot restrict the first generated token"):
-        gen.generate("Is it?", CHOOSE)
-    gen.prefill(gen.tokenizer.encode("A prefix."))
-    with pytest.raises(UserError, match="cannot restrict the first generated token"):
-        list(gen.generate_from_cache([], CHOOSE))
-    with pytest.raises(UserError, match="fused judge needs .* grounded or separate judge"):
-        WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="fused")
-    assert server.posts() == [] and gen.length == len(gen.tokenizer.encode("A prefix."))
-    WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="grounded")  # the other judges are fine
 
 
 def test_chat_mode_sends_the_messages_back(server: FakeServer, make_gen: Callable[..., Any]) -> None:
@@ -713,22 +638,6 @@ def reader() -> Callable[[str], str]:
     return respond
 
 
-def fused_reader() -> Callable[[str], str]:
-    """`reader` for the fused judge: YES and the fact, or NO; the rest of a reply after YES."""
-    seen = [0]
-
-    def respond(prompt: str) -> str:
-        if NOTES_MARK in prompt:
-            return ANSWER if "pier 47" in prompt.split(NOTES_MARK)[1] else "I do not know."
-        if prompt.endswith("YES"):
-            return f" {FACT}"
-        read = prompt.rsplit("Question:", 1)[0]
-        latest, seen[0] = read[seen[0]:], len(read)
-        return f"YES {FACT}" if FACT in latest else "NO, the part does not say."
-
-    return respond
-
-
 @pytest.fixture
 def doc(make_haystack: Callable[..., str]) -> str:
     return make_haystack(40, FACT, 0.6)
@@ -777,34 +686,6 @@ def test_wim_in_chat_mode_extends_the_user_text(server: FakeServer, make_gen: Ca
         assert user.endswith(margin_text) and user.startswith(previous)
         previous = user[:-len(margin_text)]
     assert bodies[-1][1]["content"].startswith(previous)
-
-
-@pytest.mark.parametrize("concurrency", [1, 3])
-def test_wim_fused_judge_over_http(server: FakeServer, make_gen: Callable[..., Any], doc: str,
-                                   concurrency: int) -> None:
-    server.respond = fused_reader()
-    gen = make_gen(concurrency=concurrency)
-    pattern = WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="fused")
-    answer = pattern.answer(doc, QUESTION)
-    assert answer.text == ANSWER and [m.text for m in answer.margins if m.relevant] == [FACT]
-    n = len(pattern.segments(doc))
-    assert [m.reason for m in answer.margins].count("the model said NO") == n - 1
-
-    tok = gen.tokenizer
-    yes, no = tok.encode("YES")[0], tok.encode("NO")[0]
-    bodies = [s.body for s in server.posts()]
-    chosen = [b for b in bodies if "logit_bias" in b]
-    assert len(chosen) == n and len(bodies) == n + 2  # a token per margin, one continuation, the answer
-    assert all(b["logit_bias"] == {str(yes): 100, str(no): 100} and b["max_tokens"] == 1 for b in chosen)
-    assert FUSED_INTRO in tok.decode(chosen[0]["prompt"])
-    # the YES margin went on from its own prompt plus the chosen token
-    (rest,) = [b for b in bodies if "logit_bias" not in b and NOTES_MARK not in tok.decode(b["prompt"])]
-    assert any(rest["prompt"] == b["prompt"] + [yes] for b in chosen)
-    suffix = pattern.framing().suffix(gen, "margin_fused", question=QUESTION)
-    bases = [b["prompt"][:-len(suffix)] for b in chosen]
-    assert all(b["prompt"][-len(suffix):] == suffix for b in chosen)
-    assert all(later[:len(before)] == before and len(later) > len(before)
-               for before, later in zip(bases, bases[1:], strict=False))
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])

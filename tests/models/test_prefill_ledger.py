@@ -117,25 +117,3 @@ def test_llamacpp_counts_what_a_shared_context_evaluates_again(smollm2_llamacpp:
         assert (ledger.evaluated, ledger.repeated) == (2 * len(ids), len(ids))
     finally:
         gen.usage.ledger = attached
-
-
-def test_combined_judge_asks_on_the_cache_and_keeps_by_the_models_yes(make_haystack: Callable[..., str]) -> None:
-    doc = make_haystack(40, FACT, 0.5)
-
-    def respond(request: Any) -> str:
-        if "A note written on the text above" in request.suffix:  # the check after a margin
-            return "0.95" if "47" in request.suffix else "0.05"
-        return reader(request)
-
-    gen = ScriptedGenerator(respond)
-    answer = WiM(gen, segment_tokens=100, judge="combined").answer(doc, QUESTION)
-    kept = [m for m in answer.margins if m.relevant]
-    assert kept and all(m.p_yes == pytest.approx(0.95) and m.mode == "combined" for m in kept)
-    assert all(m.p_yes is None for m in answer.margins if m.text == "NONE")  # nothing to ask about
-    checks = [r for r in gen.requests if "A note written on the text above" in r.suffix]
-    written = [m for m in answer.margins if m.text != "NONE"]
-    assert len(checks) == len(written) > len(kept)  # later copies of the fact: asked, then dropped as repeats
-    assert all(m.p_yes is not None for m in written)
-    # asked on the cache at the segment's end: the margin's prompt and text were rolled back first
-    assert all(QUESTION not in r.prefix and FACT in r.suffix for r in checks)
-    assert answer.stats.reprefilled_context_tokens == 0

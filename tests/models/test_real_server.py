@@ -87,32 +87,13 @@ def test_greedy_server_agrees_with_in_process_llamacpp(remote: Any, smollm2_llam
     assert remote.generate(messages, params) == local
 
 
-def test_a_constrained_first_token_agrees_with_in_process_llamacpp(remote: Any, smollm2_llamacpp: Any) -> None:
-    """The server honours logit_bias, and the continuation of the chosen token decodes as
-    in-process masking does (greedy)."""
-    messages = [{"role": "system", "content": "You answer in one short sentence."},
-                {"role": "user", "content": "Which colour is the sky on a clear day?"}]
-    local_gen = smollm2_llamacpp.fork(keep_cache=False)
-    free = local_gen.generate(messages, GenerationParams(max_new_tokens=12))
-    params = GenerationParams(max_new_tokens=12, first_choices=("YES", "NO"))
-    local = local_gen.generate(messages, params)
-    allowed = {local_gen.tokenizer.encode(c)[0] for c in params.first_choices}
-    assert local_gen.tokenizer.encode(free)[0] not in allowed  # the constraint changes the answer
-    assert local_gen.tokenizer.encode(local)[0] in allowed
-    before = remote.usage.requests
-    assert remote.generate(messages, params) == local
-    assert remote.usage.requests - before == 2
-
-
-@pytest.mark.parametrize("pattern", ["lc", "rag", "wim", "wim-fused"])
+@pytest.mark.parametrize("pattern", ["lc", "rag", "wim"])
 def test_patterns_run_against_the_server(remote: Any, pattern: str,
                                          make_haystack: Callable[..., str]) -> None:
     context = make_haystack(60, FACT, 0.5)
     options: dict[str, Any] = {"embedder": HashingEmbedder()} if pattern == "rag" else {}
-    if pattern.startswith("wim"):
+    if pattern == "wim":
         options["segment_tokens"] = 256
-    if pattern == "wim-fused":
-        pattern, options["judge"] = "wim", "fused"
     before = remote.usage.snapshot()
     answer = make_pattern(pattern, remote, **options).answer(context, QUESTION)
     assert "4719" in answer.text

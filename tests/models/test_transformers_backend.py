@@ -234,14 +234,6 @@ def test_eos_ends_generation(make_tiny: Callable[..., Any], tiny_parts: Any) -> 
     assert gen.length == len(a)
 
 
-def test_first_choices_constrain_the_first_token(tiny: Any) -> None:
-    tiny.prefill(ids_of(tiny, A_TEXT))
-    params = GenerationParams(max_new_tokens=1, first_choices=("YES", "NO"))
-    first_ids = {tiny.tokenizer.encode("YES")[0], tiny.tokenizer.encode("NO")[0]}
-    out = "".join(tiny.generate_from_cache([], params))
-    assert tiny.tokenizer.encode(out)[0] in first_ids
-
-
 def test_copy_decoding_writes_only_pieces_of_the_source(tiny: Any) -> None:
     from marginalia.models.copying import JOINERS
 

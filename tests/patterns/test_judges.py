@@ -1,4 +1,4 @@
-"""The three margin judges, as units (WiM runs with each are in test_wim.py)."""
+"""The two margin judges, as units (WiM runs with each are in test_wim.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import math
 import pytest
 
 from marginalia.errors import UserError
-from marginalia.models.base import GenerationParams
 from marginalia.models.fake import ScriptedGenerator
 from marginalia.patterns.grounding import (
     SentenceSplitter,
@@ -18,8 +17,8 @@ from marginalia.patterns.grounding import (
     units,
 )
 from marginalia.patterns.judges import (
-    CombinedJudge,
-    FusedJudge,
+    CLAUSE_SHARE,
+    LINK_SENTENCES,
     GroundedJudge,
     SeparateJudge,
     Verdict,
@@ -135,32 +134,6 @@ def test_find_evidence_weights_rare_words() -> None:
     assert find_evidence("Which bridge?", "bridge", text) is None  # nothing new
 
 
-def test_fused_verdicts() -> None:
-    judge = FusedJudge()
-    yes = judge.judge(QUESTION, f"YES: {FACT}", SEGMENT, READ)
-    assert yes.relevant and yes.text == FACT
-    assert yes.evidence is not None and READ[slice(*yes.evidence)].strip() == FACT
-    no = judge.judge(QUESTION, "NO", SEGMENT, READ)
-    assert not no.relevant and no.reason == "the model said NO"
-    bare_yes = judge.judge(QUESTION, "YES", SEGMENT, READ)
-    assert not bare_yes.relevant  # YES with nothing after it is an empty note
-    other = judge.judge(QUESTION, FACT, SEGMENT, READ)
-    assert not other.relevant and "did not start with YES" in other.reason
-
-
-def test_fused_read_stops_at_no() -> None:
-    consumed: list[str] = []
-
-    def stream():  # type: ignore[no-untyped-def]
-        for piece in ["NO", ",", " it", " does", " not"]:
-            consumed.append(piece)
-            yield piece
-
-    assert FusedJudge().read(stream()) == "NO"
-    assert consumed == ["NO"]
-    assert FusedJudge().read(iter(["YES", " pier", " 47"])) == "YES pier 47"
-
-
 def test_separate_judge_asks_a_stateless_question() -> None:
     gen = ScriptedGenerator(replies=["YES", "no."])
     judge = SeparateJudge(gen)
@@ -179,33 +152,17 @@ def test_separate_judge_asks_a_stateless_question() -> None:
 def test_make_judge() -> None:
     gen = ScriptedGenerator()
     assert isinstance(make_judge("grounded", gen), GroundedJudge)
-    assert isinstance(make_judge("fused", gen), FusedJudge)
     assert isinstance(make_judge("separate", gen), SeparateJudge)
-    assert isinstance(make_judge("combined", gen), CombinedJudge)
-    with pytest.raises(UserError):
-        make_judge("telepathy", gen)
+    for gone in ("telepathy", "fused", "combined"):
+        with pytest.raises(UserError, match="choose one of grounded, separate"):
+            make_judge(gone, gen)
 
 
-def test_combined_judge_needs_probabilities() -> None:
-    class Blind(ScriptedGenerator):
-        supports_choice_probabilities = False
-
-    with pytest.raises(UserError, match="combined judge reads the model's probability of YES, and blind"):
-        make_judge("combined", Blind(name="blind"))
-
-
-def test_fused_judge_needs_a_constrained_first_token() -> None:
-    class Unconstrained(ScriptedGenerator):
-        supports_first_choices = False
-
-    gen = Unconstrained(name="loose")
-    with pytest.raises(UserError, match="fused judge needs the margin's first token restricted to YES or NO, "
-                                        "and loose cannot do that"):
-        make_judge("fused", gen)
-    assert isinstance(make_judge("grounded", gen), GroundedJudge)
-    with pytest.raises(UserError, match="loose cannot restrict the first generated token"):
-        gen.generate("Is it?", GenerationParams(first_choices=FusedJudge.choices))
-    assert gen.requests == []  # refused, not sent without the constraint
+def test_a_judge_takes_its_settings_when_made() -> None:
+    judge = GroundedJudge(0.6, 0.3, link_sentences=0, clause_share=None)
+    assert (judge.threshold, judge.topic_threshold, judge.link_sentences, judge.clause_share) == (0.6, 0.3, 0, None)
+    default = GroundedJudge()
+    assert (default.link_sentences, default.clause_share) == (LINK_SENTENCES, CLAUSE_SHARE)
 
 
 def test_evidence_span_is_the_sentence_without_surrounding_space() -> None:
@@ -321,24 +278,6 @@ def test_sentences_are_split_incrementally_as_the_reading_grows() -> None:
         grown.spans(whole[:cut])
     assert grown.spans(whole) == SentenceSplitter().spans(whole) == sentence_spans(whole)
     assert [whole[s:e] for s, e in sentence_spans(whole)][4] == FACT
-
-
-def test_combined_judge_weighs_the_models_yes() -> None:
-    judge = CombinedJudge(weight=0.5)
-    read = ("The ferry was painted blue in spring. The ferry carries forty cars. Tickets for the ferry are "
-            f"sold on board. {FACT} Gulls follow the boats.")
-    segment = Segment(0, 0, len(read), read, ())
-    sure, doubtful = (judge.judge(QUESTION, FACT, segment, read, p_yes=p) for p in (0.9, 0.1))
-    assert sure.relevant and "the model's YES 90%" in sure.reason
-    assert (sure.score or 0) > (doubtful.score or 0)
-    # the model cannot rescue what the text does not support, nor a copied sentence off the question
-    assert not judge.judge(QUESTION, "Pier 99.", segment, read, p_yes=1.0).relevant
-    assert not judge.judge(QUESTION, "The ferry was painted blue in spring.", segment, read, p_yes=1.0).relevant
-    # but it turns down a margin whose sentence is barely on the question
-    barely = CombinedJudge(topic_threshold=0.05, weight=0.9)
-    off = "The ferry carries forty cars."
-    assert barely.judge(QUESTION, off, segment, read, p_yes=1.0).relevant
-    assert not barely.judge(QUESTION, off, segment, read, p_yes=0.0).relevant
 
 
 def test_choice_probabilities_leave_the_cache_as_it_was() -> None:
@@ -538,15 +477,14 @@ def test_a_multi_hop_margin_takes_the_question_from_the_passage_that_names_its_s
     assert right.evidence and "Chief of Protocol" in text[right.evidence[0]:right.evidence[1]]
     wrong = judge.judge(question, said + "mayor of Dayton.", segment, text, document=text)
     assert not wrong.relevant, wrong.reason
-    judge.link_sentences = 0
-    unlinked = judge.judge(question, said + "Chief of Protocol of the United States.", segment, text, document=text)
+    unlinked = GroundedJudge(link_sentences=0).judge(question, said + "Chief of Protocol of the United States.",
+                                                     segment, text, document=text)
     assert not unlinked.relevant, unlinked.reason  # what the link adds
     # a first name alone links nothing: the passage casting "John Pell" is not about John Okafor
     paragraphs[1] = paragraphs[1].replace("Shirley Varga", "John Pell")
     paragraphs[3] = paragraphs[3].replace("Shirley Varga", "John Okafor")
     text = "\n\n".join(paragraphs)
     segment = Segment(0, 0, len(text), text, ())
-    judge.link_sentences = GroundedJudge().link_sentences
     first_name = judge.judge(question, said + "Chief of Protocol of the United States.", segment, text, document=text)
     assert not first_name.relevant, first_name.reason
 
@@ -576,8 +514,7 @@ def test_a_sentence_that_answers_one_clause_of_a_composite_question_is_on_it() -
     assert "clause 'praised by the Harwick Ledger for the glaze of its salt kilns'" in right.reason, right.reason
     one_word = judge.judge(question, "Dunmore Works burns coal in its brick kilns.", segment, text, document=text)
     assert not one_word.relevant, one_word.reason
-    judge.clause_share = None
-    whole_only = judge.judge(question, "Brightforge: critics praise the glaze of its salt kilns.", segment, text,
-                             document=text)
+    whole_only = GroundedJudge(clause_share=None).judge(
+        question, "Brightforge: critics praise the glaze of its salt kilns.", segment, text, document=text)
     assert not whole_only.relevant, whole_only.reason  # what the clause rule adds
     assert question_clauses("Who founded the company that makes the Vell kettle?") == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from marginalia.errors import ContextOverflow, UserError
 from marginalia.index.embedders import HashingEmbedder, load_embedder
 from marginalia.models.fake import Request, ScriptedGenerator
+from marginalia.options import RunSettings
 from marginalia.patterns import make_pattern
 from marginalia.patterns.long_context import LongContext
 from marginalia.patterns.rag import RAG
@@ -184,71 +186,45 @@ def test_answer_is_stripped_and_question_trimmed(doc: str) -> None:
     assert answer.text == "Pier 47." and answer.question == QUESTION
 
 
-SHORT = "Reply with the answer alone"
+OPTS: dict[str, Callable[[], dict[str, Any]]] = {
+    "wim": lambda: {"segment_tokens": 100}, "lc": dict,
+    "rag": lambda: {"embedder": HashingEmbedder(), "chunk_tokens": 60}}
 
 
 @pytest.mark.parametrize("name", ["wim", "lc", "rag"])
-def test_answer_style_short_asks_for_the_answer_alone(doc: str, name: str) -> None:
-    """answer_style = "short" swaps the answer prompt's instruction (yes or no for a yes/no question); the
-    default asks for one short sentence. Margins are asked for as before."""
-    for style, wanted, unwanted in (("short", SHORT, "one short sentence"), ("sentence", "one short sentence", SHORT)):
-        gen = ScriptedGenerator(answering)
-        opts: dict[str, Any] = {"wim": {"segment_tokens": 100}, "lc": {},
-                                "rag": {"embedder": HashingEmbedder(), "chunk_tokens": 60}}[name]
-        answer = make_pattern(name, gen, answer_style=style, **opts).answer(doc, QUESTION)
-        assert answer.text == "Pier 47."
-        final = [r for r in gen.requests if not is_margin(r)][-1]
-        assert wanted in final.suffix and unwanted not in final.suffix
-        assert not any(SHORT in r.suffix for r in gen.requests if is_margin(r))
-        # a question that opens like a yes/no question is asked for yes or no
-        yes_no = "Does the night ferry to Brackwater leave from pier 47?"
-        make_pattern(name, gen, answer_style=style, **opts).answer(doc, yes_no)
-        final = [r for r in gen.requests if not is_margin(r)][-1]
-        assert ("reply Yes or No" in final.suffix) == (style == "short") and SHORT not in final.suffix
-        assert ("opens with Yes or No" in final.suffix) == (style == "sentence")
-    with pytest.raises(UserError, match="answer_style"):
-        make_pattern(name, ScriptedGenerator(answering), answer_style="terse")
-
-
-LEAD = "begins with the answer itself"
+def test_the_answer_is_asked_for_as_one_short_sentence(doc: str, name: str) -> None:
+    """One short sentence, which opens with yes or no for a question that asks for one; margins are asked
+    for without it."""
+    gen = ScriptedGenerator(answering)
+    answer = make_pattern(name, gen, **OPTS[name]()).answer(doc, QUESTION)
+    assert answer.text == "Pier 47."
+    final = [r for r in gen.requests if not is_margin(r)][-1]
+    assert "in one short sentence, using the" in final.suffix and "Yes or No" not in final.suffix
+    assert not any("short sentence" in r.suffix for r in gen.requests if is_margin(r))
+    make_pattern(name, gen, **OPTS[name]()).answer(doc, "Does the night ferry to Brackwater leave from pier 47?")
+    final = [r for r in gen.requests if not is_margin(r)][-1]
+    assert "one short sentence that opens with Yes or No" in final.suffix
 
 
 @pytest.mark.parametrize("name", ["wim", "lc", "rag"])
-def test_answer_style_lead_asks_for_the_answer_first(doc: str, name: str) -> None:
-    """answer_style = "lead" asks for a sentence that opens with the answer (with notes, for wim); a yes/no
-    question still gets the sentence that opens with yes or no, and margins are asked for as before."""
-    opts: dict[str, Any] = {"wim": {"segment_tokens": 100}, "lc": {},
-                            "rag": {"embedder": HashingEmbedder(), "chunk_tokens": 60}}[name]
-    for style in ("lead", "sentence", "short"):
-        gen = ScriptedGenerator(answering)
-        make_pattern(name, gen, answer_style=style, **opts).answer(doc, QUESTION)
-        final = [r for r in gen.requests if not is_margin(r)][-1]
-        assert (LEAD in final.suffix) == (style == "lead")
-        assert ("one short sentence" in final.suffix) == (style != "short")
-        assert not any(LEAD in r.suffix for r in gen.requests if is_margin(r))
-        if name == "wim" and style == "lead":
-            assert "Notes taken while reading" in final.suffix  # the relevant margins stay with the question
-        make_pattern(name, gen, answer_style=style, **opts).answer(doc, "Does the night ferry leave from pier 47?")
-        final = [r for r in gen.requests if not is_margin(r)][-1]
-        assert LEAD not in final.suffix and ("opens with Yes or No" in final.suffix) == (style != "short")
-
-
-@pytest.mark.parametrize("name", ["wim", "lc", "rag"])
-def test_answer_decoding_distinct_asks_the_backend_for_no_piece_twice(doc: str, name: str) -> None:
-    opts: dict[str, Any] = {"wim": {"segment_tokens": 100}, "lc": {},
-                            "rag": {"embedder": HashingEmbedder(), "chunk_tokens": 60}}[name]
-    for decoding, distinct in (("distinct", True), ("free", False)):
-        gen = ScriptedGenerator(answering)
-        make_pattern(name, gen, answer_decoding=decoding, **opts).answer(doc, QUESTION)
-        final = [r for r in gen.requests if not is_margin(r)][-1]
-        assert final.params.distinct_pieces is distinct
-        assert not any(r.params.distinct_pieces for r in gen.requests if is_margin(r))  # margins as before
-
-    class Loose(ScriptedGenerator):
-        supports_copy = False
-
-    with pytest.raises(UserError, match="answer_decoding = distinct needs a model that can restrict"):
-        make_pattern(name, Loose(answering, name="loose"), answer_decoding="distinct", **opts)
+def test_run_settings_reach_only_their_own_run(doc: str, name: str) -> None:
+    """A run's temperature and seed decode its answer; the next run without them decodes as the pattern
+    was built, and the built pattern is as it was."""
+    gen = ScriptedGenerator(answering)
+    pattern = make_pattern(name, gen, **OPTS[name]())
+    built = dict(vars(pattern))
+    params = pattern.answer_params
+    pattern.answer(doc, QUESTION, settings=RunSettings(temperature=0.7, seed=3))
+    sampled = [r for r in gen.requests if not is_margin(r)][-1].params
+    assert (sampled.temperature, sampled.seed) == (0.7, 3)
+    assert sampled.max_new_tokens == params.max_new_tokens and sampled.stop == params.stop
+    assert not any(r.params.temperature for r in gen.requests if is_margin(r))  # margins stay greedy
+    pattern.answer(doc, QUESTION)
+    greedy = [r for r in gen.requests if not is_margin(r)][-1].params
+    assert greedy == params and greedy.temperature == 0.0 and greedy.seed is None
+    run = pattern.run(doc, QUESTION, settings=RunSettings(seed=5))
+    assert run.params(params) == replace(params, seed=5)
+    assert vars(pattern) == built and pattern.answer_params is params
 
 
 @pytest.mark.parametrize(("question", "yes_no"), [
@@ -266,11 +242,51 @@ def test_yes_no_questions_are_told_by_their_first_word(question: str, yes_no: bo
     assert is_yes_no_question(question) is yes_no
 
 
-def test_lc_on_a_wim_reading_keeps_its_own_answer_style(doc: str) -> None:
+def test_lc_on_a_wim_reading_answers_with_its_own_settings(doc: str) -> None:
     from marginalia.patterns.wim import WimReader
 
     gen = ScriptedGenerator(answering)
     wim = make_pattern("wim", gen, segment_tokens=100)
     reader = WimReader(wim, doc)
-    whole = reader.ask_whole(QUESTION, LongContext(gen, answer_style="short")).answer()
-    assert whole.text == "Pier 47." and SHORT in gen.requests[-1].suffix
+    lc = LongContext(gen, max_new_tokens=9)
+    whole = reader.ask_whole(QUESTION, lc, settings=RunSettings(temperature=0.5)).answer()
+    assert whole.text == "Pier 47." and whole.pattern == "lc"
+    last = gen.requests[-1]
+    assert "Notes taken" not in last.suffix and (last.params.max_new_tokens, last.params.temperature) == (9, 0.5)
+    assert lc.answer_params.temperature == 0.0
+
+
+def test_only_patterns_subclass_a_pattern_and_nothing_sets_a_built_ones_settings() -> None:
+    """Ways of reading live in marginalia.patterns; elsewhere a pattern or a judge is built and run, never
+    subclassed nor changed: no attribute of one is assigned outside its own methods."""
+    import ast
+    from pathlib import Path
+
+    import marginalia
+    from marginalia.patterns.judges import GroundedJudge
+    from marginalia.patterns.wim import WiM
+
+    package = Path(marginalia.__file__).parent
+    patterns = package / "patterns"
+    pattern_classes = {"Pattern", "WiM", "LongContext", "RAG", "CollectionReader"}
+    settings = {"answer_params", "margin_params", "options", "judge", "threshold", "topic_threshold",
+                "cover_threshold", "link_sentences", "clause_share", "segment_tokens", "stop_at_score",
+                "batch_margins", "copy_lists"}  # a pattern's and a judge's settings
+    judge_settings = set(vars(GroundedJudge()))
+    assert judge_settings | set(vars(WiM(ScriptedGenerator()))) >= settings  # the names are real ones
+    problems = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        where = path.relative_to(package)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and patterns not in path.parents:
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                if bases & pattern_classes:
+                    problems.append(f"{where}: class {node.name} subclasses {sorted(bases & pattern_classes)}")
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr in settings and not (
+                        isinstance(target.value, ast.Name) and target.value.id == "self"):
+                    problems.append(f"{where}:{node.lineno}: sets {ast.unparse(target)}")
+    assert problems == []

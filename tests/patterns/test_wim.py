@@ -16,13 +16,12 @@ from marginalia.patterns.wim import WiM
 from marginalia.records import (
     AnswerDelta,
     Done,
-    Margin,
     MarginJudged,
     MarginWritten,
     SegmentRead,
     Started,
 )
-from wim_requests import FUSED_INTRO, is_fused_margin, is_margin
+from wim_requests import is_margin
 
 FACT = "The night ferry to Brackwater leaves from pier 47."
 HALLUCINATION = "The night ferry to Brackwater leaves from pier 99."
@@ -37,29 +36,26 @@ class Reader:
 
     Margin requests: the fact's sentence when the newest text in the cache (what was
     prefilled since the previous margin) holds it; a hallucinated pier number for the segment
-    just before that one (when ``hallucinate``); else NONE (NO in fused mode).
+    just before that one (when ``hallucinate``); else NONE.
     Classification requests: YES when the note has the right number. Answer requests: the
     pier when the notes mention it.
     """
 
-    def __init__(self, context: str, hallucinate: bool = True,
-                 fused_no: str = "NO, the text does not say.") -> None:
+    def __init__(self, context: str, hallucinate: bool = True) -> None:
         segs = WiM(ScriptedGenerator(), segment_tokens=SEGMENT_TOKENS).segments(context)
         fact_at = next(s.index for s in segs if FACT in s.text)
         self.decoy = segs[fact_at - 1].text if hallucinate else None
         self.seen = 0
-        self.fused_no = fused_no
 
     def __call__(self, req: Request) -> str:
         if is_margin(req):
             latest = req.prefix[self.seen:]
             self.seen = len(req.prefix)
-            fused = FUSED_INTRO in req.prefix
             if FACT in latest:
-                return f"YES {FACT}" if fused else FACT
-            if self.decoy is not None and not fused and latest.endswith(self.decoy):
+                return FACT
+            if self.decoy is not None and latest.endswith(self.decoy):
                 return HALLUCINATION
-            return self.fused_no if fused else "NONE"
+            return "NONE"
         if CLASSIFY_MARK in req.suffix:
             return "YES" if "pier 47" in req.suffix else "NO"
         if ANSWER_MARK in req.suffix:
@@ -225,33 +221,6 @@ def test_stop_before_reading_answers_from_nothing(doc: str) -> None:
 # -- judges ---------------------------------------------------------------------------
 
 
-def test_fused_no_stops_the_margin_and_yes_keeps_the_sentence(doc: str) -> None:
-    gen = ScriptedGenerator(reader_for(doc))
-    pattern = WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="fused")
-    events = list(pattern.run(doc, QUESTION))
-    answer = events[-1].answer
-    written = [e.text for e in events if isinstance(e, MarginWritten)]
-    n = len(pattern.segments(doc))
-    assert written.count(f"YES {FACT}") == 1 and written.count("NO") == n - 1  # cut after NO
-    kept = [m for m in answer.margins if m.relevant]
-    assert [m.text for m in kept] == [FACT]
-    assert all(m.mode == "fused" and m.reason == "the model said NO" for m in answer.margins
-               if not m.relevant)
-    # a NO costs one decoded token; the YES margin costs its whole reply
-    yes_tokens = len(gen.tokenizer.encode(f"YES {FACT}"))
-    assert answer.stats.generated_margin_tokens == (n - 1) + yes_tokens
-    reqs = margin_requests(gen)
-    assert all(r.params.first_choices == ("YES", "NO") and r.params.stop == () for r in reqs)
-    assert f"- {FACT}\n" in answer_request(gen).suffix
-    assert answer.text == "The ferry leaves from pier 47."
-
-
-def test_fused_reply_without_a_verdict_is_not_relevant(doc: str) -> None:
-    gen = ScriptedGenerator(lambda r: FACT if is_fused_margin(r) else "?")
-    answer = WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="fused").answer(doc, QUESTION)
-    assert not any(m.relevant for m in answer.margins)
-
-
 def test_separate_judge_asks_once_per_nonempty_margin(doc: str) -> None:
     gen = ScriptedGenerator(reader_for(doc))
     pattern = WiM(gen, segment_tokens=SEGMENT_TOKENS, judge="separate")
@@ -307,8 +276,7 @@ def test_repeated_note_is_kept_once(doc: str) -> None:
     assert len(answer.references) == 1
 
 
-@pytest.mark.parametrize("kept_as", ["written", "sentence"])
-def test_a_short_margin_goes_to_the_answer_as_written_or_as_its_sentence(doc: str, kept_as: str) -> None:
+def test_a_short_margin_goes_to_the_answer_as_written(doc: str) -> None:
     seen = [0]
 
     def respond(req: Request) -> str:  # a bare "pier 47" for the part that holds the fact
@@ -318,31 +286,11 @@ def test_a_short_margin_goes_to_the_answer_as_written_or_as_its_sentence(doc: st
         return "x"
 
     gen = ScriptedGenerator(respond)
-    answer = WiM(gen, segment_tokens=SEGMENT_TOKENS, kept_as=kept_as).answer(doc, QUESTION)
+    answer = WiM(gen, segment_tokens=SEGMENT_TOKENS).answer(doc, QUESTION)
     (kept,) = [m for m in answer.margins if m.relevant]
     assert kept.text == "pier 47" and kept.evidence is not None
     notes = answer_request(gen).suffix.split(ANSWER_MARK, 1)[1]
-    assert ("- " + FACT in notes) == (kept_as == "sentence")
-    assert ("- pier 47\n" in notes + "\n") == (kept_as == "written")
-
-
-def test_kept_notes_expand_to_evidence_but_leave_lists_and_unsupported_margins() -> None:
-    from marginalia.patterns.wim import kept_notes
-
-    context = "Intro line. The ferry leaves from pier 47 at dusk.  It sails north. Apples, pears, plums."
-    start = context.index("The ferry")
-    ferry = (start, context.index(" It sails"))
-    fruit = (context.index("Apples"), len(context))
-    margins = [
-        Margin(0, "pier 47", True, "grounded", evidence=ferry),
-        Margin(1, "at dusk", True, "grounded", evidence=ferry),  # the same sentence: given once
-        Margin(2, "Apples, pears, plums", True, "grounded", evidence=fruit),  # a list: tallied as written
-        Margin(3, "a paraphrase", True, "fused", evidence=None),
-    ]
-    assert kept_notes(margins, context, "sentence") == [
-        "The ferry leaves from pier 47 at dusk.", "Apples, pears, plums", "a paraphrase"]
-    assert kept_notes(margins, context, "written") == [m.text for m in margins]
-    assert kept_notes(margins + margins[:1], context, "written")[-1] == "pier 47"  # as before: repeats stay
+    assert "- pier 47\n" in notes + "\n" and "- " + FACT not in notes
 
 
 # -- prompts, inputs, errors ----------------------------------------------------------
@@ -350,7 +298,7 @@ def test_kept_notes_expand_to_evidence_but_leave_lists_and_unsupported_margins()
 ODD_QUESTION = 'What is {x} and $y "z"\n\u2014 \u00fc?'
 
 
-@pytest.mark.parametrize("judge", ["grounded", "fused", "separate"])
+@pytest.mark.parametrize("judge", ["grounded", "separate"])
 def test_odd_question_renders_verbatim(doc: str, judge: str) -> None:
     gen = ScriptedGenerator(lambda r: "YES it is {x} and $y" if CLASSIFY_MARK not in r.suffix
                             else "NO")
@@ -460,55 +408,25 @@ def test_notes_that_do_not_fit_keep_the_latest() -> None:
     assert fit_notes([], 1000, count) == "- (no notes)"
 
 
-def test_the_extract_margin_style_asks_for_items_too() -> None:
-    from marginalia.models.fake import ScriptedGenerator
-
-    gen = ScriptedGenerator(lambda req: "NONE")
-    sentence = gen.tokenizer.decode(WiM(gen).framing().head)
-    extract = gen.tokenizer.decode(WiM(gen, margin_style="extract").framing().head)
-    assert "copy the sentence" in sentence and "short list" not in sentence
-    assert "short list" in extract and "NONE" in extract
-    # the fused judge keeps its own intro (its margins open with YES or NO)
-    assert WiM(gen, judge="fused", margin_style="extract").framing().head == WiM(gen, judge="fused").framing().head
-
-
 def test_list_notes_are_tallied_most_named_first() -> None:
     """Partial aggregates summed: each item of the list notes with the number of notes naming it (case aside),
-    ties in order of first mention; a sentence note is not a list; nothing when fewer than two lists."""
+    ties in order of first mention; the tally stands for the list notes; a sentence note is not a list and
+    stays; nothing is tallied when fewer than two notes are lists."""
     from marginalia.patterns.wim import fit_notes, tally_notes
 
     count = WordTokenizer().count
     notes = ["apple, river, stone, cloud", "The river rose in May.", "river, cloud, Apple, lamp", "lamp, river, desk"]
     line = tally_notes(notes)
-    assert line.endswith(": river (3), apple (2), cloud (2), lamp (2)") and "3 list notes" in line
+    assert line == ("- Named in the 3 list notes (how many), most named first: river (3), apple (2), cloud (2), "
+                    "lamp (2), stone (1), desk (1)")
     assert tally_notes(["apple, river, stone", "The river rose in May."]) == ""
-    assert tally_notes(["apple, river, stone", "desk, lamp, cup"]) == ""
-    assert fit_notes(notes, 1000, count, tally=True) == "\n".join([f"- {n}" for n in notes] + [line])
-    assert fit_notes(notes, 1000, count) == "\n".join(f"- {n}" for n in notes)
-    short = fit_notes(notes, count(line) - 2, count, tally=True)  # the tally alone is too long: cut at a comma
+    assert tally_notes(["apple, river, stone"]) == ""
+    only = fit_notes(notes, 1000, count).splitlines()
+    assert only == ["- The river rose in May.", line]
+    one_list = ["apple, river, stone", "The river rose in May."]
+    assert fit_notes(one_list, 1000, count) == "\n".join(f"- {n}" for n in one_list)  # no tally: the list stays
+    short = fit_notes(notes, count(line) - 2, count)  # the tally alone is too long: cut at a comma
     assert short == line.rsplit(", ", 1)[0], short
-    # tally_only: the tally of every item stands for the list notes; the sentence stays
-    only = fit_notes(notes, 1000, count, tally=True, tally_only=True).splitlines()
-    assert only[0] == "- The river rose in May." and len(only) == 2
-    assert only[1].endswith("most named first: river (3), apple (2), cloud (2), lamp (2), stone (1), desk (1)")
-    # on by default; without the tally nothing stands for the list notes, so they stay
-    assert WiM(ScriptedGenerator()).tally_lists and WiM(ScriptedGenerator()).tally_only
-    assert not WiM(ScriptedGenerator(), tally_lists=False).tally_only
-
-
-def test_copy_decoding_copies_each_margin_from_its_part(doc: str) -> None:
-    gen = ScriptedGenerator(reader_for(doc))
-    pattern = WiM(gen, segment_tokens=SEGMENT_TOKENS, margin_decoding="copy")
-    answer = pattern.answer(doc, QUESTION)
-    assert answer.text == "The ferry leaves from pier 47."
-    segments = pattern.segments(doc)
-    reqs = margin_requests(gen)
-    assert [r.params.copy_from for r in reqs] == [s.text for s in segments]
-    assert all(r.params.copy_also == ("NONE",) for r in reqs)
-    # by default margins are free
-    free = ScriptedGenerator(reader_for(doc))
-    WiM(free, segment_tokens=SEGMENT_TOKENS).answer(doc, QUESTION)
-    assert all(r.params.copy_from is None for r in margin_requests(free))
 
 
 def test_lists_decoding_writes_again_by_copy_only_a_list_the_part_does_not_hold(doc: str) -> None:
@@ -520,29 +438,30 @@ def test_lists_decoding_writes_again_by_copy_only_a_list_the_part_does_not_hold(
         return "apple, banana, cherry, plum"  # free: a list no part holds
 
     gen = ScriptedGenerator(respond)
-    events = run_events(gen, doc)  # the default
+    events = run_events(gen, doc)
     segments = WiM(gen, segment_tokens=SEGMENT_TOKENS).segments(doc)
     reqs = margin_requests(gen)
     # each margin written freely, then again by copy from its own part
     assert [r.params.copy_from for r in reqs] == [t for s in segments for t in (None, s.text)]
     written = [e.text for e in events if isinstance(e, MarginWritten)]
     assert written == [", ".join(s.text.split()[:3]).strip(".,") for s in segments]
+    assert all(r.params.copy_also == ("NONE",) for r in reqs if r.params.copy_from is not None)
+    sentences = ScriptedGenerator(reader_for(doc))  # a margin that is no list stays as written
+    WiM(sentences, segment_tokens=SEGMENT_TOKENS).answer(doc, QUESTION)
+    assert all(r.params.copy_from is None for r in margin_requests(sentences))
 
-    wim = WiM(ScriptedGenerator(), segment_tokens=SEGMENT_TOKENS, margin_decoding="lists")
+    wim = WiM(ScriptedGenerator(), segment_tokens=SEGMENT_TOKENS)
     part = segments[0]
     words = [w.strip(".,") for w in part.text.split()[:3]]
     assert wim.needs_copy("apple, banana, cherry", part)
     assert not wim.needs_copy(", ".join(words), part)  # a list the part holds stays as written
     assert not wim.needs_copy("NONE", part) and not wim.needs_copy(part.text.split(".")[0] + ".", part)
-    assert WiM(ScriptedGenerator(), segment_tokens=SEGMENT_TOKENS).needs_copy("apple, banana, cherry", part)
-    free = WiM(ScriptedGenerator(), segment_tokens=SEGMENT_TOKENS, margin_decoding="free")
-    assert not free.needs_copy("apple, banana, cherry", part)
 
     class Loose(ScriptedGenerator):
         supports_copy = False
 
     loose = Loose(respond, name="loose")  # a model that cannot copy keeps its margins as written
-    run_events(loose, doc, margin_decoding="lists")
+    run_events(loose, doc)
     assert all(r.params.copy_from is None for r in margin_requests(loose))
     assert len(margin_requests(loose)) == len(segments)
 
@@ -551,8 +470,6 @@ def test_copy_decoding_needs_a_backend_that_enforces_it() -> None:
     class Loose(ScriptedGenerator):
         supports_copy = False
 
-    with pytest.raises(UserError, match="margin_decoding = copy needs a model that can restrict what it writes"):
-        WiM(Loose(name="loose"), margin_decoding="copy")
     with pytest.raises(UserError, match="loose cannot restrict what it generates .to copies from a text"):
         Loose(name="loose").generate("Is it?", GenerationParams(copy_from="some text"))
 

@@ -17,7 +17,6 @@ from marginalia.models.snapshots import SnapshotStore
 from marginalia.options import WimOptions
 from marginalia.patterns.long_context import LongContext
 from marginalia.patterns.wim import WiM
-from marginalia.prompts import render
 from marginalia.records import Answer, SegmentRead
 from wim_requests import is_margin
 
@@ -113,14 +112,12 @@ def test_a_stored_reading_serves_a_new_process(doc: str, tmp_path: Path) -> None
     assert margins(second) == margins(expected) and second.text == expected.text
 
 
-def test_another_intro_or_segment_size_does_not_meet_the_stored_reading(doc: str, tmp_path: Path) -> None:
+def test_another_segment_size_does_not_meet_the_stored_reading(doc: str, tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path / "cache")
     WiM(ScriptedGenerator(echo), segment_tokens=100).reader(doc, store=store).answer(Q1)
     other = WiM(ScriptedGenerator(echo), WimOptions(segment_tokens=120)).reader(doc, store=store).answer(Q2)
     assert other.stats.cached_context_tokens == 0
-    fused = WiM(ScriptedGenerator(echo), segment_tokens=100, judge="fused").reader(doc, store=store).answer(Q2)
-    assert fused.stats.cached_context_tokens == 0
-    assert len(store.files()) == 3
+    assert len(store.files()) == 2
 
 
 @pytest.mark.parametrize("damage", [b"", b"not json\n123", b'{"schema": 1}\n', "flip"])
@@ -330,7 +327,7 @@ def test_a_whole_answer_equals_long_context_with_wims_intro(doc: str) -> None:
     reader.answer(Q1)
     whole = reader.ask_whole(Q2, LongContext(gen)).answer()
     alone = ScriptedGenerator(echo)
-    expected = LongContext(alone, intro=wim.judge.intro_template).answer(doc, Q2)
+    expected = LongContext(alone, intro="wim_intro").answer(doc, Q2)
     assert whole.text == expected.text
     last, other = gen.requests[-1], alone.requests[-1]
     assert last.prompt == other.prompt  # (each fake numbers its own tokens: compare the text)
@@ -360,7 +357,7 @@ def test_tiny_llama_whole_answer_equals_long_context_with_wims_intro(make_tiny: 
     reader = wim.reader(doc)
     reader.answer(Q1)
     whole = reader.ask_whole(Q2, LongContext(gen, max_new_tokens=6)).answer()
-    expected = LongContext(make_tiny(), intro=wim.judge.intro_template, max_new_tokens=6).answer(doc, Q2)
+    expected = LongContext(make_tiny(), intro="wim_intro", max_new_tokens=6).answer(doc, Q2)
     assert whole.stats.prefilled_context_tokens == 0
     assert whole.text == expected.text
 
@@ -381,32 +378,6 @@ def test_smollm2_llamacpp_whole_answer_after_other_work(smollm2_llamacpp: Any,
     whole = reader.ask_whole(Q1, LongContext(gen, max_new_tokens=24)).answer()
     assert whole.stats.prefilled_context_tokens == 0 and whole.stats.reprefilled_context_tokens == 0
     assert whole.stats.prefilled_other_tokens < 60
-    expected = LongContext(smollm2_llamacpp.fork(keep_cache=False), intro=wim.judge.intro_template,
+    expected = LongContext(smollm2_llamacpp.fork(keep_cache=False), intro="wim_intro",
                            max_new_tokens=24).answer(doc, Q1)
     assert whole.text == expected.text
-
-
-def test_with_instructions_in_the_margin_prompt_a_whole_answer_is_long_contexts_own(doc: str) -> None:
-    """instructions = "margin": the document is introduced as long context introduces it and each margin
-    prompt says what to write, so lc answered from the reading sees long context's exact prompt."""
-    def reply(req: Request) -> str:
-        if "Copy, word for word" in req.suffix:
-            return FACT if FACT in req.prefix[-400:] else "Nothing here."
-        return "Pier 47." if "Notes taken while reading" in req.suffix and FACT in req.suffix else "answer"
-
-    gen = ScriptedGenerator(reply)
-    wim = WiM(gen, segment_tokens=100, instructions="margin")
-    reader = wim.reader(doc)
-    answer = reader.answer(Q1)
-    margin_requests = [r for r in gen.requests if "Copy, word for word" in r.suffix]
-    assert len(margin_requests) == len(reader.segments) and all(Q1 in r.suffix for r in margin_requests)
-    assert [m.text for m in answer.margins if m.relevant] == [FACT] and answer.text == "Pier 47."
-    assert render("wim_intro").strip() not in gen.requests[0].prefix
-    assert render("document_intro").strip() in gen.requests[0].prefix
-    whole = reader.ask_whole(Q2, LongContext(gen)).answer()
-    alone = ScriptedGenerator(reply)
-    expected = LongContext(alone).answer(doc, Q2)
-    assert whole.text == expected.text and gen.requests[-1].prompt == alone.requests[-1].prompt
-    # the fused judge keeps its own intro and margin prompt
-    fused = WiM(gen, judge="fused", instructions="margin")
-    assert fused.margin_template == "margin_fused" and fused.framing().head == WiM(gen, judge="fused").framing().head

@@ -93,6 +93,17 @@ def test_the_body_reuses_the_records_defaults():
     ({"question": ""}, "question"),
     ({"question": "   "}, "question"),
     ({"colour": "blue"}, "colour"),
+    # options no longer offered are refused as any unknown field is
+    ({"reading": {"pattern": "wim", "tally_lists": False}}, "reading.tally_lists"),
+    ({"reading": {"pattern": "wim", "kept_as": "sentence"}}, "reading.kept_as"),
+    ({"reading": {"pattern": "wim", "margin_decoding": "copy"}}, "reading.margin_decoding"),
+    ({"reading": {"pattern": "wim", "margin_style": "extract"}}, "reading.margin_style"),
+    ({"reading": {"pattern": "wim", "instructions": "margin"}}, "reading.instructions"),
+    ({"reading": {"pattern": "wim", "judge": "fused"}}, "reading.judge"),
+    ({"reading": {"pattern": "wim", "judge": "combined"}}, "reading.judge"),
+    ({"reading": {"pattern": "lc", "answer_style": "short"}}, "reading.answer_style"),
+    ({"reading": {"pattern": "lc", "answer_decoding": "distinct"}}, "reading.answer_decoding"),
+    ({"reading": {"pattern": "rag", "split": "tokens"}}, "reading.split"),
 ])
 def test_validation_errors_are_422_naming_the_field(body, field):
     reply = ask(make_client(), **body)
@@ -209,6 +220,14 @@ def test_each_request_has_its_own_options_and_temperature():
     second = gen.requests[-1].params
     assert (first.temperature, first.max_new_tokens) == (0.7, 7)
     assert (second.temperature, second.max_new_tokens) == (0.0, WimOptions().max_new_tokens)
+    # wim: the answer at the request's temperature, its margins greedy; the next request greedy again
+    wim = {"pattern": "wim", "segment_tokens": 24}
+    ask(client, temperature=0.9, reading=wim)
+    warm = [r.params for r in gen.requests if not is_margin(r)][-1]
+    ask(client, reading=wim)
+    again = [r.params for r in gen.requests if not is_margin(r)][-1]
+    assert warm.temperature == 0.9 and again.temperature == 0.0
+    assert not any(r.params.temperature for r in gen.requests if is_margin(r))
 
 
 def test_a_full_queue_answers_429_with_retry_after():

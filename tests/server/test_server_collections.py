@@ -11,7 +11,8 @@ import pytest
 from marginalia.index.embedders import HashingEmbedder
 from marginalia.options import CollectionOptions
 from marginalia.server import Settings
-from server_support import ANSWER, FACT, QUESTION, REPORT, index_text, make_client, parse_sse, wait_for
+from server_support import ANSWER, FACT, QUESTION, REPORT, index_text, make_client, parse_sse, scripted, wait_for
+from wim_requests import is_margin
 
 pytest.importorskip("lancedb")
 
@@ -184,6 +185,20 @@ def test_ask_a_collection_with_each_pattern(client):
         assert all(r["document"] == "report.md" for r in data["references"])
         assert any(FACT in r["quote"] and r["section_path"] == ["Harbour report", "Ferries"]
                    for r in data["references"]), data["references"]
+
+
+def test_a_collection_answer_is_sampled_at_the_requests_temperature_alone():
+    gen = scripted()
+    client = make_client(generator=gen)
+    index_text(client, "docs", "report.md", REPORT)
+    for pattern in ("wim", "lc", "rag"):
+        for temperature in (0.8, None):
+            body = {"question": QUESTION, "collection": "docs", "reading": {"pattern": pattern}}
+            reply = client.post("/v1/ask", json={**body, **({"temperature": temperature} if temperature else {})})
+            assert reply.status_code == 200, reply.text
+            answer = [r.params for r in gen.requests if not is_margin(r)][-1]
+            assert answer.temperature == (temperature or 0.0), (pattern, temperature)
+    assert not any(r.params.temperature for r in gen.requests if is_margin(r))
 
 
 def test_ask_a_collection_streams_retrieved_before_reading(client):

@@ -45,7 +45,6 @@ from .reading import (
     pattern,
     read_file,
     reader,
-    set_temperature,
     text_document,
 )
 
@@ -62,7 +61,7 @@ __all__ = [
     "demo", "load_embedder", "load_model", "model_server_command", "model_specs",
     # reading
     "DEFAULT_CACHE_BYTES", "ask_collection", "ask_file", "ask_text", "check_question", "collection_reader",
-    "document_cache", "document_sections", "locate", "pattern", "read_file", "reader", "set_temperature",
+    "document_cache", "document_sections", "locate", "pattern", "read_file", "reader",
     "text_document",
     # indexing
     "DocumentQuestions", "IndexReport", "Indexed", "Progress", "check_paths", "chunk_document", "collection_exists",

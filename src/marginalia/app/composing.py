@@ -64,7 +64,7 @@ def compose(collection: Collection | str, options: ComposeOptions | None = None,
     guard = options.no_repeat_ngram
     if guard is None:  # the default: guard where the model can mask tokens, as a server cannot
         guard = NO_REPEAT_NGRAM if generator.supports_copy else 0
-    generator.check_first_choices(GenerationParams(no_repeat_ngram=guard))  # before loading more
+    generator.check_decoding(GenerationParams(no_repeat_ngram=guard))  # before loading more
     load = loader or (lambda spec: load_model(spec, home=home))
     if standby is None and forks_share_cache(generator):
         standby = _load_role(load, generator.name, "a second copy of the client model")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..models.base import Generator
 from ..models.snapshots import DEFAULT_MAX_BYTES
-from ..options import CollectionOptions, LcOptions, PatternOptions, RagOptions, WimOptions
+from ..options import CollectionOptions, LcOptions, PatternOptions, RagOptions, RunSettings, WimOptions
 from ..records import Answer, Document, Section
 from .indexing import open_collection
 
@@ -77,25 +77,9 @@ def ask_text(text: str, question: str, options: PatternOptions | None = None, *,
     wim = options if options is not None else WimOptions()
     if cache is not None and isinstance(wim, WimOptions):  # from a stored reading when there is one
         stored = reader(text, wim, generator=generator, source=source, cache=cache)
-        set_temperature(stored.wim, temperature)
-        return stored.ask(question)
-    built = pattern(options, generator, embedder)
-    set_temperature(built, temperature)
-    return built.run(text, question, source=source)
-
-
-def set_temperature(pattern: Pattern, temperature: float | None) -> None:
-    """Sample this request's answer at ``temperature`` (the pattern, and a collection reader's inner one,
-    are built for this request alone)."""
-    from dataclasses import replace
-
-    from ..patterns import Pattern
-
-    if temperature is None:
-        return
-    for each in (pattern, getattr(pattern, "inner", None)):
-        if isinstance(each, Pattern):
-            each.answer_params = replace(each.answer_params, temperature=temperature)
+        return stored.ask(question, RunSettings(temperature=temperature))
+    return pattern(options, generator, embedder).run(text, question, source=source,
+                                                     settings=RunSettings(temperature=temperature))
 
 
 def read_file(path: str | Path) -> Document:
@@ -200,5 +184,4 @@ def ask_collection(collection: Collection | str, question: str, options: Pattern
     check_question(question)
     store = open_collection(collection, home=home) if isinstance(collection, str) else collection
     reader = collection_reader(store, options, reading, generator=generator)
-    set_temperature(reader, temperature)
-    return reader.ask(question, source=store.name)
+    return reader.ask(question, source=store.name, settings=RunSettings(temperature=temperature))

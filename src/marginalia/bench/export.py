@@ -36,7 +36,7 @@ KEPT = ("schema", "task", "item_id", "example_id", "pattern", "kind", "target_to
         "distractor_fraction", "scoring", "gold_spans", "status", "needed", "window", "scores", "stored_scores",
         "stats", "segments_read", "segments_total", "margins_kept", "seconds", "finished")
 #: each margin's fields kept as they are
-MARGIN_KEPT = ("segment", "kept", "score", "p_yes", "evidence", "read_to")
+MARGIN_KEPT = ("segment", "kept", "score", "evidence", "read_to")
 #: a verdict's fields kept (its reason may quote the answer)
 JUDGE_KEPT = ("verdict", "attempts", "by", "seconds")
 

@@ -179,13 +179,28 @@ def raised_limits(stored: list[dict[str, Any]], new: list[dict[str, Any]]) -> di
     return raised
 
 
+#: pattern options that are no longer choices, each with the one behaviour left: a stored pattern that chose
+#: it read as a pattern reads now, so it is read without them
+SETTLED_OPTIONS: dict[str, Any] = {
+    "answer_style": "sentence", "answer_decoding": "free", "split": "paragraphs", "margin_style": "sentence",
+    "instructions": "intro", "tally_lists": True, "tally_only": True, "margin_decoding": "lists",
+    "kept_as": "written",
+}
+
+
 def stored_config(stored: Mapping[str, Any]) -> RunConfig:
-    """The config a run stored in its run.json (``info["config"]``), validated again.
+    """The config a run stored in its run.json (``info["config"]``), validated again; its patterns' settled
+    options (`SETTLED_OPTIONS`) are left out where they hold the behaviour left.
 
     Raises:
-        ValidationError: it no longer validates (an option since renamed or removed).
+        ValidationError: it no longer validates (an option since renamed or removed, or a settled option that
+            chose a behaviour no longer offered).
     """
-    return RunConfig.model_validate({k: v for k, v in stored.items() if k != "schema"})
+    data = {k: v for k, v in stored.items() if k != "schema"}
+    if isinstance(data.get("patterns"), list):
+        data["patterns"] = [{k: v for k, v in p.items() if k not in SETTLED_OPTIONS or SETTLED_OPTIONS[k] != v}
+                            if isinstance(p, dict) else p for p in data["patterns"]]
+    return RunConfig.model_validate(data)
 
 
 def check_compatible(folder: Path, config: RunConfig) -> dict[str, Any] | None:

@@ -625,7 +625,7 @@ def task_sections(records: list[dict[str, Any]], patterns: Sequence[str], level:
     lines += _subsection(
         level, "Yes/no questions",
         "Answers to questions whose gold answer is yes or no, and those that say neither word: `contains` counts "
-        "them wrong whatever they state (`answer_style = \"short\"` asks for yes or no).",
+        "them wrong whatever they state.",
         ["pattern", "answers", "say neither yes nor no", "share"], yes_no_rows(records, patterns))
     lines += ["", f"{level} Cost per answer", "",
               _table(["pattern", "length", "n", "prefilled context tokens", "prefilled other tokens",

@@ -22,9 +22,11 @@ from filelock import FileLock
 from ..errors import ContextOverflow, MarginaliaError, UserError
 from ..files import append_line, atomic_write_json, mend_tail
 from ..index.embedders import CachedEmbedder, Embedder
-from ..models.base import GenerationParams, Generator, Tokenizer
+from ..models.base import Generator, Tokenizer
+from ..options import RunSettings
 from ..patterns.base import Pattern
-from ..patterns.wim import WiM, WimReader
+from ..patterns.long_context import LongContext
+from ..patterns.wim import SharedReading, WiM
 from ..records import Answer, Margin, Stats
 from .config import PatternConfig, RunConfig, VotingConfig, pattern_record
 from .folder import (
@@ -134,67 +136,27 @@ def build_pattern(cfg: PatternConfig, generator: Generator, embedder: Callable[[
     return app.pattern(pattern_record(cfg), generator, embedder() if cfg.kind == "rag" else None)
 
 
-class SharedReadings:
-    """One WiM reading per (wim pattern, item), shared by that wim pattern and the lc patterns that name it
-    as their ``reading``: the item's context is prefilled once for all of them. Only the latest item's
-    reading is kept."""
-
-    def __init__(self, patterns: Mapping[str, Pattern]) -> None:
-        self.patterns = patterns  # wim patterns by name
-        self._held: dict[str, tuple[tuple[str, str], WimReader]] = {}
-
-    def reader(self, name: str, context: str, source: str) -> WimReader:
-        key = (source, context)
-        held = self._held.get(name)
-        if held is None or held[0] != key:
-            wim = self.patterns[name]
-            assert isinstance(wim, WiM)
-            held = (key, wim.reader(context, source))
-            self._held[name] = held
-        return held[1]
-
-
-class OnReading(Pattern):
-    """A pattern answered on a `SharedReadings` reading: the wim pattern itself (``whole`` false) or an lc
-    pattern answering from the wim pattern's cache (``whole`` true). Its `answer_params` are the pattern's."""
-
-    def __init__(self, pattern: Pattern, readings: SharedReadings, wim: str, whole: bool) -> None:
-        super().__init__(pattern.generator, pattern.options)
-        self.inner, self.readings, self.wim, self.whole = pattern, readings, wim, whole
-        self.name = pattern.name
-
-    @property  # type: ignore[override]
-    def answer_params(self) -> GenerationParams:
-        return self.inner.answer_params
-
-    @answer_params.setter
-    def answer_params(self, value: GenerationParams) -> None:
-        if hasattr(self, "inner"):  # Pattern.__init__ sets it before `inner` exists
-            self.inner.answer_params = value
-
-    def answer(self, context: str, question: str, source: str = "context") -> Answer:
-        reader = self.readings.reader(self.wim, context, source)
-        return (reader.ask_whole(question, self.inner) if self.whole else reader.ask(question)).answer()
-
-    def _events(self, run: Any, context: str, question: str, source: str) -> Iterator[Any]:
-        raise NotImplementedError  # pragma: no cover - answer() goes through the reader
-
-
 def share_readings(built: list[tuple[str, PatternConfig, Pattern]],
                    wims: Mapping[str, Pattern]) -> list[tuple[str, PatternConfig, Pattern]]:
-    """The patterns, those on a shared reading wrapped in `OnReading` and the lc ones moved after the wim
-    pattern whose reading they answer from (so, per item, the reading exists when they run). ``wims``:
-    the wim patterns named as a reading, by name (built even when not run themselves)."""
+    """The patterns, those on a shared reading (`patterns.wim.SharedReading`) answering through it, and the lc
+    ones moved after the wim pattern whose reading they answer from (so, per item, the reading exists when
+    they run). ``wims``: the wim patterns named as a reading, by name (built even when not run themselves)."""
     if not wims:
         return built
-    readings = SharedReadings(wims)
+    shared: dict[str, SharedReading] = {}
+    for label, wim in wims.items():
+        if not isinstance(wim, WiM):
+            raise UserError(f"pattern {label!r} is named as a reading, but it is no wim pattern")
+        shared[label] = SharedReading(wim)
     out: list[tuple[str, PatternConfig, Pattern]] = []
     for label, p, pattern in built:
         reading = getattr(p, "reading", None)
-        if label in wims:
-            pattern = OnReading(pattern, readings, label, whole=False)
+        if label in shared:
+            pattern = shared[label].answering()
         elif reading is not None:
-            pattern = OnReading(pattern, readings, reading, whole=True)
+            if not isinstance(pattern, LongContext):
+                raise UserError(f"pattern {label!r} answers from a reading, but it is no lc pattern")
+            pattern = shared[reading].answering(pattern)
         out.append((label, p, pattern))
     return sorted(out, key=lambda entry: getattr(entry[1], "reading", None) is not None)
 
@@ -218,14 +180,9 @@ def answer_item(pattern: Pattern, item: Item, voting: VotingConfig | None = None
     """
     if voting is None:
         return pattern.answer(item.context, item.question, source=item.id), None
-    base = pattern.answer_params
-    answers: list[Answer] = []
-    try:
-        for i in range(voting.samples):
-            pattern.answer_params = replace(base, temperature=voting.temperature, seed=seed + i)
-            answers.append(pattern.answer(item.context, item.question, source=item.id))
-    finally:
-        pattern.answer_params = base
+    answers = [pattern.answer(item.context, item.question, source=item.id,
+                              settings=RunSettings(temperature=voting.temperature, seed=seed + i))
+               for i in range(voting.samples)]
     best, means = medoid([a.text for a in answers])
     samples = [{"seed": seed + i, "text": a.text, "mean_f1": round(m, 4)}
                for i, (a, m) in enumerate(zip(answers, means, strict=True))]
@@ -235,7 +192,7 @@ def answer_item(pattern: Pattern, item: Item, voting: VotingConfig | None = None
 def margin_fields(margin: Margin) -> dict[str, Any]:
     """One margin as results.jsonl keeps it: enough to read a wrong answer back, and to score the judge."""
     return {"segment": margin.segment_index, "text": margin.text, "kept": margin.relevant,
-            "reason": margin.reason, "score": margin.score, "p_yes": margin.p_yes,
+            "reason": margin.reason, "score": margin.score,
             "evidence": list(margin.evidence) if margin.evidence else None, "read_to": margin.read_to}
 
 

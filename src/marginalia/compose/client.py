@@ -209,7 +209,7 @@ class CompletionClient:
         self.background_step = background_step
         self.params = GenerationParams(max_new_tokens=suggestion_tokens, stop=self.stop,
                                        no_repeat_ngram=no_repeat_ngram)
-        generator.check_first_choices(self.params)  # refuses a guard the client model cannot enforce
+        generator.check_decoding(self.params)  # refuses a guard the client model cannot enforce
         self.prompt = ClientPrompt(generator, suggestion_tokens)
         self._prefix = self.prompt.prefix
         self._fg = threading.Lock()  # one completion at a time, on the active cache

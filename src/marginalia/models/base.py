@@ -43,17 +43,11 @@ class GenerationParams:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
-    #: When set, the first generated token must be the first token of one of these
-    #: strings (a constrained choice, e.g. ("YES", "NO")); the rest is free. A backend
-    #: that cannot enforce it refuses it (`Generator.supports_first_choices`).
-    first_choices: tuple[str, ...] = ()
     #: When set, copy decoding (`marginalia.models.copying`): every piece of the generated text between
     #: joining marks occurs in this text, or begins one of ``copy_also`` (WiM's extractive margins). A
     #: backend that cannot enforce it refuses it (`Generator.supports_copy`).
     copy_from: str | None = None
     copy_also: tuple[str, ...] = ()
-    #: No piece between joining marks written twice (implied by ``copy_from``); the same contract.
-    distinct_pieces: bool = False
     #: When above 0, no run of this many tokens generated twice in one generation (`marginalia.models.repeats`:
     #: a loop guard for greedy decoding); the same contract.
     no_repeat_ngram: int = 0
@@ -153,10 +147,8 @@ class Generator(ABC):
     concurrency: int = 1
     #: Whether requests go to a server whose prefix cache decides what a request costs (HTTP backends)
     remote: bool = False
-    #: Whether `GenerationParams.first_choices` is enforced (patterns that need it check
-    #: this when they are made; a backend without it refuses such requests).
-    supports_first_choices: bool = False
-    #: Whether `GenerationParams.copy_from` is enforced (the same contract)
+    #: Whether `GenerationParams.copy_from` and ``no_repeat_ngram`` are enforced (patterns that need them
+    #: check this when they are made; a backend without it refuses such requests)
     supports_copy: bool = False
     #: Whether `CachingGenerator.choice_probabilities` reads the model's next-token probabilities
     supports_choice_probabilities: bool = False
@@ -187,7 +179,7 @@ class Generator(ABC):
         else:
             ids = self.encode_chat(prompt)
         self.check_fits(len(ids) + params.max_new_tokens, what="the prompt plus the answer")
-        self.check_first_choices(params)
+        self.check_decoding(params)
         return self.stream_prompt(ids, params)
 
     def generate(
@@ -229,24 +221,17 @@ class Generator(ABC):
         if needed > self.context_window:
             raise ContextOverflow(needed, self.context_window, what)
 
-    def check_first_choices(self, params: GenerationParams) -> None:
-        """Refuse a constrained first token, copy decoding or a loop guard this backend cannot enforce (never
-        ignore it)."""
-        if params.first_choices and not self.supports_first_choices:
-            raise UserError(f"{self.name} cannot restrict the first generated token to one of "
-                            f"{', '.join(params.first_choices)}; use a backend that can (an in-process "
-                            "model, or an openai: server in mode=completions)")
+    def check_decoding(self, params: GenerationParams) -> None:
+        """Refuse copy decoding or a loop guard this backend cannot enforce (never ignore it)."""
         if params.no_repeat_ngram < 0:
             raise UserError(f"no_repeat_ngram is a run length in tokens (0 for none), not {params.no_repeat_ngram}")
-        if (params.copy_from is not None or params.distinct_pieces or params.no_repeat_ngram) \
-                and not self.supports_copy:
-            raise UserError(f"{self.name} cannot restrict what it generates (to copies from a text, to no "
-                            "piece twice, or to no run of tokens twice); use an in-process model (gguf: or hf:)")
+        if (params.copy_from is not None or params.no_repeat_ngram) and not self.supports_copy:
+            raise UserError(f"{self.name} cannot restrict what it generates (to copies from a text, or to no "
+                            "run of tokens twice); use an in-process model (gguf: or hf:)")
 
     def copy_state(self, params: GenerationParams) -> CopyState | None:
-        """A fresh `CopyState` for one generation under ``params`` (None without copy decoding or distinct
-        pieces)."""
-        if params.copy_from is None and not params.distinct_pieces:
+        """A fresh `CopyState` for one generation under ``params`` (None without copy decoding)."""
+        if params.copy_from is None:
             return None
         return CopyState(params.copy_from, self.tokenizer.decode, also=params.copy_also)
 
@@ -394,11 +379,11 @@ class CachingGenerator(Generator):
     #: how many branches `branches` decodes side by side (1: none; the backend has no batched branches)
     max_branches: int = 1
 
-    def branches(self, ends: Sequence[int], suffix_ids: Sequence[int], params: GenerationParams,
-                 finished: Callable[[str], bool] | None = None) -> list[tuple[str, int]]:
+    def branches(self, ends: Sequence[int], suffix_ids: Sequence[int],
+                 params: GenerationParams) -> list[tuple[str, int]]:
         """For each ``end`` (at most `max_branches` of them), the continuation of the cache's first ``end``
         tokens plus ``suffix_ids``, all decoded side by side in one batch per step; the cache is left as
-        it was. ``finished(text)`` may end a branch early (a judge that has read enough).
+        it was.
 
         Returns:
             ``(text, tokens generated)`` per end, in order.
@@ -412,19 +397,18 @@ class CachingGenerator(Generator):
         if not suffix_ids or max(ends) > self.length or min(ends) < 1:
             raise BackendError("each branch needs a non-empty suffix and an end within the cache")
         self.check_fits(max(ends) + len(suffix_ids) + params.max_new_tokens, what="a branch")
-        self.check_first_choices(params)
-        if params.copy_from is not None or params.distinct_pieces or params.no_repeat_ngram:
+        self.check_decoding(params)
+        if params.copy_from is not None or params.no_repeat_ngram:
             raise BackendError("branches are not copy-decoded nor guarded against repeats; write such texts one "
                                "after another")
 
     def _decode_branches(self, ends: Sequence[int], suffix: Sequence[int], params: GenerationParams,
-                         finished: Callable[[str], bool] | None,
                          decode: Callable[[list[tuple[int, int, int, bool]]], dict[int, Any]],
-                         pick: Callable[[Any, bool], int], per_batch: int) -> list[tuple[str, int]]:
+                         pick: Callable[[Any], int], per_batch: int) -> list[tuple[str, int]]:
         """The loop of `branches` that backends share: every branch's suffix after its end (``per_batch``
         tokens a call), then one token of every unfinished branch a step. ``decode`` takes
         ``(branch, position, token, wants logits)`` items, one batch, and returns each branch's logits;
-        ``pick(logits, first)`` samples a token (``first``: the first generated, where `first_choices` apply)."""
+        ``pick(logits)`` samples a token."""
         t0 = time.perf_counter()
         tokens: list[list[int]] = [[] for _ in ends]
         scanners = [StopScanner(params.stop) for _ in ends]
@@ -440,22 +424,19 @@ class CachingGenerator(Generator):
             self.usage.evaluated(held[:end] + list(suffix), end, end + len(suffix))
         t1 = time.perf_counter()
         active = list(range(len(ends))) if params.max_new_tokens > 0 else []
-        first = True
         while active:
             chosen: list[tuple[int, int, int, bool]] = []  # (branch, position, token, True) to decode next
             for j in active:
-                token = pick(pending[j], first)
+                token = pick(pending[j])
                 if token in self.eos_ids:
                     continue
                 tokens[j].append(token)
                 self.usage.generated_tokens += 1
                 scanner = scanners[j]
                 scanner.feed(self.tokenizer.decode(tokens[j]))
-                if scanner.stopped or len(tokens[j]) >= params.max_new_tokens \
-                        or (finished is not None and finished(scanner.text[:scanner.emitted])):
+                if scanner.stopped or len(tokens[j]) >= params.max_new_tokens:
                     continue
                 chosen.append((j, ends[j] + len(suffix) + len(tokens[j]) - 1, token, True))
-            first = False
             active = [j for j, _, _, _ in chosen]
             if chosen:
                 pending = decode(chosen)
@@ -540,7 +521,7 @@ class CachingGenerator(Generator):
         start = self.length
         self.check_fits(start + len(suffix_ids) + params.max_new_tokens,
                         what="the cached prefix plus this request")
-        self.check_first_choices(params)
+        self.check_decoding(params)
         try:
             if suffix_ids:
                 self.prefill(suffix_ids)

@@ -34,11 +34,10 @@ def _norm(text: str) -> str:
 
 class CopyState:
     """What one generation has written so far, and which next tokens keep it a copy of ``source`` with no
-    piece twice (with ``source`` None, only the latter: an answer that lists things names each once)."""
+    piece twice."""
 
-    def __init__(self, source: str | None, decode: Callable[[Sequence[int]], str],
-                 also: Iterable[str] = ()) -> None:
-        self.source = None if source is None else _norm(source)  # None: any text, its pieces only distinct
+    def __init__(self, source: str, decode: Callable[[Sequence[int]], str], also: Iterable[str] = ()) -> None:
+        self.source = _norm(source)
         self.also = tuple(_norm(word) for word in also)
         self.decode = decode
         self.piece = ""  # the text since the last joining mark
@@ -49,7 +48,7 @@ class CopyState:
         space after its last word finishes that word (else "m" followed by spaces would stay open)."""
         finished = finished or piece[-1:].isspace()
         piece = _norm(piece)
-        if not piece or self.source is None:
+        if not piece:
             return True
         if any(word == piece or not finished and word.startswith(piece) for word in self.also):
             return True

@@ -90,10 +90,7 @@ class ScriptedGenerator(CachingGenerator):
         context_window: the window it claims, to test overflow handling.
     """
 
-    #: first_choices are recorded with each request, not enforced: a script's reply
-    #: stands for what a constrained model chose (or, to test a judge, failed to)
-    supports_first_choices = True
-    supports_copy = True  # recorded too, not enforced
+    supports_copy = True  # copy decoding is recorded with each request, not enforced
     supports_choice_probabilities = True
 
     def __init__(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,8 +132,7 @@ class LlamaCppGenerator(CachingGenerator):
             (`marginalia.models.lora_gguf` writes one from a peft adapter).
     """
 
-    supports_first_choices = True  # the first token's logits are masked in `_sample_tokens`
-    supports_copy = True  # and every token's, to keep a copy (`_constrain`)
+    supports_copy = True  # every token's logits are masked to keep a copy (`_constrain`)
     supports_choice_probabilities = True
 
     def __init__(self, path: str | Path, name: str = "gguf", n_ctx: int | None = None,
@@ -392,8 +391,8 @@ class LlamaCppGenerator(CachingGenerator):
     def max_branches(self) -> int:  # type: ignore[override]
         return self._shared.n_seq_max - 1  # sequence 0 holds the cache itself
 
-    def branches(self, ends: Sequence[int], suffix_ids: Sequence[int], params: GenerationParams,
-                 finished: Callable[[str], bool] | None = None) -> list[tuple[str, int]]:
+    def branches(self, ends: Sequence[int], suffix_ids: Sequence[int],
+                 params: GenerationParams) -> list[tuple[str, int]]:
         """Branches as sequences 1..n of the unified cache: each shares the cells of its prefix with
         sequence 0 (no copy), then their prompts are decoded in one batch and their tokens one step at a
         time, all branches in each step.
@@ -419,14 +418,14 @@ class LlamaCppGenerator(CachingGenerator):
             rows = self._decode_batch(batch, items)
             return {j: self._row(ctx, row, n_vocab) for j, row in rows.items()}
 
-        def pick(logits: np.ndarray, first: bool) -> int:
-            return _sample(self._constrain(logits, params, first, None), params, rng)
+        def pick(logits: np.ndarray) -> int:
+            return _sample(logits, params, rng)
 
         try:
             for j, end in enumerate(ends):
                 llama_cpp.llama_memory_seq_rm(memory, j + 1, -1, -1)
                 llama_cpp.llama_memory_seq_cp(memory, 0, j + 1, 0, end)
-            return self._decode_branches(ends, suffix, params, finished, decode, pick, llm.n_batch)
+            return self._decode_branches(ends, suffix, params, decode, pick, llm.n_batch)
         finally:
             for j in range(len(ends)):
                 llama_cpp.llama_memory_seq_rm(memory, j + 1, -1, -1)
@@ -530,16 +529,8 @@ class LlamaCppGenerator(CachingGenerator):
         logits = self._pending_logits()
         return [float(logits[i]) for i in token_ids]
 
-    def _restrict(self, logits: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:
-        """Mask all but the first token of each choice."""
-        return _keep(logits, [ids[0] for c in choices if (ids := self.tokenizer.encode(c))])
-
-    def _constrain(self, logits: np.ndarray, params: GenerationParams, first: bool,
-                   copying: CopyState | None) -> np.ndarray:
-        """``logits`` with what ``params`` rules out masked: all but the choices' first tokens (the first
-        token), all that would break the copy (every token, with copy decoding)."""
-        if first and params.first_choices:
-            logits = self._restrict(logits, params.first_choices)
+    def _constrain(self, logits: np.ndarray, copying: CopyState | None) -> np.ndarray:
+        """``logits`` with all that would break the copy masked (with copy decoding)."""
         if copying is not None:
             logits = _keep(logits, copying.mask(logits, self.eos_ids))
         return logits
@@ -547,7 +538,7 @@ class LlamaCppGenerator(CachingGenerator):
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         rng = np.random.default_rng(params.seed if params.seed is not None else 0)
         copying, guard = self.copy_state(params), self.repeat_guard(params)
-        logits = self._constrain(self._pending_logits(), params, True, copying)
+        logits = self._constrain(self._pending_logits(), copying)
         while True:
             token = _sample(_unrepeated(logits, guard), params, rng)
             yield token
@@ -556,7 +547,7 @@ class LlamaCppGenerator(CachingGenerator):
             if guard is not None:
                 guard.feed(token)
             self._sync()
-            logits = self._constrain(self._eval([token]), params, False, copying)
+            logits = self._constrain(self._eval([token]), copying)
             self._ids.append(token)
 
 

@@ -18,7 +18,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import Any, NoReturn
 
@@ -31,7 +30,6 @@ from .base import (
     Message,
     StopScanner,
     Tokenizer,
-    close_stream,
 )
 from .openai_replies import Chunk, ErrorBody, MalformedReply, ModelEntry, ModelList, Timings, UsageReport, parse
 from .openai_spec import MODES, OPTIONS
@@ -49,8 +47,6 @@ except ImportError as exc:  # pragma: no cover - the tests run with the http ext
 DEFAULT_WINDOW = 4096
 BACKOFF = (0.5, 1.0, 2.0)  # seconds before retry 1, 2, 3
 MAX_RETRY_AFTER = 60.0  # a server asking to wait longer gets an error, not a hang
-#: the logit bias that makes a constrained first token one of the choices (the API's maximum)
-CHOICE_BIAS = 100
 KEY_VARS = ("MARGINALIA_API_KEY", "OPENAI_API_KEY")
 START_HINT = ("start one with e.g. `llama-server -m model.gguf --port 8080` "
               "(then use openai:http://127.0.0.1:8080/v1#<model>) or `vllm serve <model>`")
@@ -101,14 +97,6 @@ class OpenAIGenerator(CachingGenerator):
     off again (a system and a user message, or one user message); the server renders
     its own template, so the prefix it sees is textually but not necessarily
     byte-for-byte (token-for-token) identical to the local one.
-
-    ``first_choices`` (a constrained first token, as the fused judge asks) costs two
-    requests in ``completions`` mode: one for a single token with ``logit_bias`` on the
-    choices' first token ids (the local tokenizer's, which the token prompts already
-    assume), then one for the rest whose prompt is the first one plus that token, so
-    the server's prefix cache reuses it. A server that ignores ``logit_bias`` is caught
-    (the token must be a choice's). ``chat`` mode cannot continue a started reply, so it
-    refuses ``first_choices`` (`supports_first_choices` is false).
 
     Args:
         base_url: the API root, e.g. ``http://127.0.0.1:8080/v1``.
@@ -171,8 +159,6 @@ class OpenAIGenerator(CachingGenerator):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.mode = mode
-        # a chat reply cannot be continued from a chosen first token (see the class doc)
-        self.supports_first_choices = mode == "completions"
         self.name = name or f"openai:{self.base_url}#{model}"
         self._tokenizer: Tokenizer
         self._render: RenderChat
@@ -271,8 +257,7 @@ class OpenAIGenerator(CachingGenerator):
 
     # -- the wire ----------------------------------------------------------
 
-    def _body(self, ids: list[int], params: GenerationParams,
-              logit_bias: dict[str, int] | None = None) -> dict[str, Any]:
+    def _body(self, ids: list[int], params: GenerationParams) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model, "stream": True, "stream_options": {"include_usage": True},
             "max_tokens": params.max_new_tokens, "temperature": params.temperature,
@@ -286,8 +271,6 @@ class OpenAIGenerator(CachingGenerator):
             body["stop"] = list(params.stop)
         if params.seed is not None:
             body["seed"] = params.seed
-        if logit_bias:
-            body["logit_bias"] = logit_bias
         return {**body, **self.extra_body}
 
     def messages_of(self, ids: Sequence[int]) -> list[Message]:
@@ -311,61 +294,11 @@ class OpenAIGenerator(CachingGenerator):
         return [{"role": "user", "content": text}]
 
     def _generate(self, ids: list[int], params: GenerationParams) -> Iterator[str]:
-        """Text deltas for the prompt ``ids``: one request, or two for a constrained first token."""
-        self.check_first_choices(params)
-        if params.first_choices and params.max_new_tokens > 0:
-            return self._constrained(ids, params)
+        """Text deltas for the prompt ``ids``: one streaming request."""
+        self.check_decoding(params)
         return self._stream(ids, params)
 
-    def _constrained(self, ids: list[int], params: GenerationParams) -> Iterator[str]:
-        """The first token chosen among ``params.first_choices``, then the rest (see the class doc).
-
-        Stop strings are applied to the whole text, as the in-process backends do; a
-        consumer that stops after the first token (the fused judge's NO) saves the second
-        request.
-        """
-        choices = self._choice_tokens(params.first_choices)
-        one = replace(params, max_new_tokens=1, stop=(), first_choices=())
-        text = "".join(self._stream(ids, one, logit_bias={str(i): CHOICE_BIAS for i in choices}))
-        token = _chosen(choices, text)
-        if token is None:
-            raise BackendError(
-                f"the model server at {self.base_url} ignored logit_bias: asked for one token among "
-                f"{', '.join(repr(t) for t in choices.values())}, it sent {text!r}; use a server that "
-                "honours logit_bias (llama.cpp server, vLLM, SGLang) or another judge than fused")
-        scanner = StopScanner(params.stop)
-        delta = scanner.feed(text)
-        if delta:
-            yield delta
-        if not scanner.stopped and params.max_new_tokens > 1:
-            rest = self._stream(ids + [token], replace(params, max_new_tokens=params.max_new_tokens - 1,
-                                                        first_choices=()))
-            try:
-                for piece in rest:
-                    delta = scanner.feed(scanner.text + piece)
-                    if delta:
-                        yield delta
-                    if scanner.stopped:
-                        break
-            finally:
-                close_stream(rest)
-        tail = scanner.flush()
-        if tail:
-            yield tail
-
-    def _choice_tokens(self, choices: Sequence[str]) -> dict[int, str]:
-        """The first token id of each choice, with its text."""
-        first: dict[int, str] = {}
-        for choice in choices:
-            ids = self._tokenizer.encode(choice)
-            if ids:
-                first.setdefault(ids[0], self._tokenizer.decode(ids[:1]))
-        if not first:
-            raise UserError(f"the first-token choices {list(choices)!r} are all empty; give at least one word")
-        return first
-
-    def _stream(self, ids: list[int], params: GenerationParams,
-                logit_bias: dict[str, int] | None = None) -> Iterator[str]:
+    def _stream(self, ids: list[int], params: GenerationParams) -> Iterator[str]:
         """One streaming request for ``ids``; yields text deltas and books the usage."""
         chat = self.mode == "chat"
         t0 = time.perf_counter()
@@ -374,7 +307,7 @@ class OpenAIGenerator(CachingGenerator):
         timings: Timings | None = None
         scanner = StopScanner(params.stop)
         response = self._open("/chat/completions" if chat else "/completions",
-                              self._body(ids, params, logit_bias))
+                              self._body(ids, params))
         received = ""
         try:
             complete = False
@@ -708,19 +641,6 @@ def hf_tokenizer(path: str) -> tuple[Tokenizer, RenderChat]:
 def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
     m = pattern.search(text)
     return int(m.group(1)) if m else None
-
-
-def _chosen(choices: dict[int, str], text: str) -> int | None:
-    """The choice token whose text the server sent (None: it sent none of them).
-
-    A token's text alone may differ from the server's by a leading space
-    (SentencePiece), so a unique match without surrounding spaces counts too.
-    """
-    exact = [i for i, t in choices.items() if t == text]
-    if exact:
-        return exact[0]
-    loose = [i for i, t in choices.items() if t.strip() and t.strip() == text.strip()]
-    return loose[0] if len(loose) == 1 else None
 
 
 def _retry_after(response: httpx.Response) -> float | None:

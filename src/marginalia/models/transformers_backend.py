@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import BackendError, MissingDependency
@@ -83,8 +83,7 @@ class TransformersGenerator(CachingGenerator):
         prefill_chunk: tokens per forward pass during prefill.
     """
 
-    supports_first_choices = True  # the first token's logits are masked (`_restrict`)
-    supports_copy = True  # and every token's, to keep a copy (`_constrain`)
+    supports_copy = True  # every token's logits are masked to keep a copy (`_constrain`)
     supports_choice_probabilities = True
 
     def __init__(
@@ -304,8 +303,8 @@ class TransformersGenerator(CachingGenerator):
         path = getattr(self.model.config, "_attn_implementation", None) or "eager"
         return 16 if path in self.MASKED_ATTENTION else 1
 
-    def branches(self, ends: Sequence[int], suffix_ids: Sequence[int], params: GenerationParams,
-                 finished: Callable[[str], bool] | None = None) -> list[tuple[str, int]]:
+    def branches(self, ends: Sequence[int], suffix_ids: Sequence[int],
+                 params: GenerationParams) -> list[tuple[str, int]]:
         """Branches appended to the one cache, each token at its branch's own position and masked to see only
         the first ``end`` cached tokens and its own branch (a custom 4D attention mask): one forward pass a
         step for all of them, no copy of the cache. The branches' entries are cropped off afterwards.
@@ -344,12 +343,11 @@ class TransformersGenerator(CachingGenerator):
                                                                device=self.device))
             return {items[i][0]: out.logits[0, r].float() for r, i in enumerate(wanted)}
 
-        def pick(logits: Any, first: bool) -> int:
-            logits = self._constrain(logits, params, first, None)
+        def pick(logits: Any) -> int:
             return self._sample(logits.cpu() if rng is not None else logits, params, rng)
 
         try:
-            return self._decode_branches(ends, suffix, params, finished, decode, pick, self.prefill_chunk)
+            return self._decode_branches(ends, suffix, params, decode, pick, self.prefill_chunk)
         finally:
             added = self._cache.get_seq_length() - base
             if added > 0:
@@ -367,10 +365,6 @@ class TransformersGenerator(CachingGenerator):
             probs = torch.zeros_like(probs).scatter(0, order, sorted_p)
         return int(torch.multinomial(probs / probs.sum(), 1, generator=rng).item())
 
-    def _restrict(self, logits: Any, choices: tuple[str, ...]) -> Any:
-        """Mask all but the first token of each choice."""
-        return self._keep(logits, sorted({ids[0] for c in choices if (ids := self._tokenizer.encode(c))}))
-
     def _unrepeated(self, logits: Any, guard: NoRepeat | None) -> Any:
         """``logits`` with the tokens that would repeat a run masked out (unless nothing else is left)."""
         banned = guard.banned() if guard is not None else []
@@ -386,11 +380,8 @@ class TransformersGenerator(CachingGenerator):
         masked[allowed] = logits[allowed]
         return masked
 
-    def _constrain(self, logits: Any, params: GenerationParams, first: bool, copying: CopyState | None) -> Any:
-        """``logits`` with what ``params`` rules out masked: all but the choices' first tokens (the first
-        token), all that would break the copy (every token, with copy decoding)."""
-        if first and params.first_choices:
-            logits = self._restrict(logits, params.first_choices)
+    def _constrain(self, logits: Any, copying: CopyState | None) -> Any:
+        """``logits`` with all that would break the copy masked (with copy decoding)."""
         if copying is not None:
             logits = self._keep(logits, copying.mask(logits.float().cpu().numpy(), self.eos_ids).tolist())
         return logits
@@ -406,7 +397,7 @@ class TransformersGenerator(CachingGenerator):
     def _sample_tokens(self, params: GenerationParams) -> Iterator[int]:
         rng = self._rng(params)
         copying, guard = self.copy_state(params), self.repeat_guard(params)
-        logits = self._constrain(self._pending_logits(), params, True, copying)
+        logits = self._constrain(self._pending_logits(), copying)
         while True:
             logits = self._unrepeated(logits, guard)
             token = self._sample(logits.cpu() if rng is not None else logits, params, rng)
@@ -415,4 +406,4 @@ class TransformersGenerator(CachingGenerator):
                 copying.feed(token)
             if guard is not None:
                 guard.feed(token)
-            logits = self._constrain(self._forward([token]), params, False, copying)
+            logits = self._constrain(self._forward([token]), copying)

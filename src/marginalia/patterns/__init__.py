@@ -13,6 +13,7 @@ from ..options import (
     LcOptions,
     PatternOptions,
     RagOptions,
+    RunSettings,
     WimOptions,
     pattern_options,
 )
@@ -55,4 +56,4 @@ def make_pattern(options: PatternOptions | str, generator: Generator, *, embedde
     raise UserError(f"no pattern reads with {type(options).__name__}; give WimOptions, LcOptions or RagOptions")
 
 
-__all__ = ["JUDGE_MODES", "PATTERNS", "Pattern", "Run", "make_pattern"]
+__all__ = ["JUDGE_MODES", "PATTERNS", "Pattern", "Run", "RunSettings", "make_pattern"]

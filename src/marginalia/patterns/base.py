@@ -11,13 +11,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Generator as PyGenerator
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from ..errors import UserError
 from ..models.base import Clock, GenerationParams, Generator, Usage
 from ..models.ledger import PrefillLedger
-from ..options import PatternOptions
+from ..options import PatternOptions, RunSettings
 from ..prompts import render
 from ..records import Answer, AnswerDelta, Done, Event, Stats
 
@@ -45,15 +45,23 @@ class Run:
 
     After `stop()`, the pattern finishes the step in progress, reads nothing more,
     and answers from what it has read so far; iteration still ends with `Done`.
+    ``settings`` are this run's own (`RunSettings`).
     """
 
-    def __init__(self, pattern: Pattern, context: str, question: str, source: str) -> None:
+    def __init__(self, pattern: Pattern, context: str, question: str, source: str,
+                 settings: RunSettings | None = None) -> None:
         self.stop_requested = False
+        self.settings = settings or RunSettings()
         self._answer: Answer | None = None
         self._events = pattern._events(self, context, question, source)
 
     def stop(self) -> None:
         self.stop_requested = True
+
+    def params(self, base: GenerationParams) -> GenerationParams:
+        """``base`` (a pattern's own decoding) with this run's settings laid over it."""
+        changes = self.settings.model_dump(exclude_none=True)
+        return replace(base, **changes) if changes else base
 
     def __iter__(self) -> Iterator[Event]:
         for event in self._events:
@@ -103,7 +111,11 @@ def resolve_options(cls: type[OptionsT], options: OptionsT | None, values: dict[
 
 
 class Pattern(ABC):
-    """A way of reading a context to answer a question; ``options`` is its validated options record."""
+    """A way of reading a context to answer a question; ``options`` is its validated options record.
+
+    A built pattern is not changed by reading: what may differ from one run to the next is given to `run`
+    (`RunSettings`).
+    """
 
     name: str = "pattern"  # subclasses set their own; a collection reader takes its inner pattern's
 
@@ -111,39 +123,29 @@ class Pattern(ABC):
         self.generator = generator
         self.options = options
         # "=====" opens our prompts' question block: a model that writes one is inventing the next turn
-        self.answer_params = GenerationParams(max_new_tokens=options.max_new_tokens, stop=("=====",),
-                                              distinct_pieces=options.answer_decoding == "distinct")
-        if options.answer_decoding == "distinct" and not generator.supports_copy:
-            raise UserError(f"answer_decoding = distinct needs a model that can restrict what it writes; "
-                            f"{generator.name} cannot (use an in-process model, gguf: or hf:, or "
-                            "answer_decoding = free)")
+        self.answer_params = GenerationParams(max_new_tokens=options.max_new_tokens, stop=("=====",))
 
-    def answer_template(self, question: str, name: str = "answer") -> str:
-        """The prompt template that asks for the answer (``answer`` or ``answer_margins``) in this pattern's
-        ``answer_style``: a sentence (one that opens with yes or no for a yes/no question); lead: a sentence that
-        opens with the answer itself (with yes or no for a yes/no question); or short: yes or no for a yes/no
-        question, the answer alone for any other."""
-        yes_no = is_yes_no_question(question)
-        style = self.options.answer_style
-        if style == "short":
-            return f"{name}_short_yesno" if yes_no else f"{name}_short"
-        if yes_no:
-            return f"{name}_yesno"
-        return f"{name}_lead" if style == "lead" else name
+    @staticmethod
+    def answer_template(question: str, name: str = "answer") -> str:
+        """The prompt template that asks for the answer (``answer`` or ``answer_margins``): one short sentence,
+        which opens with yes or no for a question that asks for one ("Were they ...?")."""
+        return f"{name}_yesno" if is_yes_no_question(question) else name
 
-    def run(self, context: str, question: str, source: str = "context") -> Run:
-        """Start reading; iterate the returned `Run` for events."""
+    def run(self, context: str, question: str, source: str = "context",
+            settings: RunSettings | None = None) -> Run:
+        """Start reading; iterate the returned `Run` for events. ``settings``: this run's own."""
         question = check_question(question)
         check_context(context)
-        return Run(self, context, question, source)
+        return Run(self, context, question, source, settings)
 
-    def answer(self, context: str, question: str, source: str = "context") -> Answer:
+    def answer(self, context: str, question: str, source: str = "context",
+               settings: RunSettings | None = None) -> Answer:
         """Read to the end and return the answer (the non-streaming call)."""
-        return self.run(context, question, source).answer()
+        return self.run(context, question, source, settings).answer()
 
     @abstractmethod
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
-        """Yield the run's events, ending with `Done`."""
+        """Yield the run's events, ending with `Done` (the answer decoded with ``run.settings``)."""
 
 
 def relay_answer(

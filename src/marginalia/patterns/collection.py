@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from ..index.policy import Piece, Retrieval, piece_header
 from ..models.base import Clock
+from ..options import RunSettings
 from ..records import Answer, AnswerDelta, Done, Event, Reference, Retrieved, Started, Stats
 from .base import Pattern, Run, check_question
 
@@ -81,13 +82,14 @@ class CollectionReader(Pattern):
         self.retrieve = retrieve
         self.name = name or inner.name
 
-    def ask(self, question: str, source: str = "collection") -> Run:
-        """Start a run for ``question`` (the context comes from the collection)."""
-        return self.run("", question, source)
+    def ask(self, question: str, source: str = "collection", settings: RunSettings | None = None) -> Run:
+        """Start a run for ``question`` (the context comes from the collection); ``settings``: its own."""
+        return self.run("", question, source, settings)
 
-    def run(self, context: str, question: str, source: str = "collection") -> Run:
+    def run(self, context: str, question: str, source: str = "collection",
+            settings: RunSettings | None = None) -> Run:
         check_question(question)
-        return Run(self, context, question, source)
+        return Run(self, context, question, source, settings)
 
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
         clock = Clock()

@@ -1,9 +1,7 @@
-"""Deciding whether a margin is relevant: four modes.
+"""Deciding whether a margin is relevant: two modes.
 
 - ``separate``: a second, stateless request asks the model whether the note answers
-  the question; it never touches the context's KV cache.
-- ``fused``: the margin itself must start with YES or NO; a NO margin is cut after
-  its first word, so irrelevant segments cost one or two decoded tokens.
+  the question; it never touches the context's KV cache (the WiM paper's method).
 - ``grounded``: no extra request; a margin is kept only if the text read so far
   supports it (it is a verbatim span of the text, or one sentence holds the words it
   adds beyond the question, numbers included; for a margin made only of the question's
@@ -20,9 +18,6 @@
   catches both, while a bare correct answer copied from the text ("1997") is kept. (The text
   read so far, not only the margin's own segment: the model attends to the whole cache and
   often quotes a fact one segment late.)
-- ``combined``: grounded, and the model's own probability that the note helps (the
-  first token of a YES/NO question asked on the same cache, rolled back after) weighed
-  with the topicality; for backends that give next-token probabilities.
 """
 
 from __future__ import annotations
@@ -35,7 +30,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import UserError
-from ..models.base import CachingGenerator, GenerationParams, Generator, close_stream
+from ..models.base import GenerationParams, Generator, close_stream
 from ..options import JUDGE_MODES, TOPIC_THRESHOLD
 from ..prompts import render
 from ..records import Segment
@@ -56,8 +51,8 @@ from .grounding import (
     units,
 )
 
-__all__ = ["CombinedJudge", "Evidence", "FusedJudge", "GroundedJudge", "MarginJudge", "SeparateJudge", "Verdict",
-           "content_words", "find_evidence", "is_empty_margin", "make_judge"]
+__all__ = ["Evidence", "GroundedJudge", "MarginJudge", "SeparateJudge", "Verdict", "content_words", "find_evidence",
+           "is_empty_margin", "make_judge"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 #: a word the text holds in at most this many sentences is rare: a margin may not bring one in from elsewhere
@@ -87,35 +82,23 @@ class MarginJudge(ABC):
     """Reads a margin's stream and judges it."""
 
     mode: ClassVar[str]
-    #: the document's intro, which says what to write after each part (said once, not
-    #: per margin: each margin prompt is then only the question, a third fewer tokens)
-    intro_template: ClassVar[str] = "wim_intro"
-    margin_template: ClassVar[str] = "margin"
 
-    def read(self, stream: Iterator[str]) -> str:
-        """Consume the margin stream (stopped early once `finished`) and return its text."""
-        text = ""
+    @staticmethod
+    def read(stream: Iterator[str]) -> str:
+        """Consume the margin stream and return its text."""
         try:
-            for delta in stream:
-                text += delta
-                if self.finished(text):
-                    break
+            text = "".join(stream)
         finally:
             close_stream(stream)  # rolls the backend's cache back at once
         return text.strip()
 
-    def finished(self, text: str) -> bool:
-        """Whether a margin written so far needs no more tokens to be judged."""
-        return False
-
     @abstractmethod
     def judge(self, question: str, margin: str, segment: Segment, read: str,
-              p_yes: float | None = None, document: str | None = None) -> Verdict:
+              document: str | None = None) -> Verdict:
         """Decide whether ``margin`` (written after ``segment``) is relevant.
 
-        ``read`` is the context read so far (it ends with ``segment``'s text); ``p_yes`` the model's
-        probability that the note helps, for a judge that asked for it (`CombinedJudge.probe`); ``document``
-        the whole context, read or not (None: only ``read`` is known), for the words still to come.
+        ``read`` is the context read so far (it ends with ``segment``'s text); ``document`` the whole
+        context, read or not (None: only ``read`` is known), for the words still to come.
         """
 
     @staticmethod
@@ -131,19 +114,24 @@ class GroundedJudge(MarginJudge):
     Args:
         threshold: the least support (share of the margin's new words, by rarity, in one sentence).
         topic_threshold: the least topicality of that sentence (share of the question's words, by rarity).
+        link_sentences: a unit in at most this many sentences may link a multi-hop margin's passage to the
+            question's (`grounding.Reading.linked_topic`; 0: no links).
+        clause_share: the least share of one clause's units for a question of several clauses (None: the
+            whole question only).
     """
 
     mode = "grounded"
 
-    def __init__(self, threshold: float = 0.5, topic_threshold: float = TOPIC_THRESHOLD) -> None:
+    def __init__(self, threshold: float = 0.5, topic_threshold: float = TOPIC_THRESHOLD, *,
+                 link_sentences: int = LINK_SENTENCES, clause_share: float | None = CLAUSE_SHARE) -> None:
         for name, value in (("grounding", threshold), ("topicality", topic_threshold)):
             if not 0.0 <= value <= 1.0:
                 raise UserError(f"the {name} threshold must be between 0 and 1, got {value}")
         self.threshold = threshold
         self.topic_threshold = topic_threshold
         self.cover_threshold = COVER
-        self.link_sentences = LINK_SENTENCES
-        self.clause_share: float | None = CLAUSE_SHARE
+        self.link_sentences = link_sentences
+        self.clause_share = clause_share
 
     def ground(self, question: str, margin: str, read: str, segment: Segment | None = None,
                document: str | None = None) -> tuple[Verdict, Evidence | None]:
@@ -245,75 +233,8 @@ class GroundedJudge(MarginJudge):
         return Verdict(True, margin, ev.support * topic, f"{how}, {beside}", (ev.start, ev.end)), ev
 
     def judge(self, question: str, margin: str, segment: Segment, read: str,
-              p_yes: float | None = None, document: str | None = None) -> Verdict:
+              document: str | None = None) -> Verdict:
         return self.ground(question, margin, read, segment, document)[0]
-
-
-class CombinedJudge(GroundedJudge):
-    """Grounded, then weighed with the model's own P(YES) that the note helps.
-
-    After each margin is written, the question and the note are put to the model on the same cache
-    (rolled back after); the probability of YES against NO for its first token is read, not decoded. A margin
-    the grounded judge keeps is kept when ``weight * P(YES) + (1 - weight) * topicality`` also reaches the
-    topicality threshold (the model can turn down a margin whose sentence is barely on the question, never
-    keep one the text does not support or that is off the question), and its score is its support times
-    that blend. Small models say YES to nearly everything (BENCHMARKS.md, relevance checks): the model's
-    word weighs only where the text leaves the matter open.
-    """
-
-    mode = "combined"
-    #: the check's answers (not `choices`: the margin itself is written freely)
-    probe_choices = ("YES", "NO")
-
-    def __init__(self, threshold: float = 0.5, topic_threshold: float = TOPIC_THRESHOLD,
-                 weight: float = 0.5) -> None:
-        super().__init__(threshold, topic_threshold)
-        if not 0.0 <= weight <= 1.0:
-            raise UserError(f"the weight of the model's YES must be between 0 and 1, got {weight}")
-        self.weight = weight
-
-    def probe(self, worker: CachingGenerator, suffix: list[int]) -> float:
-        """P(YES) for the check ``suffix`` (the question and the note) on ``worker``'s cache."""
-        probs = worker.choice_probabilities(suffix, self.probe_choices)
-        return probs[self.probe_choices[0]]
-
-    def judge(self, question: str, margin: str, segment: Segment, read: str,
-              p_yes: float | None = None, document: str | None = None) -> Verdict:
-        verdict, ev = self.ground(question, margin, read, segment, document)
-        if ev is None or p_yes is None or not verdict.relevant:
-            return verdict
-        blend = self.weight * p_yes + (1.0 - self.weight) * ev.topic
-        said = f"the model's YES {p_yes:.0%}, topicality {ev.topic:.0%}"
-        if blend < self.topic_threshold:
-            return Verdict(False, verdict.text, ev.support * blend, f"grounded, but {said}")
-        return Verdict(True, verdict.text, ev.support * blend, f"grounded; {said}", (ev.start, ev.end))
-
-
-class FusedJudge(MarginJudge):
-    """The margin's first token is the verdict, chosen between YES and NO only.
-
-    The first token is constrained to the two words (small models ignore a format
-    they are merely asked for); a NO ends the margin after that one token.
-    """
-
-    mode = "fused"
-    intro_template = "wim_intro_fused"
-    margin_template = "margin_fused"
-    choices = ("YES", "NO")
-
-    def finished(self, text: str) -> bool:
-        return text.strip().lower().startswith("no")  # a NO costs one token: stop there
-
-    def judge(self, question: str, margin: str, segment: Segment, read: str,
-              p_yes: float | None = None, document: str | None = None) -> Verdict:
-        m = re.match(r"\W*(yes|no)\b[\s:,.!-]*", margin, re.IGNORECASE)
-        if not m:
-            return Verdict(False, margin, None, "the margin did not start with YES")
-        rest = margin[m.end():].strip()
-        if m.group(1).lower() == "no":
-            return Verdict(False, rest, 0.0, "the model said NO")
-        return Verdict(not is_empty_margin(rest), rest, 1.0, "the model said YES",
-                       self.locate(question, rest, read))
 
 
 class SeparateJudge(MarginJudge):
@@ -326,7 +247,7 @@ class SeparateJudge(MarginJudge):
         self.params = GenerationParams(max_new_tokens=3)
 
     def judge(self, question: str, margin: str, segment: Segment, read: str,
-              p_yes: float | None = None, document: str | None = None) -> Verdict:
+              document: str | None = None) -> Verdict:
         if is_empty_margin(margin):
             return Verdict(False, margin, 0.0, "the margin says nothing was found")
         reply = self.generator.generate(
@@ -344,23 +265,9 @@ class SeparateJudge(MarginJudge):
 
 def make_judge(mode: str, generator: Generator, threshold: float = 0.5,
                topic_threshold: float = TOPIC_THRESHOLD) -> MarginJudge:
-    """The margin judge of ``mode``; ``threshold`` and ``topic_threshold`` are the grounded and combined
-    judges' (`GroundedJudge`)."""
+    """The margin judge of ``mode``; ``threshold`` and ``topic_threshold`` are the grounded judge's."""
     if mode == "grounded":
         return GroundedJudge(threshold, topic_threshold)
-    if mode == "combined":
-        if not (isinstance(generator, CachingGenerator) and generator.supports_choice_probabilities):
-            raise UserError(f"the combined judge reads the model's probability of YES, and {generator.name} "
-                            "does not give next-token probabilities; use the grounded judge, or an in-process "
-                            "model (smollm2, gguf:, hf:)")
-        return CombinedJudge(threshold, topic_threshold)
-    if mode == "fused":
-        if not generator.supports_first_choices:  # else the verdict would be left to the prompt
-            raise UserError(f"the fused judge needs the margin's first token restricted to "
-                            f"{' or '.join(FusedJudge.choices)}, and {generator.name} cannot do that; "
-                            "use the grounded or separate judge, or a backend that can (an in-process "
-                            "model, or an openai: server in mode=completions)")
-        return FusedJudge()
     if mode == "separate":
         return SeparateJudge(generator)
     raise UserError(f"unknown classification mode {mode!r}; choose one of {', '.join(JUDGE_MODES)}")

@@ -36,17 +36,18 @@ class LongContext(Pattern):
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
         clock = Clock()
         gen = self.generator
+        params = run.params(self.answer_params)
         framing = Framing.build(gen, intro=self.intro)
         context_ids = gen.tokenizer.encode(context)
         suffix = framing.suffix(gen, self.answer_template(question), question=question)
         prompt = framing.head + context_ids + suffix
-        gen.check_fits(len(prompt) + self.answer_params.max_new_tokens,
+        gen.check_fits(len(prompt) + params.max_new_tokens,
                        what="the document, the question and the answer")
         before = gen.usage.snapshot()
         yield Started(self.name, 1, len(context_ids))
         head = len(framing.head)
         with ledger_for(gen, prompt[:head + len(context_ids)], [(head, head + len(context_ids))]) as ledger:
-            text, first = yield from relay_answer(gen.stream_prompt(prompt, self.answer_params), clock)
+            text, first = yield from relay_answer(gen.stream_prompt(prompt, params), clock)
         used = gen.usage.since(before)
         stats = make_stats(
             clock, used, len(context_ids), ledger.evaluated, reprefilled_context=ledger.repeated,

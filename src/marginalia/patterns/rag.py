@@ -35,15 +35,15 @@ def paragraph_spans(text: str) -> list[tuple[int, int]]:
 
 
 class RAG(Pattern):
-    """Cut the context into chunks, embed them, answer from the ``top_k`` closest (see `RagOptions`).
+    """Cut the context's paragraphs into chunks, embed them, answer from the ``top_k`` closest (see `RagOptions`).
 
     Args:
         generator: any Generator.
         options: the options record (or give its fields as keyword arguments).
         embedder: an Embedder; when none is given, the embedded MiniLM is loaded on first use.
 
-    With ``split="paragraphs"`` a passage yields the same chunks wherever it sits, so a cached embedder
-    embeds it once across contexts.
+    Each paragraph is chunked on its own, so a passage yields the same chunks wherever it sits, and a cached
+    embedder embeds it once across contexts.
     """
 
     name = "rag"
@@ -52,7 +52,6 @@ class RAG(Pattern):
                  embedder: Embedder | None = None, **values: Any) -> None:
         opts = resolve_options(RagOptions, options, values)
         super().__init__(generator, opts)
-        self.split = opts.split
         self.chunk_tokens = opts.chunk_tokens
         self.top_k = opts.top_k
         self._embedder = embedder
@@ -66,12 +65,10 @@ class RAG(Pattern):
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
         clock = Clock()
         gen = self.generator
-        ids, offsets = gen.tokenizer.encode_with_offsets(context)
-        if self.split == "paragraphs":
-            chunks = self._paragraph_chunks(context)
-        else:
-            chunks = segments_from_tokens(context, ids, offsets, self.chunk_tokens)
-        yield Started(self.name, len(chunks), len(ids))
+        params = run.params(self.answer_params)
+        n_context = gen.tokenizer.count(context)
+        chunks = self._paragraph_chunks(context)
+        yield Started(self.name, len(chunks), n_context)
         vectors = self.embedder.embed_documents([c.text for c in chunks])
         scores = vectors @ self.embedder.embed_query(question)
         best = sorted(np.argsort(-scores, kind="stable")[: self.top_k].tolist())
@@ -89,14 +86,14 @@ class RAG(Pattern):
             read.append((len(framing.head) + len(body), len(framing.head) + len(body) + chunk.n_tokens))
             body += list(chunk.token_ids)
         prompt = framing.head + body + framing.suffix(gen, self.answer_template(question), question=question)
-        gen.check_fits(len(prompt) + self.answer_params.max_new_tokens,
+        gen.check_fits(len(prompt) + params.max_new_tokens,
                        what="the retrieved passages, the question and the answer")
         before = gen.usage.snapshot()
         with ledger_for(gen, prompt[:len(framing.head) + len(body)], read) as ledger:
-            text, first = yield from relay_answer(gen.stream_prompt(prompt, self.answer_params), clock)
+            text, first = yield from relay_answer(gen.stream_prompt(prompt, params), clock)
         used = gen.usage.since(before)
         stats = make_stats(
-            clock, used, len(ids), ledger.evaluated, reprefilled_context=ledger.repeated,
+            clock, used, n_context, ledger.evaluated, reprefilled_context=ledger.repeated,
             answer_tokens=used.generated_tokens,
             answer_seconds=used.decode_seconds, time_to_first_answer_token=first,
             retrieval_seconds=retrieve_seconds,

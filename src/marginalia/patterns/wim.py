@@ -15,7 +15,6 @@ still extends the prompt before it.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import re
@@ -32,7 +31,7 @@ from ..ingest.segment import segments_from_tokens
 from ..models.base import CacheSnapshot, CachingGenerator, Clock, GenerationParams, Generator, Usage, close_stream
 from ..models.ledger import PrefillLedger
 from ..models.snapshots import SnapshotStore, snapshot_key
-from ..options import WimOptions
+from ..options import RunSettings, WimOptions
 from ..records import (
     Answer,
     Done,
@@ -60,7 +59,8 @@ from .base import (
     resolve_options,
 )
 from .grounding import items_found, list_items
-from .judges import LIST_SHARE, CombinedJudge, SeparateJudge, Verdict, is_empty_margin, make_judge
+from .judges import LIST_SHARE, SeparateJudge, Verdict, make_judge
+from .long_context import LongContext
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,6 @@ class _Written:
     raw: str
     seconds: float
     tokens: int
-    p_yes: float | None = None  # the model's YES for the combined judge's check
 
 
 _CUT_WORD = re.compile(r"[\s,;:(\[\"'‘“-]*[^\W_]+$")
@@ -126,61 +125,24 @@ class WiM(Pattern):
         self.segment_tokens = opts.segment_tokens
         self.stop_at_score = opts.stop_at_score
         self.batch_margins = opts.batch_margins
-        self.margin_style = opts.margin_style
-        self.margin_decoding = opts.margin_decoding
-        if opts.margin_decoding == "copy" and not generator.supports_copy:
-            raise UserError(f"margin_decoding = copy needs a model that can restrict what it writes to copies "
-                            f"from a text; {generator.name} cannot (use an in-process model, gguf: or hf:, or "
-                            "margin_decoding = free)")
-        #: margin_decoding = lists: a list margin the part does not hold is written again by copy decoding
-        #: (where the model cannot copy, margins stay as written)
-        self.copy_lists = opts.margin_decoding == "lists" and generator.supports_copy
-        self.instructions = opts.instructions
-        self.tally_lists = opts.tally_lists
-        self.tally_only = opts.tally_only and opts.tally_lists  # no tally, nothing to stand for the lists
+        #: a list margin the part does not hold is written again by copy decoding (`needs_copy`; where the
+        #: model cannot copy, margins stay as written)
+        self.copy_lists = generator.supports_copy
         self.judge = make_judge(opts.judge, generator, opts.grounding_threshold, opts.topic_threshold)
-        self.margin_params = GenerationParams(
-            max_new_tokens=opts.margin_tokens, stop=() if opts.judge == "fused" else ("\n\n",),
-            first_choices=getattr(self.judge, "choices", ()),
-        )
-
-    @property
-    def kept_as(self) -> str:
-        """`WimOptions.kept_as`, read as each answer is written (an ablation may change the options between
-        two questions on one reading)."""
-        assert isinstance(self.options, WimOptions)
-        return self.options.kept_as
+        self.margin_params = GenerationParams(max_new_tokens=opts.margin_tokens, stop=("\n\n",))
 
     def framing(self) -> Framing:
-        """The prompt around the document: its intro says what to write after each part."""
-        intro = self.judge.intro_template
-        if intro == "wim_intro" and self.instructions == "margin":
-            intro = "document_intro"  # long context's own: the margin prompt says what to write
-        elif intro == "wim_intro" and self.margin_style == "extract":
-            intro = "wim_intro_extract"
-        return Framing.build(self.generator, intro=intro)
-
-    @property
-    def margin_template(self) -> str:
-        """The prompt after each part that asks for its margin."""
-        name = self.judge.margin_template
-        if name == "margin" and self.instructions == "margin":
-            return "margin_extract_instructed" if self.margin_style == "extract" else "margin_instructed"
-        return name
-
-    def params_for(self, segment: Segment) -> GenerationParams:
-        """How the margin of ``segment`` is decoded: `margin_params`, or with copy decoding `copy_params`."""
-        return self.copy_params(segment) if self.margin_decoding == "copy" else self.margin_params
+        """The prompt around the document: its intro says what to write after each part (said once, not per
+        margin: each margin prompt is then only the question)."""
+        return Framing.build(self.generator, intro="wim_intro")
 
     def copy_params(self, segment: Segment) -> GenerationParams:
-        """`margin_params`, each piece copied from the segment's text (NONE, and the judge's first choices, may
-        be written too)."""
-        return replace(self.margin_params, copy_from=segment.text,
-                       copy_also=("NONE", *self.margin_params.first_choices))
+        """`margin_params`, each piece copied from the segment's text (or NONE)."""
+        return replace(self.margin_params, copy_from=segment.text, copy_also=("NONE",))
 
     def needs_copy(self, margin: str, segment: Segment) -> bool:
-        """Whether a freely written margin is written again by copy decoding (``margin_decoding = "lists"``):
-        it is a list (`grounding.list_items`) of which the part holds fewer items than the judge asks of a list
+        """Whether a freely written margin is written again by copy decoding: it is a list
+        (`grounding.list_items`) of which the part holds fewer items than the judge asks of a list
         (`judges.LIST_SHARE`). A small model asked for the items a part adds to an aggregate (the words
         frequent in it, the names it mentions) often writes a plausible list the part does not hold; copied,
         the list is the part's own."""
@@ -201,10 +163,9 @@ class WiM(Pattern):
         yield from WimReader(self, context, source)._events(run, question)
 
     def _sequential(self, run: Run, worker: CachingGenerator, segments: list[Segment], total: int, place: Place,
-                    suffix: list[int], clock: Clock,
-                    probe: Callable[[str], float | None] | None = None) -> Iterator[SegmentRead | _Written]:
+                    suffix: list[int], clock: Clock) -> Iterator[SegmentRead | _Written]:
         """Put the cache at a segment's end (prefill it, or restore it), write its margin, roll back;
-        then the next segment. ``probe`` asks the model about the margin there (the combined judge)."""
+        then the next segment."""
         for segment in segments:
             if run.stop_requested:
                 break
@@ -212,12 +173,11 @@ class WiM(Pattern):
             yield SegmentRead(segment, total, clock(), cached)
             t0 = time.perf_counter()
             generated = worker.usage.generated_tokens
-            raw = self.judge.read(worker.generate_from_cache(suffix, self.params_for(segment)))
+            raw = self.judge.read(worker.generate_from_cache(suffix, self.margin_params))
             if self.needs_copy(raw, segment):  # the cache is back at the segment's end: write it again
                 generated = worker.usage.generated_tokens
                 raw = self.judge.read(worker.generate_from_cache(suffix, self.copy_params(segment)))
-            yield _Written(segment, raw, time.perf_counter() - t0, worker.usage.generated_tokens - generated,
-                           probe(raw) if probe is not None else None)
+            yield _Written(segment, raw, time.perf_counter() - t0, worker.usage.generated_tokens - generated)
 
     def _batched(self, run: Run, worker: CachingGenerator, segments: list[Segment], total: int, ends: list[int],
                  suffix: list[int], clock: Clock, just_read: bool = False) -> Iterator[SegmentRead | _Written]:
@@ -231,8 +191,7 @@ class WiM(Pattern):
                 break
             group = segments[at:at + size]
             t0 = time.perf_counter()
-            written = worker.branches([ends[s.index] for s in group], suffix, self.margin_params,
-                                      finished=self.judge.finished)
+            written = worker.branches([ends[s.index] for s in group], suffix, self.margin_params)
             seconds = (time.perf_counter() - t0) / len(group)
             for segment, (text, tokens) in zip(group, written, strict=True):
                 if not just_read:
@@ -345,22 +304,23 @@ class WimReader:
             reference += segment.token_ids
         return PrefillLedger(reference, [(head, len(reference))], blocks=[head, *self.ends])
 
-    def ask(self, question: str) -> Run:
-        """Start answering ``question``; iterate the `Run` for events (`Run.stop()` stops early)."""
-        return Run(_ReaderPattern(self), self.context, check_question(question), self.source)
+    def ask(self, question: str, settings: RunSettings | None = None) -> Run:
+        """Start answering ``question``; iterate the `Run` for events (`Run.stop()` stops early).
+        ``settings``: this run's own."""
+        return Run(_ReaderPattern(self), self.context, check_question(question), self.source, settings)
 
-    def answer(self, question: str) -> Answer:
-        return self.ask(question).answer()
+    def answer(self, question: str, settings: RunSettings | None = None) -> Answer:
+        return self.ask(question, settings).answer()
 
-    def ask_whole(self, question: str, lc: Pattern) -> Run:
+    def ask_whole(self, question: str, lc: LongContext, settings: RunSettings | None = None) -> Run:
         """Answer ``question`` as long context does, from this reading: the intro and every segment in the
         cache (the segments not read yet are read now, without margins), then long context's answer prompt.
 
         This is how a benchmark lets one prefill of a context serve both lc and wim: the answer is
-        ``lc``'s (its name and answer settings), but the prompt it reads opens with WiM's intro, not
-        long context's own.
+        ``lc``'s (its name and answer settings, under this run's ``settings``), but the prompt it reads opens
+        with WiM's intro, not long context's own.
         """
-        return Run(_WholePattern(self, lc), self.context, check_question(question), self.source)
+        return Run(_WholePattern(self, lc), self.context, check_question(question), self.source, settings)
 
     def _load(self) -> None:
         """Take a stored full reading, when the store has one for this model and document."""
@@ -433,7 +393,7 @@ class WimReader:
         wim, gen, framing, segments = self.wim, self.wim.cache_gen, self.framing, self.segments
         clock = Clock()
         n_context = sum(s.n_tokens for s in segments)
-        margin_suffix = framing.suffix(gen, wim.margin_template, question=question)
+        margin_suffix = framing.suffix(gen, "margin", question=question)
         answer_base = len(framing.suffix(gen, wim.answer_template(question, "answer_margins"),
                                          question=question, margins=""))
         # room for the margin prompt, or for the answer prompt with a few notes
@@ -449,12 +409,12 @@ class WimReader:
         with attached(gen, self.ledger):
             yield from self._read(run, question, clock, n_context, margin_suffix, answer_base)
 
-    def _whole_events(self, question: str, name: str, params: GenerationParams,
-                      template: str = "answer") -> Iterator[Event]:
+    def _whole_events(self, run: Run, question: str, lc: LongContext) -> Iterator[Event]:
         gen, framing, segments = self.wim.cache_gen, self.framing, self.segments
         clock = Clock()
+        name, params = lc.name, run.params(lc.answer_params)
         n_context = sum(s.n_tokens for s in segments)
-        suffix = framing.suffix(gen, template, question=question)
+        suffix = framing.suffix(gen, lc.answer_template(question), question=question)
         gen.check_fits(len(framing.head) + n_context + len(suffix) + params.max_new_tokens,
                        what="the document, the question and the answer")
         self._reserve = len(suffix) + params.max_new_tokens
@@ -513,8 +473,7 @@ class WimReader:
             judge = SeparateJudge(judge_gen)
             overlap = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wim-judge")
 
-        def settle(segment: Segment, raw: str, verdict: Verdict | Future[Verdict],
-                   p_yes: float | None = None) -> Iterator[Event]:
+        def settle(segment: Segment, raw: str, verdict: Verdict | Future[Verdict]) -> Iterator[Event]:
             nonlocal found
             if isinstance(verdict, Future):
                 verdict = verdict.result()
@@ -524,7 +483,7 @@ class WimReader:
             if relevant and verdict.evidence is not None:
                 cited.add(verdict.evidence)
             margin = Margin(segment.index, verdict.text, relevant, judge.mode, verdict.score, reason,
-                            verdict.evidence, p_yes, segment.end)
+                            verdict.evidence, segment.end)
             margins.append(margin)
             yield MarginJudged(margin, clock())
             if ends_reading(margin.relevant, margin.score, wim.stop_at_score) and not run.stop_requested:
@@ -537,17 +496,9 @@ class WimReader:
         cached_tokens = 0
         first_margin: float | None = None
         margin_seconds = 0.0
-        probe: Callable[[str], float | None] | None = None
-        if isinstance(judge, CombinedJudge):
-            combined = judge
-
-            def probe(raw: str) -> float | None:
-                return None if is_empty_margin(raw) else combined.probe(worker, framing.suffix(
-                    gen, "margin_check", question=question, margin=raw))
-        write = wim._pipelined if gen.concurrency > 1 else functools.partial(wim._sequential, probe=probe)
+        write = wim._pipelined if gen.concurrency > 1 else wim._sequential
         steps: Iterator[SegmentRead | _Written]
-        # (lists: batched margins stay as written)
-        batched = wim.batch_margins and gen.max_branches > 1 and probe is None and wim.margin_decoding != "copy"
+        batched = wim.batch_margins and gen.max_branches > 1  # batched margins stay as written (no copy)
         if batched and held_before and self.full is not None:
             # the kept reading's margins as batched branches, then read on as usual
             if worker.length < len(self.full.ids):
@@ -580,7 +531,7 @@ class WimReader:
             yield MarginWritten(segment.index, raw, clock())
             if overlap is None:
                 yield from settle(segment, raw, judge.judge(question, raw, segment, self.context[:segment.end],
-                                                            item.p_yes, self.context), item.p_yes)
+                                                            self.context))
                 continue
             # the separate judge's request for this margin runs while the next segment is read
             while judging:
@@ -606,16 +557,15 @@ class WimReader:
             if self.store is not None and self.read == len(segments):
                 self.store.put(self.key, self.full, gen)
         kept = [m for m in margins if m.relevant]
-        room = gen.context_window - worker.length - answer_base - wim.answer_params.max_new_tokens
-        notes = fit_notes(kept_notes(kept, self.context, wim.kept_as), room, gen.tokenizer.count,
-                          tally=wim.tally_lists,
-                          tally_only=wim.tally_only)
+        params = run.params(wim.answer_params)
+        room = gen.context_window - worker.length - answer_base - params.max_new_tokens
+        notes = fit_notes([m.text for m in kept], room, gen.tokenizer.count)
         t_answer = clock()
         generated = gen.usage.generated_tokens
         text, first_token = yield from relay_answer(worker.generate_from_cache(
             framing.suffix(gen, wim.answer_template(question, "answer_margins"), question=question,
                            margins=notes),
-            wim.answer_params,
+            params,
         ), clock)
         answer_tokens = gen.usage.generated_tokens - generated
         used = gen.usage.since(before)
@@ -640,17 +590,15 @@ class WimReader:
 
 
 class _WholePattern(Pattern):
-    """Adapts `WimReader.ask_whole` to `Run`: the reader's whole cache, answered with ``lc``'s settings."""
+    """Adapts `WimReader.ask_whole` to `Run`: the reader's whole cache, answered as ``lc`` answers."""
 
-    def __init__(self, reader: WimReader, lc: Pattern) -> None:
+    def __init__(self, reader: WimReader, lc: LongContext) -> None:
         super().__init__(reader.wim.generator, lc.options)
         self.name = lc.name
-        self.answer_params = lc.answer_params
-        self.reader = reader
+        self.reader, self.lc = reader, lc
 
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
-        return self.reader._whole_events(question, self.name, self.answer_params,
-                                         self.answer_template(question))
+        return self.reader._whole_events(run, question, self.lc)
 
 
 class _ReaderPattern(Pattern):
@@ -665,11 +613,55 @@ class _ReaderPattern(Pattern):
         return self.reader._events(run, question)
 
 
-def tally_notes(texts: list[str], least: int = 2) -> str:
-    """The items named by at least ``least`` of the notes written as lists (`grounding.list_items`), each
-    with the number of notes naming it, most named first (ties in order of first mention), as one line; ''
-    when fewer than two notes are lists or no item is named that often. A list note is a partial aggregate
-    of its part (the words frequent there, the names it mentions): the tally is their sum."""
+class SharedReading:
+    """One WiM pattern's reading of the latest context, shared by the patterns that answer from it: the WiM
+    pattern itself and long-context patterns that answer from its cache (`WimReader.ask_whole`), so that the
+    context is prefilled once for all of them. Only the latest context's reading is kept.
+
+    Args:
+        wim: the pattern whose reading is shared.
+    """
+
+    def __init__(self, wim: WiM) -> None:
+        self.wim = wim
+        self._held: tuple[tuple[str, str], WimReader] | None = None
+
+    def reader(self, context: str, source: str = "context") -> WimReader:
+        """The reading of ``context``: the one held when it is the same context, else a new one."""
+        key = (source, context)
+        if self._held is None or self._held[0] != key:
+            self._held = (key, self.wim.reader(context, source))
+        return self._held[1]
+
+    def answering(self, lc: LongContext | None = None) -> Pattern:
+        """A pattern whose runs read through this shared reading: WiM's own answer, or with ``lc``, long
+        context's answer from the whole cache (its name and answer settings)."""
+        return _OnShared(self, lc)
+
+
+class _OnShared(Pattern):
+    """A run of WiM, or of ``lc`` from WiM's cache, on a `SharedReading` of each context."""
+
+    def __init__(self, shared: SharedReading, lc: LongContext | None) -> None:
+        inner: Pattern = lc if lc is not None else shared.wim
+        super().__init__(inner.generator, inner.options)
+        self.name = inner.name
+        self.answer_params = inner.answer_params
+        self.shared, self.lc = shared, lc
+
+    def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
+        reader = self.shared.reader(context, source)
+        if self.lc is None:
+            yield from reader._events(run, question)
+        else:
+            yield from reader._whole_events(run, question, self.lc)
+
+
+def tally_notes(texts: list[str]) -> str:
+    """The items named by the notes written as lists (`grounding.list_items`), each with the number of notes
+    naming it, most named first (ties in order of first mention), as one line; '' when fewer than two notes
+    are lists. A list note is a partial aggregate of its part (the words frequent there, the names it
+    mentions): the tally is their sum."""
     lists = [items for items in map(list_items, texts) if items]
     if len(lists) < 2:
         return ""
@@ -680,39 +672,18 @@ def tally_notes(texts: list[str], least: int = 2) -> str:
         for key, item in zip(keys, items, strict=True):
             spelled.setdefault(key, item)
         counts.update(list(dict.fromkeys(keys)))  # a note names an item once, case aside
-    shared = [(key, n) for key, n in counts.most_common() if n >= least]  # first-seen order in ties
-    if not shared:
-        return ""
-    named = ", ".join(f"{spelled[key]} ({n})" for key, n in shared)
-    if least <= 1:
-        return f"- Named in the {len(lists)} list notes (how many), most named first: {named}"
-    return f"- Named in more than one of the {len(lists)} list notes (how many): {named}"
+    named = ", ".join(f"{spelled[key]} ({n})" for key, n in counts.most_common())  # first-seen order in ties
+    return f"- Named in the {len(lists)} list notes (how many), most named first: {named}"
 
 
-def kept_notes(kept: list[Margin], context: str, kept_as: str = "written") -> list[str]:
-    """The notes the kept margins give the answer: each as written, or, with ``kept_as = "sentence"``, the
-    text of its evidence (the sentences of ``context`` it was drawn from) where the judge found one and the
-    margin is no list (list margins are tallied as written); there, a note the ones before it gave is left
-    out (two margins drawn from one sentence)."""
-    notes: list[str] = []
-    for m in kept:
-        text = m.text
-        if kept_as == "sentence" and m.evidence is not None and not list_items(m.text):
-            text = " ".join(context[m.evidence[0]:m.evidence[1]].split()) or m.text
-        if kept_as == "written" or text not in notes:
-            notes.append(text)
-    return notes
-
-
-def fit_notes(texts: list[str], room: int, count: Callable[[str], int], tally: bool = False,
-              tally_only: bool = False) -> str:
-    """The notes as a bullet list, keeping the latest ones that fit ``room`` tokens; with ``tally``, the
-    `tally_notes` line of all of them last, nearest the question (placed first, it scored lower on CWE:
-    configs/bench/aggregation.toml; it goes first into the room, cut at a comma if it alone is longer).
-    With ``tally_only`` too, the list notes are left out and the tally names every item they name."""
+def fit_notes(texts: list[str], room: int, count: Callable[[str], int]) -> str:
+    """The notes as a bullet list, keeping the latest ones that fit ``room`` tokens. Where two or more notes
+    are lists, their `tally_notes` line stands for them: the answer then combines counts it need not make
+    itself. The tally goes last, nearest the question, and first into the room (cut at a comma if it alone
+    is longer)."""
     lines: list[str] = []
-    summary = tally_notes(texts, least=1 if tally_only else 2) if tally else ""
-    if summary and tally_only:
+    summary = tally_notes(texts)
+    if summary:
         texts = [text for text in texts if not list_items(text)]
     while summary and count(summary) > room:
         summary = summary.rsplit(", ", 1)[0] if ", " in summary.split(": ", 1)[-1] else ""

@@ -241,7 +241,7 @@ def make_examples(documents: Iterable[Document], label_model: Generator, path: s
     if not docs:
         raise UserError("no texts to make tuning examples from; give files or folders of documents")
     out = Path(path).expanduser()
-    label_model.check_first_choices(GenerationParams(no_repeat_ngram=options.label_guard))  # a server refuses it
+    label_model.check_decoding(GenerationParams(no_repeat_ngram=options.label_guard))  # a server refuses it
     existing = _open_output(out, label_model.name, options.label_tokens, options.label_guard,
                             "give another file, or the same label model, --label-tokens and --label-guard to add "
                             "to it")
@@ -304,7 +304,7 @@ def relabel_examples(source: str | Path, label_model: Generator, path: str | Pat
     if out.exists() and out.resolve() == src.resolve():
         raise UserError(f"{out} is the file to relabel; give another output file")
     examples = read_examples(src)
-    label_model.check_first_choices(GenerationParams(no_repeat_ngram=label_guard))  # a server refuses it
+    label_model.check_decoding(GenerationParams(no_repeat_ngram=label_guard))  # a server refuses it
     existing = _open_output(out, label_model.name, label_tokens, label_guard, "give another file")
     done_ids = {e.id for e in existing}
     prompt = ClientPrompt(label_model, label_tokens)
