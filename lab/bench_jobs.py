@@ -43,7 +43,6 @@ options = {{ rotate_depths = true }}
 kind = "rag"
 top_k = 4
 chunk_tokens = 128
-split = "paragraphs"
 
 [[patterns]]
 kind = "wim"
