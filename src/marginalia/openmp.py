@@ -5,8 +5,8 @@ after every operation of the graph, hundreds of times per token. GNU libgomp, th
 a thread spin at a barrier for a while before it sleeps, unless the process holds more OpenMP threads than
 there are cores: then it spins a hundred times at most and sleeps at nearly every barrier, and waking it again
 costs more than the operation. Composition holds two teams (the client on the writer's thread, the memory
-model on a background thread, whose team lives as long as the thread), so on two cores every suggestion
-paid that price even while the memory model sat idle (BENCHMARKS.md, ``openmp_wait``).
+model on a background thread, whose team lives as long as the thread), so where cores are few every
+suggestion would pay that price, even while the memory model sits idle.
 
 ``OMP_WAIT_POLICY=active`` raises that short spin tenfold; ``GOMP_SPINCOUNT=300000`` keeps the long spin of
 an idle team at libgomp's default (without it, the active policy spins for minutes). libgomp reads both once,
@@ -54,5 +54,5 @@ def late_notice() -> str | None:
     if state != "late":
         return None
     return ("an OpenMP runtime (torch or llama.cpp) was loaded before marginalia was imported, so it waits the "
-            "slow way when two models share the cores and suggestions may be several times slower; import "
+            "slow way when two models share the cores and suggestions may be much slower; import "
             "marginalia first, or set OMP_WAIT_POLICY=active GOMP_SPINCOUNT=300000 in the environment")

@@ -28,8 +28,9 @@ MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
 #: the grounded judge's least topicality (`grounding.Reading.topic`) for a supported margin's sentence: low,
 #: because a multi-hop answer's sentence holds only its own hop's share of the question's words
 TOPIC_THRESHOLD = 0.25
-#: the composition client's loop guard where its model can mask tokens (`ComposeOptions.no_repeat_ngram`;
-#: benchmarks/loop_guard.py measures what it cuts, benchmarks/compose_utility.py what it does to suggestions)
+#: the composition client's loop guard where its model can mask tokens (`ComposeOptions.no_repeat_ngram`): a
+#: small model decoding greedily falls into loops, and a run this short stops one early while a word may still
+#: come back
 NO_REPEAT_NGRAM = 3
 
 

@@ -1,13 +1,12 @@
 """``bench run --jobs N``: one run answered by N worker processes, each held to its own share of the cores.
 
 On a CPU, llama.cpp gains little from a second thread on a small model, so N one-core workers answer more
-per hour than one process on N cores (``lab/bench_jobs.py`` measures it; lab/findings/bench_jobs.md has the
-numbers). The parent holds the run folder's lock, drops errored lines for ``--retry-errors``, splits its
-cores into N groups and spawns the workers. Each worker loads its own models (N copies in memory), builds
-the same items and takes them in turn from one shared counter (the longest contexts first), so every item,
-with all its patterns (which may share a reading), is answered by one worker; lines are appended under a
-file lock. Progress, logs and each worker's summary come back over a queue, and the parent draws one
-progress bar.
+per hour than one process on N cores. The parent holds the run folder's lock, drops errored lines for
+``--retry-errors``, splits its cores into N groups and spawns the workers. Each worker loads its own models
+(N copies in memory), builds the same items and takes them in turn from one shared counter (the longest
+contexts first), so every item, with all its patterns (which may share a reading), is answered by one
+worker; lines are appended under a file lock. Progress, logs and each worker's summary come back over a
+queue, and the parent draws one progress bar.
 
 Stopping: Ctrl-C or SIGTERM to the parent stops the workers the same way (each ends at once, keeping the
 answers it finished), and a worker whose parent is gone (killed with SIGKILL, say) stops itself.

@@ -9,12 +9,11 @@ Two judges, chosen by ``[judge] method``:
 - ``probability`` (`ProbabilityJudge`): asks a YES/NO question and reads the model's probability of YES from
   its first token (nothing is decoded, so nothing can be garbled); right when it reaches a threshold. Needs an
   in-process model. Small models answer such questions with a YES probability that ranks answers well but
-  sits far from 0.5, so the threshold is measured, not assumed: ``lab/judge_check.py`` fits it on half
-  of a set of answers of known rightness and checks it on the other half.
+  sits far from 0.5, so the threshold is fitted, not assumed: on answers whose rightness is known.
 
 Either judge is asked only what a rule cannot settle: a yes/no question answered yes or no is right when the
-word is the gold one (`yes_no_verdict`; ``[judge] yes_no = "rule"``, the default). Small judges decide those
-no better than a coin, and often accept the opposite word (``lab/judge_check.py``).
+word is the gold one (`yes_no_verdict`; ``[judge] yes_no = "rule"``, the default): small judges decide those
+poorly, and often accept the opposite word.
 """
 
 from __future__ import annotations
@@ -165,7 +164,7 @@ class ProbabilityJudge:
 
     Args:
         generator: an in-process model (one that gives next-token probabilities).
-        threshold: P(YES) from which an answer is right (measure it: ``lab/judge_check.py``).
+        threshold: P(YES) from which an answer is right (fit it on answers whose rightness is known).
 
     Raises:
         UserError: the model gives no probabilities, or the threshold is not between 0 and 1.

@@ -75,9 +75,8 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     run.add_argument("--no-report", action="store_true",
                      help="do not write report.md and the plots when the run ends")
     run.add_argument("--jobs", type=positive_int, default=1, metavar="N",
-                     help="answer with N worker processes, each held to its own share of the cores and loading "
-                          "its own copy of the models: on a CPU, N one-core jobs answer more per hour than one "
-                          "process on N cores (BENCHMARKS.md, bench_jobs; Linux only)")
+                     help="answer with N worker processes, each on its own share of the cores with its own "
+                          "copy of the models: faster than one process on N cores on a CPU (Linux only)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
     report = sub.add_parser(
@@ -91,8 +90,8 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
                         help="where to write the report and plots (default: the run folder)")
     report.add_argument("--no-plots", action="store_true", help="write report.md only (no matplotlib needed)")
     report.add_argument("--rescore", action="store_true",
-                        help="score the stored answers again with this version's metrics (for a run answered by "
-                             "an older version; results.jsonl is left as it is, the report says how many changed)")
+                        help="score a run's stored answers again with this version's metrics (results.jsonl "
+                             "is left as it is; the report says how many changed)")
 
     judge = sub.add_parser(
         "judge", parents=shared, formatter_class=formatter_class,
@@ -108,10 +107,9 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     judge.add_argument("--backend", choices=app.BACKENDS, default=None,
                        help="engine for a GGUF judge (default: the run config's)")
     judge.add_argument("--method", choices=("verdict", "probability"), default=None,
-                       help="verdict: the model writes a JSON verdict; probability: the model's P(YES) for "
-                            "'does the reply give the reference answer?' against --threshold (in-process models "
-                            "only; lab/judge_check.py measures a threshold) (default: the run config's, "
-                            "else verdict)")
+                       help="verdict: the model writes a JSON verdict; probability: the model's P(YES) that "
+                            "the reply gives the reference answer, against --threshold (in-process models only) "
+                            "(default: the run config's, else verdict)")
     judge.add_argument("--threshold", type=float, default=None, metavar="P",
                        help="probability method: P(YES) from which an answer is right (default: the run "
                             "config's, else 0.5)")

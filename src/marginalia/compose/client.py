@@ -40,8 +40,8 @@ log = logging.getLogger(__name__)
 
 #: tokens a completion prefills per step: a cancelled prefill stops within one
 PREFILL_STEP = 64
-#: tokens the background preparation prefills per step, giving way to a completion before each (16 measured
-#: no better: BENCHMARKS.md, compose_latency_give_way)
+#: tokens the background preparation prefills per step, giving way to a completion before each (a step as
+#: long as a completion's: a finer one only adds calls)
 BACKGROUND_STEP = PREFILL_STEP
 #: seconds the background preparation waits for a completion to finish before it goes on anyway
 YIELD_AT_MOST = 0.5

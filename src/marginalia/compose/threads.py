@@ -5,9 +5,9 @@ On Linux a thread has a scheduling policy and a nice value of its own, and the t
 compute (llama.cpp's workers) inherit them. Background threads run in the idle class (``SCHED_IDLE``): they
 get a core only when nothing else wants it. A nicer thread of the normal class still takes its share of the
 cores now and then, and a completion's compute threads wait for each other at every layer, so one held-up
-thread holds up all: that share made a suggestion written during a memory refresh slower (BENCHMARKS.md,
-``compose_latency_nice``). The price: on a machine kept busy by other work, memory comes late or not at all
-(the memory timeout then says so). Where the idle class is not offered, the threads are made nicer instead.
+thread holds up all: a suggestion written during a memory refresh would be slowed by that share. The
+price: on a machine kept busy by other work, memory comes late or not at all (the memory timeout then says
+so). Where the idle class is not offered, the threads are made nicer instead.
 The background also pauses before each model step until no completion is running (``pause``).
 """
 
@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 #: how much nicer than the process the background threads are
 BACKGROUND_NICE = 10
-#: whether background threads go to the idle scheduling class (a benchmark turns it off to compare)
+#: whether background threads go to the idle scheduling class (False: only `BACKGROUND_NICE` nicer, in the
+#: normal class)
 IDLE_CLASS = True
 
 

@@ -101,7 +101,7 @@ def on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
 
     torch's intra-op threads (an OpenMP team) stay with the thread that first ran torch on several threads,
     and while they live, llama.cpp's own OpenMP threads in the same process run markedly slower (composition's
-    suggestions on two cores: BENCHMARKS.md, compose_latency_torch_team). A team made on a thread that ends
+    suggestions, where cores are few). A team made on a thread that ends
     goes with it, so embedding documents (several torch threads) on a thread of its own leaves no team behind.
     """
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed") as pool:  # its thread ends on leaving
@@ -113,10 +113,10 @@ def one_torch_thread() -> Iterator[None]:
     """Run torch on the calling thread alone inside the block, then restore its thread count.
 
     For a query: one short text gains little from intra-op threads, and waking them costs
-    far more than it saves where cores are few or busy (the index section of BENCHMARKS.md
-    measures it). The count is the calling thread's own (OpenMP's and MKL's settings are per
-    thread), but torch also keeps it as the default of threads that first use torch meanwhile.
-    The lock keeps concurrent queries from restoring each other's setting.
+    far more than it saves where cores are few or busy. The count is the calling thread's own
+    (OpenMP's and MKL's settings are per thread), but torch also keeps it as the default of
+    threads that first use torch meanwhile. The lock keeps concurrent queries from restoring
+    each other's setting.
     """
     import torch
 

@@ -81,8 +81,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 #: rows per embed-and-write step of one document: each step is one Lance commit, and what a rerun can reuse
 WRITE_BATCH = 256
-#: below this many entries a dense search is an exact scan; at or above it optimize() builds an IVF-PQ index
-#: (benchmarks/index_speed.py measures the latency of both, and the index's recall)
+#: below this many entries a dense search is an exact scan (quick enough there, and it misses nothing); at or
+#: above it optimize() builds an IVF-PQ index
 VECTOR_INDEX_MIN_ROWS = 50_000
 #: an add runs optimize() once this many rows, and this fraction of the indexed ones, wait outside the BM25
 #: index (they are still found, by a slower flat scan). LanceDB's optimize also compacts, which rewrites the
@@ -542,8 +542,8 @@ class Collection:
     def _build_vector_index(self) -> None:
         from lancedb.index import IvfPq
 
-        # LanceDB's own partition and sub-vector counts; benchmarks/index_speed.py measures their recall@10 against
-        # an exact scan with the probes and refinement of hybrid.py
+        # LanceDB's own partition and sub-vector counts; searches win back recall with the probes and
+        # refinement of hybrid.py
         self._entries.create_index("vector", replace=True, config=IvfPq(distance_type="cosine"))
 
     # -- reading ---------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """The embedded model's weights as Q8_0, for llama.cpp on CPU.
 
 SmolLM2 ships as Q4_1, a type llama.cpp's CPU build multiplies with generic kernels; the same weights as
-Q8_0 go through faster ones (BENCHMARKS.md, `smollm2_q8`: prefill and decoding measured both ways). The
-copy is made once per machine by llama.cpp's own quantizer, in a child process (it prints to the terminal
-and can abort), and kept in marginalia's model cache (`$MARGINALIA_CACHE`, else the user's cache
-directory), named by the source file's fingerprint, so a new model file makes a new copy.
+Q8_0 go through faster ones, for prefill and decoding alike. The copy is made once per machine by
+llama.cpp's own quantizer, in a child process (it prints to the terminal and can abort), and kept in
+marginalia's model cache (`$MARGINALIA_CACHE`, else the user's cache directory), named by the source file's
+fingerprint, so a new model file makes a new copy.
 
 Re-quantizing moves each Q4_1 weight by at most half a Q8_0 step (a 254th of its block's largest weight),
 far less than the Q4_1 rounding it came from; answers can still differ where two tokens were nearly tied,

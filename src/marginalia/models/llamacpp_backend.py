@@ -1,11 +1,10 @@
 """In-process llama.cpp backend (llama-cpp-python): a CachingGenerator over a GGUF file.
 
-On CPU it decodes the same weights several times faster than transformers (see
-BENCHMARKS.md). The GGUF's own tokenizer and chat template are used. Keys are cached
-in 16 bits by default: 8-bit keys (``key_cache="q8_0"``) decode a little faster but
-changed greedy answers for the worse in the judge benchmark (lab/findings/llamacpp_settings.md; the
-settings are timed by lab/llamacpp_settings.py). Values stay 16-bit: 8-bit
-values need flash attention, which is slower on long prefixes.
+On CPU it decodes the same weights faster than transformers. The GGUF's own tokenizer and
+chat template are used. Keys are cached in 16 bits by default: 8-bit keys
+(``key_cache="q8_0"``) decode a little faster but keep the keys rounded, which can
+change greedy answers. Values stay 16-bit: 8-bit values need flash attention, which is
+slower on long prefixes.
 
 Rollback is `n_tokens = L`: the KV entries past L are dropped before the next
 evaluation, and a continuation that repeats the same evaluation calls gives the same
@@ -163,10 +162,10 @@ class LlamaCppGenerator(CachingGenerator):
     def _load(path: Path, n_ctx: int | None, n_threads: int | None, type_k: int, n_branches: int,
               lora: Path | None = None) -> _Shared:
         llama_cpp = import_llama_cpp()
-        # llama-cpp-python decodes on half the cores by default; all of them decode faster
-        # (BENCHMARKS.md, the llama.cpp settings table). Prefill gets the same threads: left to itself it takes
-        # every core the machine has, those a CPU set or taskset keeps from this process too, and a caller's
-        # limit (the composer's memory model on one thread) would hold for decoding only
+        # llama-cpp-python decodes on half the cores by default; all of them decode faster. Prefill gets the
+        # same threads: left to itself it takes every core the machine has, those a CPU set or taskset keeps
+        # from this process too, and a caller's limit (the composer's memory model on one thread) would hold
+        # for decoding only
         n_threads = n_threads or usable_cores()
         if not path.is_file():
             raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
@@ -399,7 +398,7 @@ class LlamaCppGenerator(CachingGenerator):
 
         One branch at a time gives the tokens a single request gives. Several side by side are computed
         in batches of other shapes, whose sums round differently, so a greedy branch may now and then
-        take another token where two were nearly tied (benchmarks/read_once.py counts how often).
+        take another token where two were nearly tied.
         """
         llama_cpp = import_llama_cpp()
         ends, suffix = list(ends), list(suffix_ids)

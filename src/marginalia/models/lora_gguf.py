@@ -6,8 +6,8 @@ llama.cpp reads an adapter as, for each adapted weight ``W`` (GGUF name ``blk.N.
 ``<name>.lora_a`` (peft's ``lora_A``, rank × inputs) and ``<name>.lora_b`` (``lora_B``, outputs × rank), and
 adds ``alpha / rank · B·A·x``, as peft does. GGUF files of the llama architecture store the query and key
 weights with their rows reordered for llama.cpp's rotary layout (transformers undoes that when it loads the
-GGUF), so the rows of those ``lora_B`` are reordered the same way. Only that architecture is written, as it is
-the one measured (the embedded SmolLM2 is one).
+GGUF), so the rows of those ``lora_B`` are reordered the same way. Only that architecture is written (the
+embedded SmolLM2 is one); another may lay its weights out otherwise, so it is refused.
 """
 
 from __future__ import annotations

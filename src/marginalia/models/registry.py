@@ -37,8 +37,8 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 def gguf_backend(requested: str = "auto", device: str = "auto") -> str:
-    """The in-process backend for a GGUF file: llama.cpp when installed (it decodes several
-    times faster on CPU; see BENCHMARKS.md), else transformers; or what was asked for."""
+    """The in-process backend for a GGUF file: llama.cpp when installed (it decodes faster than
+    transformers on a CPU), else transformers; or what was asked for."""
     if requested not in BACKENDS:
         raise UserError(f"unknown backend {requested!r}; choose one of {', '.join(BACKENDS)}")
     if requested != "auto":
@@ -128,7 +128,7 @@ def _load_gguf(path: Path, name: str, ctx: LoadContext, lora: Path | None = None
                as_q8: bool = False) -> Generator:
     """``path`` on the backend ``ctx`` resolves to; ``lora``, a llama.cpp adapter, is for llama.cpp only;
     ``as_q8``: on llama.cpp, its weights as Q8_0 (`gguf_copy`: the embedded model's, which llama.cpp reads
-    faster so)."""
+    faster as Q8_0 than as shipped)."""
     if gguf_backend(ctx.backend, ctx.device) == "llamacpp":
         if ctx.device == "cuda":
             raise UserError("the llama.cpp backend here is a CPU build; use --backend transformers "

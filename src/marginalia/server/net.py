@@ -13,9 +13,8 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
     asyncio sets ``TCP_NODELAY`` only on connections whose socket names the TCP protocol number, which a
     socket made by hand does not; without it, each small event of a stream waits for the previous one to
-    be acknowledged (40 ms against a client that delays its acknowledgements: a streamed lc reading on the
-    scripted model took 44 ms instead of 2). uvicorn's own ``--host/--port`` socket has it; this one
-    sets it itself.
+    be acknowledged (up to a client's delayed-acknowledgement timeout, tens of milliseconds, per event).
+    uvicorn's own ``--host/--port`` socket has it; this one sets it itself.
 
     Raises:
         UserError: the address cannot be bound (in use, not this machine's, no permission).
