@@ -30,7 +30,7 @@ from marginalia.models.fake import Request, ScriptedGenerator
 from marginalia.patterns.rag import RAG, paragraph_spans
 from wim_requests import is_margin
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 EXAMPLES = {
     "ferry": ("Which pier does the night ferry to Brackwater leave from?", ("pier 47",),
