@@ -1,0 +1,68 @@
+"""What the service holds for its clients is bounded: the numbers a request sets, the uploads waiting to be
+indexed, the text chat sessions keep; and a compose session's models come back whatever its timeout."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from marginalia.compose import threads
+from marginalia.index.embedders import HashingEmbedder
+from marginalia.server import Settings, create_app
+from server_support import COMPOSE_SETTINGS, QUESTION, REPORT, ComposeModels, index_text, scripted, wait_for
+
+pytest.importorskip("lancedb")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def normal_class_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory threads in the normal class (see test_server_compose.py): these tests wait for them to end."""
+    monkeypatch.setattr(threads, "IDLE_CLASS", False)
+
+
+@contextmanager
+def serving(models: ComposeModels | None = None, **settings: Any) -> Iterator[TestClient]:
+    app = create_app(Settings(**{**COMPOSE_SETTINGS, **settings}), generator=scripted(), embedder=HashingEmbedder(),
+                     loader=models or ComposeModels())
+    with TestClient(app) as client:
+        yield client
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/v1/compose/sessions", {"collection": "docs", "options": {"memory_timeout": 1e308}}, "options.memory_timeout"),
+    ("/v1/ask", {"question": QUESTION, "text": REPORT, "reading": {"segment_tokens": 10**12}},
+     "reading.segment_tokens"),
+    ("/v1/ask", {"question": QUESTION, "collection": "docs", "collection_options": {"hits": 10**9}},
+     "collection_options.hits"),
+    ("/v1/chat/completions", {"model": "marginalia:docs", "messages": [{"role": "user", "content": QUESTION}],
+                              "max_tokens": 10**30}, "max_tokens"),
+])
+def test_a_number_past_its_bound_is_422_naming_it(path, body, field):
+    with serving() as client:
+        reply = client.post(path, json=body)
+    assert reply.status_code == 422, reply.text
+    assert [f["field"] for f in reply.json()["error"]["fields"]] == [field]
+    assert "less than or equal to" in reply.json()["error"]["message"]
+
+
+def test_a_compose_session_with_a_huge_memory_timeout_gives_its_models_back():
+    with serving() as client:
+        index_text(client, "docs", "report.md", REPORT)
+        service = client.app.state.service  # type: ignore[attr-defined]
+        options = {"threshold": 4, "min_similarity": -1.0, "debounce": 0.0}
+        reply = client.post("/v1/compose/sessions", json={"collection": "docs", "options": options})
+        assert reply.status_code == 201, reply.text
+        sid = reply.json()["id"]
+        # a suggestion asks for memory: the session's memory thread runs, and retiring it waits for that thread
+        suggested = client.post(f"/v1/compose/sessions/{sid}/suggestions", json={"text": "The night ferry sails"})
+        assert suggested.status_code == 200, suggested.text
+        session = service.compose.get(sid)
+        # as a session built by a library caller that skipped validation: past what a thread can wait
+        session.options = session.options.model_copy(update={"memory_timeout": 1e308})
+        assert client.delete(f"/v1/compose/sessions/{sid}").status_code == 200
+        wait_for(lambda: service.compose.pool.free() == 2, timeout=10)  # the client and the memory model
