@@ -3,6 +3,7 @@ indexed, the text chat sessions keep; and a compose session's models come back w
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -66,3 +67,63 @@ def test_a_compose_session_with_a_huge_memory_timeout_gives_its_models_back():
         session.options = session.options.model_copy(update={"memory_timeout": 1e308})
         assert client.delete(f"/v1/compose/sessions/{sid}").status_code == 200
         wait_for(lambda: service.compose.pool.free() == 2, timeout=10)  # the client and the memory model
+
+
+class GatedEmbedder(HashingEmbedder):
+    """The hashing embedder, whose first document batch waits until `release` (a slow indexing job)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.released = threading.Event()
+
+    def _embed(self, texts: Any, kind: Any) -> Any:
+        if kind == "document" and not self.entered.is_set():
+            self.entered.set()
+            self.released.wait(30)
+        return super()._embed(texts, kind)
+
+
+def upload(client: TestClient, name: str, size: int) -> Any:
+    text = f"# {name}\n\n" + "The night ferry leaves from pier 47. " * (size // 37 + 1)
+    return client.post("/v1/collections/docs/documents", files={"file": (name, text[:size].encode())})
+
+
+def test_uploads_waiting_behind_a_slow_job_are_bounded_in_number():
+    embedder = GatedEmbedder()
+    app = create_app(Settings(embedder="hashing", upload_queue=3), generator=scripted(), embedder=embedder)
+    with TestClient(app) as client:
+        assert client.post("/v1/collections", json={"name": "docs", "embedder": "hashing"}).status_code == 201
+        try:
+            assert upload(client, "slow.md", 1000).status_code == 202
+            assert embedder.entered.wait(10)  # the first job is being indexed, and waits
+            assert [upload(client, f"{i}.md", 1000).status_code for i in range(2)] == [202, 202]
+            refused = upload(client, "late.md", 1000)
+            assert refused.status_code == 429 and refused.json()["error"]["code"] == "busy"
+            assert "3 uploads are waiting" in refused.json()["error"]["message"]
+            assert "--upload-queue" in refused.json()["error"]["message"]
+            assert int(refused.headers["retry-after"]) >= 1
+        finally:
+            embedder.released.set()
+        jobs = wait_for(lambda: (js := client.get("/v1/jobs").json()) and all(j["status"] == "done" for j in js)
+                        and js)
+        assert len(jobs) == 3  # the refused one left no job
+        assert upload(client, "late.md", 1000).status_code == 202  # room again
+
+
+def test_uploads_waiting_behind_a_slow_job_are_bounded_in_bytes():
+    embedder = GatedEmbedder()
+    settings = Settings(embedder="hashing", upload_queue_bytes=5000, max_upload_bytes=8000)
+    with TestClient(create_app(settings, generator=scripted(), embedder=embedder)) as client:
+        assert client.post("/v1/collections", json={"name": "docs", "embedder": "hashing"}).status_code == 201
+        try:
+            assert upload(client, "slow.md", 6000).status_code == 202  # alone: in, though over the bound
+            assert embedder.entered.wait(10)
+            refused = upload(client, "small.md", 100)
+            assert refused.status_code == 429
+            assert "would pass this server's bound" in refused.json()["error"]["message"]
+            assert "--upload-queue-mb" in refused.json()["error"]["message"]
+        finally:
+            embedder.released.set()
+        wait_for(lambda: all(j["status"] == "done" for j in client.get("/v1/jobs").json()))
+        assert upload(client, "small.md", 100).status_code == 202

@@ -53,6 +53,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                         help="the largest upload (and request body), in MiB")
     server.add_argument("--queue", type=non_negative_int, default=defaults.queue_size, metavar="N",
                         help="requests that may wait for the model (more get 429)")
+    server.add_argument("--upload-queue", type=positive_int, default=defaults.upload_queue, metavar="N",
+                        help="uploads that may wait to be indexed, the one being indexed included (more get 429)")
+    server.add_argument("--upload-queue-mb", type=positive_int, default=defaults.upload_queue_bytes // MIB,
+                        metavar="MB", help="the most MiB the uploads waiting to be indexed may hold (more get 429)")
     reading = serve.add_argument_group("reading")
     reading.add_argument("--embedder", default=defaults.embedder, metavar="SPEC",
                          help="for new collections and rag: minilm, hashing or st:<folder>")
@@ -72,6 +76,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     serve.set_defaults(handler=cmd_serve)
 
 
+def bounds(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings that bound what clients may hold, from their flags."""
+    from ..server.settings import MIB
+
+    return {"upload_queue": args.upload_queue, "upload_queue_bytes": args.upload_queue_mb * MIB}
+
+
 def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         import uvicorn
@@ -89,7 +100,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         cors_origins=tuple(args.cors_origin or ()), max_upload_bytes=args.max_upload_mb * MIB,
                         queue_size=args.queue, session_ttl=float(args.session_ttl), max_sessions=args.max_sessions,
                         default_collection=args.collection, compose_memory_model=args.compose_memory_model,
-                        max_compose_sessions=args.max_compose_sessions, cache_readings=not args.no_cache)
+                        max_compose_sessions=args.max_compose_sessions, cache_readings=not args.no_cache,
+                        **bounds(args))
     if args.collection:
         app.open_collection(args.collection, home=args.home)  # fail now, not at the first /chat
     sock = listening_socket(args.host, args.port)  # before the model loads: a port in use fails at once

@@ -34,6 +34,8 @@ class Settings:
         max_compose_sessions: compose sessions kept at once; each holds its own loads of the client and
             memory models (the least recently used idle one makes room).
         max_jobs: finished indexing jobs remembered (the oldest are forgotten first).
+        upload_queue: uploads that may wait to be indexed, the one being indexed included; more get 429.
+        upload_queue_bytes: the most bytes those uploads may hold (one upload alone always gets in).
         default_collection: the collection the docqa-compatible ``/chat`` answers from.
         cache_readings: keep full WiM readings of documents on disk under ``home``, so a later question
             about the same document reads no document token (off: every question reads it again).
@@ -52,13 +54,16 @@ class Settings:
     session_ttl: float = 30 * 60.0
     max_sessions: int = 100
     max_jobs: int = 1000
+    upload_queue: int = 16
+    upload_queue_bytes: int = 256 * MIB
     default_collection: str | None = None
     compose_memory_model: str | None = None
     max_compose_sessions: int = 2
     cache_readings: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("max_upload_bytes", "max_sessions", "max_jobs", "max_compose_sessions"):
+        for name in ("max_upload_bytes", "max_sessions", "max_jobs", "max_compose_sessions", "upload_queue",
+                     "upload_queue_bytes"):
             if getattr(self, name) <= 0:
                 raise UserError(f"{name} must be positive, got {getattr(self, name)}")
         if self.queue_size < 0:
