@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from marginalia.compose import threads
+from marginalia.errors import NotFound
 from marginalia.index.embedders import HashingEmbedder
 from marginalia.server import Settings, create_app
 from server_support import COMPOSE_SETTINGS, QUESTION, REPORT, ComposeModels, index_text, scripted, wait_for
@@ -127,3 +128,39 @@ def test_uploads_waiting_behind_a_slow_job_are_bounded_in_bytes():
             embedder.released.set()
         wait_for(lambda: all(j["status"] == "done" for j in client.get("/v1/jobs").json()))
         assert upload(client, "small.md", 100).status_code == 202
+
+
+def test_the_texts_chat_sessions_keep_are_bounded_in_bytes_together():
+    from marginalia.server.schemas import SessionRequest
+    from marginalia.server.sessions import SessionStore
+
+    big = SessionRequest(text="x" * (40 * 1024 * 1024))  # one text, kept by every session (counted each time)
+    store = SessionStore(ttl=60, limit=100)  # the defaults: a hundred sessions, 256 MiB
+    ids = [store.create(big).id for _ in range(8)]
+    assert len(store) == 6  # 6 × 40 MiB fit: the two least recently used made room
+    for sid in ids[:2]:
+        with pytest.raises(NotFound):
+            store.get(sid)
+    assert [store.get(sid).id for sid in ids[2:]] == ids[2:]
+    assert store.held() <= 256 * 1024 * 1024
+
+
+def test_sessions_that_hold_too_much_refuse_a_new_one_saying_what_to_do():
+    text = "The night ferry leaves from pier 47. " * 3000  # about 110 KB
+    size = len(text)
+    with serving(session_bytes=int(2.5 * size)) as client:
+        service = client.app.state.service  # type: ignore[attr-defined]
+        first, second = (client.post("/v1/sessions", json={"text": text}).json()["id"] for _ in range(2))
+        third = client.post("/v1/sessions", json={"text": text}).json()["id"]
+        assert client.get(f"/v1/sessions/{first}").status_code == 404  # the least recently used made room
+        assert client.get(f"/v1/sessions/{second}").status_code == 200
+        leases = [service.sessions.lease(sid) for sid in (second, third)]  # both answering a message
+        busy = client.post("/v1/sessions", json={"text": text})
+        assert busy.status_code == 429 and busy.json()["error"]["code"] == "busy", busy.text
+        assert "--session-mb" in busy.json()["error"]["message"] and busy.headers["retry-after"]
+        assert client.post("/v1/sessions", json={"text": "a short text"}).status_code == 201  # it fits beside them
+        huge = client.post("/v1/sessions", json={"text": text * 3})
+        assert huge.status_code == 413 and "POST /v1/ask" in huge.json()["error"]["message"]
+        for lease in leases:
+            lease.release()
+        assert client.post("/v1/sessions", json={"text": text}).status_code == 201

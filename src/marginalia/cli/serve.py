@@ -69,6 +69,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                           help="a chat or compose session ends after this long idle")
     sessions.add_argument("--max-sessions", type=positive_int, default=defaults.max_sessions, metavar="N",
                           help="chat sessions kept at once (the least recently used makes room)")
+    sessions.add_argument("--session-mb", type=positive_int, default=defaults.session_bytes // MIB, metavar="MB",
+                          help="the most MiB of pasted text chat sessions keep together (the least recently used "
+                               "make room)")
     sessions.add_argument("--compose-memory-model", default=None, metavar="SPEC",
                           help="the model that writes compose sessions' memory (default: --model)")
     sessions.add_argument("--max-compose-sessions", type=positive_int, default=defaults.max_compose_sessions,
@@ -80,7 +83,8 @@ def bounds(args: argparse.Namespace) -> dict[str, Any]:
     """The settings that bound what clients may hold, from their flags."""
     from ..server.settings import MIB
 
-    return {"upload_queue": args.upload_queue, "upload_queue_bytes": args.upload_queue_mb * MIB}
+    return {"upload_queue": args.upload_queue, "upload_queue_bytes": args.upload_queue_mb * MIB,
+            "session_bytes": args.session_mb * MIB}
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -30,6 +30,8 @@ class Settings:
         queue_size: requests that may wait for the model while one reads; more get 429.
         session_ttl: seconds a chat or compose session lives without a message.
         max_sessions: chat sessions kept at once (the least recently used idle one makes room).
+        session_bytes: the most bytes chat sessions' pasted texts take together, in memory (the least
+            recently used idle sessions make room; when those answering messages hold too much, 429).
         compose_memory_model: the model spec that writes compose sessions' memory (None: ``model``).
         max_compose_sessions: compose sessions kept at once; each holds its own loads of the client and
             memory models (the least recently used idle one makes room).
@@ -53,6 +55,7 @@ class Settings:
     queue_size: int = 8
     session_ttl: float = 30 * 60.0
     max_sessions: int = 100
+    session_bytes: int = 256 * MIB
     max_jobs: int = 1000
     upload_queue: int = 16
     upload_queue_bytes: int = 256 * MIB
@@ -63,7 +66,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         for name in ("max_upload_bytes", "max_sessions", "max_jobs", "max_compose_sessions", "upload_queue",
-                     "upload_queue_bytes"):
+                     "upload_queue_bytes", "session_bytes"):
             if getattr(self, name) <= 0:
                 raise UserError(f"{name} must be positive, got {getattr(self, name)}")
         if self.queue_size < 0:
