@@ -35,10 +35,9 @@ NO_REPEAT_NGRAM = 3
 
 # Upper bounds, so that no option can ask for work, memory or waiting without end (a request sets many of
 # these); far above any useful value.
-#: the most tokens a size in tokens may be (a segment, a chunk, an answer): a large model's whole window
-MAX_TOKENS = 131_072
-#: the most tokens of references a reading of a collection may take in (WiM reads past its window)
-MAX_READ_TOKENS = 16 * MAX_TOKENS
+#: the most tokens a size in tokens may be (a segment, a chunk, an answer, the references read): above the
+#: largest window a model has
+MAX_TOKENS = 2**24
 #: the most items a count may ask for (hits, chunks, memory items, cuts)
 MAX_ITEMS = 1000
 #: the most steps a count of training steps may be
@@ -160,7 +159,7 @@ class CollectionOptions(Options):
     use_questions: bool = Field(default=True, description="answer from the question bank when a stored "
                                                           "question matches closely")
     max_context_tokens: int | None = Field(
-        default=None, gt=0, le=MAX_READ_TOKENS,
+        default=None, gt=0, le=MAX_TOKENS,
         description="the most tokens of references wim reads (lc and rag: what fits the window)")
     hits: int = Field(default=5, gt=0, le=MAX_ITEMS,
                       description="how many search hits lc and wim gather (rag: its top-k)")
