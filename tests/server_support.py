@@ -3,6 +3,7 @@ uvicorn server on a free port, a document to read, and scripted compose models."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -157,15 +158,17 @@ def index_text(client: TestClient, collection: str, name: str, text: str | bytes
 
 @contextmanager
 def live_server(app: Any) -> Iterator[str]:
-    """The app served by uvicorn on 127.0.0.1 and a free port, in a thread; yields the base URL."""
+    """The app served by uvicorn on 127.0.0.1 and a free port, in a thread, as `marginalia serve` serves it (with
+    its settings' bounds); yields the base URL."""
     import uvicorn
 
+    from marginalia.server.limits import server_config
     from marginalia.server.net import listening_socket
 
     sock = listening_socket("127.0.0.1", 0)  # as marginalia serve makes it
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=2))
+    settings = dataclasses.replace(app.state.service.settings, shutdown_timeout=2)
+    server = uvicorn.Server(server_config(app, settings, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

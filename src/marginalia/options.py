@@ -33,6 +33,20 @@ TOPIC_THRESHOLD = 0.25
 #: come back
 NO_REPEAT_NGRAM = 3
 
+# Upper bounds, so that no option can ask for work, memory or waiting without end (a request sets many of
+# these); far above any useful value.
+#: the most tokens a size in tokens may be (a segment, a chunk, an answer, the references read): above the
+#: largest window a model has
+MAX_TOKENS = 2**24
+#: the most items a count may ask for (hits, chunks, memory items, cuts)
+MAX_ITEMS = 1000
+#: the most steps a count of training steps may be
+MAX_STEPS = 1_000_000
+#: the longest a time limit may be, in seconds
+MAX_SECONDS = 3600.0
+#: the largest seed (numpy's generators take seeds below 2**32)
+MAX_SEED = 2**32 - 1
+
 
 class Options(BaseModel):
     """Base of the options records: frozen, unknown fields refused."""
@@ -52,7 +66,7 @@ class PatternOptions(Options):
     """What every way of reading takes."""
 
     pattern: ClassVar[str]
-    max_new_tokens: int = Field(default=96, gt=0, description="the most tokens of the answer")
+    max_new_tokens: int = Field(default=96, gt=0, le=MAX_TOKENS, description="the most tokens of the answer")
 
 
 class LcOptions(PatternOptions):
@@ -65,21 +79,21 @@ class RagOptions(PatternOptions):
     """Retrieval over one document: the ``top_k`` closest chunks, then the question."""
 
     pattern: ClassVar[str] = "rag"
-    chunk_tokens: int = Field(default=128, gt=0, description="rag: model tokens per retrieved chunk")
-    top_k: int = Field(default=4, gt=0, description="rag: how many chunks the answer sees")
+    chunk_tokens: int = Field(default=128, gt=0, le=MAX_TOKENS, description="rag: model tokens per retrieved chunk")
+    top_k: int = Field(default=4, gt=0, le=MAX_ITEMS, description="rag: how many chunks the answer sees")
 
 
 class WimOptions(PatternOptions):
     """Writing in the Margins: segment by segment through one KV cache, a margin after each."""
 
     pattern: ClassVar[str] = "wim"
-    segment_tokens: int = Field(default=512, gt=0, description="wim: model tokens per segment")
+    segment_tokens: int = Field(default=512, gt=0, le=MAX_TOKENS, description="wim: model tokens per segment")
     judge: JudgeMode = Field(
         default="grounded",
         description="wim: how a margin is judged relevant: grounded, when the text read supports it and is on the "
                     "question; or separate, the model classifies it in a request of its own beside the reading "
                     "(the WiM paper's method)")
-    margin_tokens: int = Field(default=48, gt=0, description="wim: the most tokens per margin")
+    margin_tokens: int = Field(default=48, gt=0, le=MAX_TOKENS, description="wim: the most tokens per margin")
     grounding_threshold: float = Field(
         default=0.5, ge=0.0, le=1.0,
         description="wim, grounded judge: share of a margin's new words (by rarity) one sentence read must "
@@ -109,16 +123,18 @@ class RunSettings(Options):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0,
                                       description="the answer's sampling temperature (0: greedy; default: "
                                                   "the pattern's own)")
-    seed: int | None = Field(default=None, ge=0, description="the answer's sampling seed (default: the "
-                                                             "pattern's own)")
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED,
+                             description="the answer's sampling seed (default: the pattern's own)")
 
 
 class ChunkingOptions(Options):
     """Cutting a document's sections into chunks for a collection (sizes in the model's tokens)."""
 
-    min_tokens: int = Field(default=130, gt=0, description="smallest chunk, in model tokens (about 100 words)")
-    max_tokens: int = Field(default=260, gt=0, description="largest chunk, in model tokens (about 200 words)")
-    overlap_tokens: int = Field(default=0, ge=0,
+    min_tokens: int = Field(default=130, gt=0, le=MAX_TOKENS,
+                            description="smallest chunk, in model tokens (about 100 words)")
+    max_tokens: int = Field(default=260, gt=0, le=MAX_TOKENS,
+                            description="largest chunk, in model tokens (about 200 words)")
+    overlap_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS,
                                 description="tokens each chunk repeats from the one before (same section only)")
 
     @model_validator(mode="after")
@@ -143,8 +159,10 @@ class CollectionOptions(Options):
     use_questions: bool = Field(default=True, description="answer from the question bank when a stored "
                                                           "question matches closely")
     max_context_tokens: int | None = Field(
-        default=None, gt=0, description="the most tokens of references wim reads (lc and rag: what fits the window)")
-    hits: int = Field(default=5, gt=0, description="how many search hits lc and wim gather (rag: its top-k)")
+        default=None, gt=0, le=MAX_TOKENS,
+        description="the most tokens of references wim reads (lc and rag: what fits the window)")
+    hits: int = Field(default=5, gt=0, le=MAX_ITEMS,
+                      description="how many search hits lc and wim gather (rag: its top-k)")
 
     @model_validator(mode="after")
     def _ordered(self) -> CollectionOptions:
@@ -161,10 +179,11 @@ class ComposeOptions(Options):
     """Composition assistance: when memory is refreshed, what it holds, and the suggestions."""
 
     threshold: int = Field(
-        default=20, gt=0,
+        default=20, gt=0, le=MAX_TOKENS,
         description="ask for new memory once the text is this many token edits (Levenshtein, on the client "
                     "model's tokens) away from the text at the last request")
-    memory_size: int = Field(default=6, gt=0, description="the most memory items kept; the oldest go first")
+    memory_size: int = Field(default=6, gt=0, le=MAX_ITEMS,
+                             description="the most memory items kept; the oldest go first")
     memory_mode: MemoryMode = Field(
         default="takeaways",
         description="how retrieved chunks become memory: a key takeaway the memory model writes per chunk, or "
@@ -172,18 +191,20 @@ class ComposeOptions(Options):
     memory_model: str | None = Field(
         default=None, description="the model that writes memory, a spec (default: the client's model, loaded "
                                   "again)")
-    hits: int = Field(default=3, gt=0, description="how many retrieved chunks each memory request compresses")
+    hits: int = Field(default=3, gt=0, le=MAX_ITEMS,
+                      description="how many retrieved chunks each memory request compresses")
     search: SearchMode = Field(default="hybrid", description="how the collection is searched for memory")
     min_similarity: float = Field(
         default=0.2, ge=-1.0, le=1.0,
         description="retrieved chunks less similar than this to the new text (cosine) are not used")
-    item_tokens: int = Field(default=48, gt=0, description="the most tokens the memory model writes per item")
+    item_tokens: int = Field(default=48, gt=0, le=MAX_TOKENS,
+                             description="the most tokens the memory model writes per item")
     memory_timeout: float = Field(
-        default=60.0, gt=0.0,
+        default=60.0, gt=0.0, le=MAX_SECONDS,
         description="seconds a memory request may take; past it, suggestions go on without its memory")
-    suggestion_tokens: int = Field(default=15, gt=0, description="the most tokens per suggestion")
+    suggestion_tokens: int = Field(default=15, gt=0, le=MAX_TOKENS, description="the most tokens per suggestion")
     no_repeat_ngram: int | None = Field(
-        default=None, ge=0,
+        default=None, ge=0, le=MAX_TOKENS,
         description="no run of this many tokens is written twice in one suggestion (a loop guard for greedy "
                     "decoding; needs an in-process client model); 0: plain greedy suggestions; default: "
                     f"{NO_REPEAT_NGRAM} where the client model can mask tokens (in-process), else 0")
@@ -199,20 +220,21 @@ class ComposeOptions(Options):
 class TuneDataOptions(Options):
     """Tuning data for the composition client: where texts are cut, and how long the labels are."""
 
-    cuts: int = Field(default=4, gt=0, description="places each text is cut, at word ends spread evenly over "
-                                                   "the text")
-    min_words: int = Field(default=20, gt=0, description="the fewest words of text before a cut")
-    max_words: int = Field(default=300, gt=0, description="the most words of text before a cut kept as its "
-                                                          "context (after the text's title, when they leave it out)")
+    cuts: int = Field(default=4, gt=0, le=MAX_ITEMS,
+                      description="places each text is cut, at word ends spread evenly over the text")
+    min_words: int = Field(default=20, gt=0, le=MAX_TOKENS, description="the fewest words of text before a cut")
+    max_words: int = Field(default=300, gt=0, le=MAX_TOKENS,
+                           description="the most words of text before a cut kept as its context (after the text's "
+                                       "title, when they leave it out)")
     label_tokens: int = Field(
-        default=15, gt=0,
+        default=15, gt=0, le=MAX_TOKENS,
         description="the most tokens of a label: the larger model's continuation of the prefix (greedy, "
                     "ended at a line break, which it keeps)")
     reference_words: int = Field(
-        default=15, gt=0, description="words of the true continuation kept beside each label (for comparison; "
-                                      "not trained on)")
+        default=15, gt=0, le=MAX_TOKENS,
+        description="words of the true continuation kept beside each label (for comparison; not trained on)")
     label_guard: int = Field(
-        default=0, ge=0,
+        default=0, ge=0, le=MAX_TOKENS,
         description="the larger model writes no run of this many tokens twice in a label (the client's loop "
                     "guard, numbers apart), so that the client is not tuned on loops; 0: plain greedy labels")
 
@@ -220,31 +242,33 @@ class TuneDataOptions(Options):
 class TuneOptions(Options):
     """LoRA tuning of the composition client on tuning data (transformers, CPU by default)."""
 
-    rank: int = Field(default=8, gt=0, description="LoRA rank")
+    rank: int = Field(default=8, gt=0, le=MAX_TOKENS, description="LoRA rank")
     alpha: float = Field(default=16.0, gt=0.0, description="LoRA alpha (the update is scaled by alpha / rank)")
     dropout: float = Field(default=0.05, ge=0.0, lt=1.0, description="dropout on the LoRA inputs while training")
     modules: str = Field(default="q_proj,k_proj,v_proj,o_proj",
                          description="the linear layers that get adapters, comma-separated, or all-linear")
-    steps: int = Field(default=60, gt=0, description="optimizer steps")
+    steps: int = Field(default=60, gt=0, le=MAX_STEPS, description="optimizer steps")
     learning_rate: float = Field(default=2e-4, gt=0.0, description="AdamW learning rate (the peak, with a schedule)")
     schedule: Literal["linear", "cosine", "constant"] = Field(
         default="linear",
         description="how the learning rate goes over the steps: up over the warmup steps, then down to zero along "
                     "a line or a half cosine, or held")
-    warmup_steps: int = Field(default=0, ge=0, description="steps over which the learning rate rises from zero")
-    batch_size: int = Field(default=4, gt=0, description="examples per step")
+    warmup_steps: int = Field(default=0, ge=0, le=MAX_STEPS,
+                              description="steps over which the learning rate rises from zero")
+    batch_size: int = Field(default=4, gt=0, le=MAX_ITEMS, description="examples per step")
     max_tokens: int = Field(
-        default=768, ge=64,
+        default=768, ge=64, le=MAX_TOKENS,
         description="the longest training sequence; a longer text loses its start, cut as the client cuts it")
     held_out: float = Field(
         default=0.1, ge=0.0, lt=1.0,
         description="share of the texts (whole texts, by source) kept out of training to measure the label "
                     "loss before and after")
     eval_every: int = Field(
-        default=0, ge=0,
+        default=0, ge=0, le=MAX_STEPS,
         description="measure the held-out label loss every this many steps and keep the adapters of the step "
                     "where it was lowest (early stopping; 0: measure only at the end and keep the last step)")
-    seed: int = Field(default=0, ge=0, description="seed of the example order, the held-out split and the adapters")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED,
+                      description="seed of the example order, the held-out split and the adapters")
     precision: Literal["auto", "fp32", "bf16"] = Field(
         default="auto",
         description="the number format of the training steps' matrix work: bf16 (autocast; the adapters, the "
@@ -252,7 +276,7 @@ class TuneOptions(Options):
                     "instructions; auto takes it on a CPU with AVX-512 BF16 and no AMX (some virtual machines "
                     "advertise AMX and fault on it) or a CUDA device with bf16, else fp32")
     checkpoint_every: int = Field(
-        default=10, ge=0,
+        default=10, ge=0, le=MAX_STEPS,
         description="save the training state every this many steps beside the output folder, so that running the "
                     "same tuning again after a crash or Ctrl-C goes on from there (0: never)")
 

@@ -128,3 +128,36 @@ def test_loopback_addresses(host, loopback):
     assert is_loopback(host) is loopback
     if loopback:
         assert check_binding(host, None, False) is None
+
+
+def test_serve_passes_its_bounds_to_the_settings_and_uvicorn(monkeypatch):
+    import uvicorn
+
+    configs = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server, sockets: configs.append(server.config))
+    code, _ = serve("--max-connections", "7", "--header-timeout", "2.5", "--body-timeout", "3",
+                    "--body-total-timeout", "40", "--keep-alive", "2", "--shutdown-timeout", "4", "--max-header-kb",
+                    "8", "--upload-queue", "3", "--upload-queue-mb", "9", "--session-mb", "11")
+    assert code == 0
+    (config,) = configs
+    s = config.app.state.service.settings
+    assert (s.max_connections, s.header_timeout, s.body_timeout, s.body_total_timeout) == (7, 2.5, 3.0, 40.0)
+    assert (s.upload_queue, s.upload_queue_bytes, s.session_bytes) == (3, 9 * 1024 * 1024, 11 * 1024 * 1024)
+    assert (config.timeout_keep_alive, config.timeout_graceful_shutdown) == (2, 4)
+    assert config.h11_max_incomplete_event_size == 8 * 1024
+    assert config.http.__name__ == "BoundedH11"  # headers' deadline and the connection limit
+
+
+def test_serve_defaults_bound_every_connection(started):
+    assert serve()[0] == 0
+    ((app, _),) = started
+    s = app.state.service.settings
+    assert s == Settings(home=s.home, model=s.model, device=s.device, backend=s.backend, embedder=s.embedder)
+
+
+@pytest.mark.parametrize("flag", ["--body-timeout", "--header-timeout", "--body-total-timeout"])
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "1e308", "soon"])
+def test_a_timeout_that_is_no_time_or_unbounded_is_a_usage_error(started, flag, value, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        serve(flag, value)
+    assert exit_.value.code == 2 and flag in capsys.readouterr().err

@@ -53,6 +53,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                         help="the largest upload (and request body), in MiB")
     server.add_argument("--queue", type=non_negative_int, default=defaults.queue_size, metavar="N",
                         help="requests that may wait for the model (more get 429)")
+    server.add_argument("--upload-queue", type=positive_int, default=defaults.upload_queue, metavar="N",
+                        help="uploads that may wait to be indexed, the one being indexed included (more get 429)")
+    server.add_argument("--upload-queue-mb", type=positive_int, default=defaults.upload_queue_bytes // MIB,
+                        metavar="MB", help="the most MiB the uploads waiting to be indexed may hold (more get 429)")
+    add_connection_options(serve, defaults)
     reading = serve.add_argument_group("reading")
     reading.add_argument("--embedder", default=defaults.embedder, metavar="SPEC",
                          help="for new collections and rag: minilm, hashing or st:<folder>")
@@ -65,6 +70,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                           help="a chat or compose session ends after this long idle")
     sessions.add_argument("--max-sessions", type=positive_int, default=defaults.max_sessions, metavar="N",
                           help="chat sessions kept at once (the least recently used makes room)")
+    sessions.add_argument("--session-mb", type=positive_int, default=defaults.session_bytes // MIB, metavar="MB",
+                          help="the most MiB of pasted text chat sessions keep together (the least recently used "
+                               "make room)")
     sessions.add_argument("--compose-memory-model", default=None, metavar="SPEC",
                           help="the model that writes compose sessions' memory (default: --model)")
     sessions.add_argument("--max-compose-sessions", type=positive_int, default=defaults.max_compose_sessions,
@@ -72,11 +80,64 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     serve.set_defaults(handler=cmd_serve)
 
 
+#: the longest any of the connection timeouts may be, in seconds (a day)
+MAX_TIMEOUT = 86400.0
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a time in seconds, above 0 and at most `MAX_TIMEOUT`."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value <= MAX_TIMEOUT:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most {MAX_TIMEOUT:g}, got {text}")
+    return value
+
+
+def whole_seconds(text: str) -> int:
+    """`seconds`, whole (what uvicorn takes)."""
+    value = positive_int(text)
+    seconds(str(value))
+    return value
+
+
+def add_connection_options(serve: argparse.ArgumentParser, defaults: Any) -> None:
+    """The flags that bound what one client's connection may hold."""
+    group = serve.add_argument_group("connections")
+    group.add_argument("--max-connections", type=positive_int, default=defaults.max_connections, metavar="N",
+                       help="connections kept open at once (one more gets 503, but for /v1/health)")
+    group.add_argument("--header-timeout", type=seconds, default=defaults.header_timeout, metavar="SECONDS",
+                       help="time a connection has to send a request's headers (then it is closed)")
+    group.add_argument("--body-timeout", type=seconds, default=defaults.body_timeout, metavar="SECONDS",
+                       help="the longest pause within a request body (then 408)")
+    group.add_argument("--body-total-timeout", type=seconds, default=defaults.body_total_timeout,
+                       metavar="SECONDS", help="the longest a whole request body may take to arrive (then 408)")
+    group.add_argument("--keep-alive", type=whole_seconds, default=defaults.keep_alive, metavar="SECONDS",
+                       help="how long an idle connection stays open after a response")
+    group.add_argument("--shutdown-timeout", type=whole_seconds, default=defaults.shutdown_timeout,
+                       metavar="SECONDS", help="how long stopping waits for open requests and streams to end")
+    group.add_argument("--max-header-kb", type=positive_int, default=defaults.max_header_bytes // 1024,
+                       metavar="KB", help="the most KiB of an unfinished request line and headers held (more: 400)")
+
+
+def bounds(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings that bound what clients may hold, from their flags."""
+    from ..server.settings import MIB
+
+    return {"upload_queue": args.upload_queue, "upload_queue_bytes": args.upload_queue_mb * MIB,
+            "session_bytes": args.session_mb * MIB, "max_connections": args.max_connections,
+            "header_timeout": args.header_timeout, "body_timeout": args.body_timeout,
+            "body_total_timeout": args.body_total_timeout, "keep_alive": args.keep_alive,
+            "shutdown_timeout": args.shutdown_timeout, "max_header_bytes": args.max_header_kb * 1024}
+
+
 def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         import uvicorn
 
         from ..server import Settings, create_app
+        from ..server.limits import server_config
         from ..server.net import listening_socket
         from ..server.settings import ENV_SERVER_KEY, MIB, check_binding
     except ImportError as exc:
@@ -89,7 +150,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         cors_origins=tuple(args.cors_origin or ()), max_upload_bytes=args.max_upload_mb * MIB,
                         queue_size=args.queue, session_ttl=float(args.session_ttl), max_sessions=args.max_sessions,
                         default_collection=args.collection, compose_memory_model=args.compose_memory_model,
-                        max_compose_sessions=args.max_compose_sessions, cache_readings=not args.no_cache)
+                        max_compose_sessions=args.max_compose_sessions, cache_readings=not args.no_cache,
+                        **bounds(args))
     if args.collection:
         app.open_collection(args.collection, home=args.home)  # fail now, not at the first /chat
     sock = listening_socket(args.host, args.port)  # before the model loads: a port in use fails at once
@@ -100,8 +162,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     shown = f"[{args.host}]" if ":" in args.host else args.host
     print(f"marginalia serving {generator.name} on http://{shown}:{args.port} (web page at /, API at /v1, "
           f"docs at /docs; {'a key is needed' if key else 'no key'}); Ctrl-C stops it", file=err, flush=True)
-    config = uvicorn.Config(create_app(settings, generator=generator), host=args.host, port=args.port,
-                            log_level="info" if args.verbose else "warning")
+    config = server_config(create_app(settings, generator=generator), settings, host=args.host, port=args.port,
+                           log_level="info" if args.verbose else "warning")
     with sock:
         uvicorn.Server(config).run(sockets=[sock])
     return 0

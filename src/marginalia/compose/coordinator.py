@@ -27,7 +27,7 @@ from .events import (
     MemoryStarted,
     MemoryUpdated,
 )
-from .threads import start_background
+from .threads import start_background, wait_limit
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class AugmentationCoordinator:
                  on_event: Callable[[ComposeEvent], None] | None = None,
                  on_memory: Callable[[tuple[MemoryItem, ...], int], None] | None = None,
                  pause: Callable[[], None] | None = None) -> None:
-        if threshold <= 0 or memory_size <= 0 or timeout <= 0:
+        if threshold <= 0 or memory_size <= 0 or not timeout > 0:  # `not >`: NaN is refused too
             raise ValueError("threshold, memory_size and timeout must be positive")
         token_distance([], [])  # a missing rapidfuzz fails here, not on the first keystroke
         self.fetch = fetch
@@ -176,7 +176,7 @@ class AugmentationCoordinator:
                 timed_out.set()
                 self._failed(request, f"the memory model took more than {self.timeout:g} s", True)
 
-            timer = threading.Timer(self.timeout, expire)
+            timer = threading.Timer(wait_limit(self.timeout), expire)
             timer.daemon = True
             timer.start()
             try:

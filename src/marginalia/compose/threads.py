@@ -29,6 +29,13 @@ BACKGROUND_NICE = 10
 IDLE_CLASS = True
 
 
+def wait_limit(seconds: float) -> float:
+    """``seconds`` as a wait the thread primitives take: at most `threading.TIMEOUT_MAX` (a longer wait
+    raises OverflowError in `threading.Event.wait`, `Condition.wait` and `Thread.join`, which a background
+    thread would die of)."""
+    return min(seconds, threading.TIMEOUT_MAX)
+
+
 def start_background(target: Callable[[], None], name: str,
                      pause: Callable[[], None] | None = None) -> threading.Thread:
     """Start ``target`` on a daemon thread at background priority (where the platform allows); with

@@ -25,6 +25,7 @@ from .. import app
 from ..app import CachingGenerator, Generator
 from ..compose import Composer, MemoryFailed, MemoryItem, MemoryUpdated, Suggested, forks_share_cache
 from ..compose.events import ComposeEvent
+from ..compose.threads import wait_limit
 from ..errors import BackendError, MarginaliaError, MissingDependency, NotFound, UserError
 from ..options import ComposeOptions
 from .errors import Busy
@@ -279,7 +280,7 @@ class ComposeSessions(BoundedStore[ComposeSession]):
             threading.Thread(target=self._give_back, args=(session,), name="compose-retire", daemon=True).start()
 
     def _give_back(self, session: ComposeSession) -> None:
-        if session.join(session.options.memory_timeout + RETIRE_SLACK):
+        if session.join(wait_limit(session.options.memory_timeout + RETIRE_SLACK)):
             self.pool.give_back(session.borrowed)
         else:  # its models stay with the thread that still uses them, and go when it does
             log.warning("compose session %s did not stop in time; its models are not lent again", session.id)

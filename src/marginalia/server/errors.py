@@ -77,7 +77,7 @@ STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
 )
 
 #: codes for the statuses Starlette raises itself (unknown route, wrong method, body over the limit)
-HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 408: "timeout", 413: "too_large"}
 
 
 def describe(exc: BaseException) -> tuple[int, str, str]:

@@ -15,7 +15,7 @@ from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
 from ..app import Generator
-from . import errors
+from . import errors, limits
 from .common import READING_HEADER, get_service, require_key
 from .routes import collections, compose, docqa, openai, reading
 from .schemas import ErrorReply
@@ -71,6 +71,7 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
     app = FastAPI(title="marginalia", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     app.state.service = service
     errors.install(app, max_body)
+    limits.install(app, settings)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_credentials=False,
                            allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"],

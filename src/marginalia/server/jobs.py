@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import app
-from ..errors import BadInput, EmptyDocument, NotFound
+from ..errors import BadInput, EmptyDocument, MarginaliaError, NotFound
 from ..options import ChunkingOptions
 from ..records import Document
-from .errors import UnsupportedType, describe, log
+from .errors import Busy, UnsupportedType, describe, log
 
 if TYPE_CHECKING:
     from ..app import Collection
@@ -36,6 +36,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
 #: the longest name an upload is known by, and the longest suffix kept when a longer one is cut
 MAX_NAME = 120
 MAX_SUFFIX = 12
+#: seconds a client is told to wait when too many uploads wait to be indexed
+RETRY_AFTER = 10
+MIB = 1024 * 1024
 
 
 def display_name(filename: str | None) -> str:
@@ -81,6 +84,7 @@ class Job:
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
     version: int = 0  # bumped on every change, so a follower knows when to send
+    size: int = 0  # bytes of the upload's saved copy (not sent: counted against the board's bound)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "collection": self.collection, "document": self.document, "status": self.status,
@@ -93,11 +97,26 @@ class Job:
         return self.status in ("done", "failed")
 
 
-class JobBoard:
-    """The indexing jobs: one thread runs them in order; the last ``keep`` finished ones are remembered."""
+class UploadsWaiting(Busy):
+    """Too many uploads, or too many bytes of them, wait to be indexed already (HTTP 429)."""
 
-    def __init__(self, keep: int) -> None:
+    def __init__(self, message: str) -> None:
+        MarginaliaError.__init__(self, message)
+        self.retry_after = RETRY_AFTER
+
+
+class JobBoard:
+    """The indexing jobs: one thread runs them in order; the last ``keep`` finished ones are remembered.
+
+    At most ``max_waiting`` jobs wait or run at once, and the copies they wait on hold at most
+    ``max_waiting_bytes`` (one upload alone always gets in, whatever its size); more are refused with
+    `UploadsWaiting`.
+    """
+
+    def __init__(self, keep: int, max_waiting: int = 16, max_waiting_bytes: int = 256 * MIB) -> None:
         self.keep = keep
+        self.max_waiting = max_waiting
+        self.max_waiting_bytes = max_waiting_bytes
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marginalia-index")
@@ -123,14 +142,24 @@ class JobBoard:
 
     def submit(self, collection: str, document: str, data: bytes, suffix: str,
                work: Callable[[Job, Path, JobBoard], None]) -> dict[str, Any]:
-        """Save ``data`` to a private temporary copy and queue ``work`` on it; the copy goes when it ends."""
+        """Save ``data`` to a private temporary copy and queue ``work`` on it; the copy goes when it ends.
+
+        Raises:
+            UploadsWaiting: too many uploads, or bytes of them, wait already.
+        """
+        self._check_room(len(data))  # before anything is written
         folder = Path(tempfile.mkdtemp(prefix="marginalia-upload-"))
         copy = folder / f"document{suffix}"  # our own name: the client's never becomes a path
         copy.write_bytes(data)
-        job = Job(uuid.uuid4().hex, collection, document)
+        job = Job(uuid.uuid4().hex, collection, document, size=len(data))
         with self._lock:
-            self._jobs[job.id] = job
-            self._forget()
+            refused = self._refusal(job.size)  # again: another upload may have come in meanwhile
+            if refused is None:
+                self._jobs[job.id] = job
+                self._forget()
+        if refused is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise refused
 
         def run() -> None:
             try:
@@ -146,6 +175,34 @@ class JobBoard:
 
         self._executor.submit(run)
         return job.to_dict()
+
+    def waiting(self) -> tuple[int, int]:
+        """Jobs queued or running, and the bytes of their uploads."""
+        with self._lock:
+            return self._waiting()
+
+    def _waiting(self) -> tuple[int, int]:
+        unfinished = [job for job in self._jobs.values() if not job.finished]
+        return len(unfinished), sum(job.size for job in unfinished)
+
+    def _check_room(self, size: int) -> None:
+        with self._lock:
+            refused = self._refusal(size)
+        if refused is not None:
+            raise refused
+
+    def _refusal(self, size: int) -> UploadsWaiting | None:
+        """Why an upload of ``size`` bytes cannot wait now (under the lock), or None."""
+        count, held = self._waiting()
+        if count >= self.max_waiting:
+            return UploadsWaiting(f"{count} uploads are waiting to be indexed already, as many as this server "
+                                  f"keeps (its --upload-queue); try again once some are done (GET /v1/jobs)")
+        if count and held + size > self.max_waiting_bytes:
+            return UploadsWaiting(f"the uploads waiting to be indexed hold {held / MIB:.1f} MiB already, and this "
+                                  f"one ({size / MIB:.1f} MiB) would pass this server's bound of "
+                                  f"{self.max_waiting_bytes / MIB:.0f} MiB (its --upload-queue-mb); try again "
+                                  "once some are done (GET /v1/jobs)")
+        return None
 
     def _forget(self) -> None:
         finished = [j.id for j in self._jobs.values() if j.finished]

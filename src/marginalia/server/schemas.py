@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, Validatio
 
 from ..app import GenerationParams
 from ..options import (
+    MAX_TOKENS,
     PATTERN_OPTIONS,
     PATTERNS,
     CollectionOptions,
@@ -274,8 +275,8 @@ class ChatCompletionRequest(UnicodeBody):
     stream: bool = False
     stream_options: StreamOptions | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_completion_tokens: int | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    max_completion_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
     n: int = Field(default=1, ge=1, le=1, description="one choice only")
     marginalia: MarginaliaExtras = Field(default_factory=MarginaliaExtras)
 

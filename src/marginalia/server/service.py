@@ -52,8 +52,8 @@ class Service:
         #: full WiM readings of documents, so a follow-up question costs only its margins (None: not kept)
         self.readings = app.document_cache(settings.home) if settings.cache_readings else None
         self.worker = ModelWorker(settings.queue_size)
-        self.jobs = JobBoard(settings.max_jobs)
-        self.sessions = SessionStore(settings.session_ttl, settings.max_sessions)
+        self.jobs = JobBoard(settings.max_jobs, settings.upload_queue, settings.upload_queue_bytes)
+        self.sessions = SessionStore(settings.session_ttl, settings.max_sessions, max_bytes=settings.session_bytes)
         self.compose = ComposeSessions(settings.session_ttl, settings.max_compose_sessions,
                                        ModelPool(loader or self._load))
 

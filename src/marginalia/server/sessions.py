@@ -2,10 +2,15 @@
 
 A WiM session over a document reads it once: the first message stores the full reading (see
 `Service.readings`), and each later one writes only its margins from it.
+
+The pasted texts sessions keep are bounded in bytes, across sessions: a new session makes room by ending the
+least recently used idle ones (as when the store is full), and is refused when the sessions answering a
+message hold too much to make room.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import uuid
@@ -14,13 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from ..errors import NotFound
-from .errors import Busy
+from ..errors import MarginaliaError, NotFound
+from .errors import Busy, TooLarge
 from .schemas import Target
 from .worker import Prepared
 
 #: the most question-answer turns a session keeps in its history
 HISTORY = 50
+MIB = 1024 * 1024
+#: seconds a client is told to wait when the sessions answering messages hold too much to make room
+RETRY_AFTER = 5
 
 
 @dataclass
@@ -33,6 +41,7 @@ class Session:
     last_used: float
     history: list[dict[str, Any]] = field(default_factory=list)
     busy: int = 0
+    size: int = 0  # bytes its pasted text takes in memory (counted against the store's bound)
 
     def prepare(self, question: str, temperature: float | None,
                 read: Callable[[Target, str, float | None], Prepared]) -> Prepared:
@@ -129,20 +138,30 @@ class BoundedStore(Generic[H]):
         """
         with self._lock:
             ended = self._expire()
-            error: Exception | None = None
-            if len(self._items) >= self.limit:
-                idle = next((h for h in self._items.values() if not h.busy), None)
-                if idle is None:
-                    error = self.full(len(self._items))
-                else:
-                    del self._items[idle.id]
-                    ended.append(idle)
+            error = self._make_room(item, ended)
             if error is None:
                 self._items[item.id] = item
         self.on_end(ended)
         if error is not None:
             raise error
         return item
+
+    def _make_room(self, item: H, ended: list[H]) -> Exception | None:
+        """Make room for ``item`` (under the lock), adding what ended to ``ended``; the error when there is
+        none to make."""
+        while len(self._items) >= self.limit:
+            if not self._end_idle(ended):
+                return self.full(len(self._items))
+        return None
+
+    def _end_idle(self, ended: list[H]) -> bool:
+        """End the least recently used idle item (under the lock); False when every item is busy."""
+        idle = next((h for h in self._items.values() if not h.busy), None)
+        if idle is None:
+            return False
+        del self._items[idle.id]
+        ended.append(idle)
+        return True
 
     def _take(self, item_id: str, busy: int) -> H:
         with self._lock:
@@ -207,17 +226,53 @@ class BoundedStore(Generic[H]):
         return count
 
 
-class SessionStore(BoundedStore[Session]):
-    """Chat sessions (see `BoundedStore`)."""
+class SessionsHoldTooMuch(Busy):
+    """The sessions answering messages hold so many bytes that a new one cannot make room (HTTP 429)."""
 
-    def __init__(self, ttl: float, limit: int, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(ttl, limit, "session", "POST /v1/sessions", lambda n: Busy(5, n), clock=clock)
+    def __init__(self, message: str) -> None:
+        MarginaliaError.__init__(self, message)
+        self.retry_after = RETRY_AFTER
+
+
+class SessionStore(BoundedStore[Session]):
+    """Chat sessions (see `BoundedStore`), whose pasted texts take at most ``max_bytes`` together."""
+
+    def __init__(self, ttl: float, limit: int, clock: Callable[[], float] = time.time,
+                 max_bytes: int = 256 * MIB) -> None:
+        super().__init__(ttl, limit, "session", "POST /v1/sessions", lambda n: Busy(RETRY_AFTER, n), clock=clock)
+        self.max_bytes = max_bytes
 
     def create(self, target: Target) -> Session:
         """A new session.
 
         Raises:
-            Busy: the store is full and every session is answering a message.
+            TooLarge: its text alone takes more than ``max_bytes``.
+            Busy: the store is full, or holds too many bytes, and the sessions in the way are answering
+                messages.
         """
         now = self.clock()
-        return self.add(Session(uuid.uuid4().hex, target, now, now))
+        size = sys.getsizeof(target.text) if target.text is not None else 0
+        return self.add(Session(uuid.uuid4().hex, target, now, now, size=size))
+
+    def held(self) -> int:
+        """Bytes the sessions' texts take now."""
+        with self._lock:
+            return sum(s.size for s in self._items.values())
+
+    def _make_room(self, item: Session, ended: list[Session]) -> Exception | None:
+        bound = f"{self.max_bytes / MIB:.0f} MiB, the server's --session-mb"
+        if item.size > self.max_bytes:
+            return TooLarge(f"this text takes {item.size / MIB:.1f} MiB, more than all chat sessions may hold "
+                            f"together ({bound}); ask it with POST /v1/ask, which keeps nothing, or send a "
+                            "shorter text")
+        busy = sum(s.size for s in self._items.values() if s.busy)
+        if busy + item.size > self.max_bytes:
+            return SessionsHoldTooMuch(
+                f"the chat sessions answering messages now hold {busy / MIB:.1f} MiB of text, and this one's "
+                f"{item.size / MIB:.1f} MiB would pass the bound ({bound}); try again in a few seconds, or end "
+                "sessions no longer needed (DELETE /v1/sessions/ID)")
+        error = super()._make_room(item, ended)
+        while error is None and sum(s.size for s in self._items.values()) + item.size > self.max_bytes:
+            if not self._end_idle(ended):  # pragma: no cover - the busy ones leave room enough (checked above)
+                error = self.full(len(self._items))
+        return error

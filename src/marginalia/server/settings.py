@@ -30,10 +30,23 @@ class Settings:
         queue_size: requests that may wait for the model while one reads; more get 429.
         session_ttl: seconds a chat or compose session lives without a message.
         max_sessions: chat sessions kept at once (the least recently used idle one makes room).
+        session_bytes: the most bytes chat sessions' pasted texts take together, in memory (the least
+            recently used idle sessions make room; when those answering messages hold too much, 429).
         compose_memory_model: the model spec that writes compose sessions' memory (None: ``model``).
         max_compose_sessions: compose sessions kept at once; each holds its own loads of the client and
             memory models (the least recently used idle one makes room).
         max_jobs: finished indexing jobs remembered (the oldest are forgotten first).
+        upload_queue: uploads that may wait to be indexed, the one being indexed included; more get 429.
+        upload_queue_bytes: the most bytes those uploads may hold (one upload alone always gets in).
+        header_timeout: seconds a connection has to send its next request's headers (from when it opens or
+            its last response ended); past them it is closed.
+        body_timeout: seconds a request body may pause between two pieces; past them, 408.
+        body_total_timeout: seconds a whole request body may take; past them, 408.
+        max_connections: connections kept open at once; one more gets 503 for all but the health check.
+        keep_alive: seconds an idle connection stays open after a response.
+        shutdown_timeout: seconds the server waits for open requests (streams) to end when it stops.
+        max_header_bytes: the most bytes of a request line and headers held while they are unfinished
+            (h11's incomplete-event size; more: 400).
         default_collection: the collection the docqa-compatible ``/chat`` answers from.
         cache_readings: keep full WiM readings of documents on disk under ``home``, so a later question
             about the same document reads no document token (off: every question reads it again).
@@ -51,14 +64,26 @@ class Settings:
     queue_size: int = 8
     session_ttl: float = 30 * 60.0
     max_sessions: int = 100
+    session_bytes: int = 256 * MIB
     max_jobs: int = 1000
+    upload_queue: int = 16
+    upload_queue_bytes: int = 256 * MIB
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    body_total_timeout: float = 600.0
+    max_connections: int = 256
+    keep_alive: int = 5
+    shutdown_timeout: int = 10
+    max_header_bytes: int = 16 * 1024
     default_collection: str | None = None
     compose_memory_model: str | None = None
     max_compose_sessions: int = 2
     cache_readings: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("max_upload_bytes", "max_sessions", "max_jobs", "max_compose_sessions"):
+        for name in ("max_upload_bytes", "max_sessions", "max_jobs", "max_compose_sessions", "upload_queue",
+                     "upload_queue_bytes", "session_bytes", "header_timeout", "body_timeout", "body_total_timeout",
+                     "max_connections", "keep_alive", "shutdown_timeout", "max_header_bytes"):
             if getattr(self, name) <= 0:
                 raise UserError(f"{name} must be positive, got {getattr(self, name)}")
         if self.queue_size < 0:

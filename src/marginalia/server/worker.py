@@ -3,8 +3,9 @@ and the bridge that relays a reading's events from that thread to the request th
 
 The core is synchronous, so a reading runs in the worker thread and the event loop only relays what it
 yields. A request that cannot even wait (the queue is full) is refused at once with `Busy` (HTTP 429).
-A request whose client goes away cancels its reading: a queued one never starts, a running one is stopped
-(`Run.stop()`) and dropped at its next event, so the model is free again within one segment. A client that
+A request whose client goes away cancels its reading: a queued one leaves the queue at once (its place is
+free for the next request), a running one is stopped (`Run.stop()`) and dropped at its next event, so the
+model is free again within one segment. A client that
 only wants it to stop reading asks for that by the reading's id (`ModelWorker.reading`, then `Reading.stop`):
 the run stops after its current step and still answers, from what it has read.
 """
@@ -18,7 +19,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,8 +47,8 @@ class ModelWorker:
         self._durations: deque[float] = deque(maxlen=16)
         self._readings: dict[str, Reading] = {}  # admitted and not yet over, by id
 
-    def submit(self, job: Callable[[], None]) -> None:
-        """Queue ``job`` for the model's thread.
+    def submit(self, job: Callable[[], None]) -> Future[None]:
+        """Queue ``job`` for the model's thread; the future `withdraw` takes back.
 
         Raises:
             Busy: the queue is full (the error says when to try again).
@@ -56,7 +57,21 @@ class ModelWorker:
             if self._admitted >= self.queue_size + 1:
                 raise Busy(self._retry_after(), self._admitted - self._running)
             self._admitted += 1
-        self._executor.submit(self._timed, job)
+        try:
+            return self._executor.submit(self._timed, job)
+        except BaseException:
+            with self._lock:
+                self._admitted -= 1
+            raise
+
+    def withdraw(self, queued: Future[None]) -> bool:
+        """Take a job that has not started out of the queue, so that its place is free at once; False when
+        it has started (or ended) already."""
+        if not queued.cancel():  # only a job still waiting can be cancelled, and then it never runs
+            return False
+        with self._lock:
+            self._admitted -= 1
+        return True
 
     def _timed(self, job: Callable[[], None]) -> None:
         t0 = time.monotonic()
@@ -153,7 +168,7 @@ class Reading:
         self._worker = worker
         worker.track(self)  # before it can run, and so end
         try:
-            worker.submit(self._work)
+            self._queued = worker.submit(self._work)
         except BaseException:
             worker.forget(self)
             raise
@@ -210,8 +225,13 @@ class Reading:
                 self._run.stop()
 
     def cancel(self) -> None:
-        """Stop reading: the run stops after its current step, and its events are dropped."""
+        """Stop reading: a reading still queued leaves the queue now; a running one stops after its current
+        step, and its events are dropped."""
         self._cancelled.set()
+        if self._worker.withdraw(self._queued):  # it never starts: nothing else will end it
+            self._worker.forget(self)
+            self._emit(_END)
+            return
         with self._run_lock:
             if self._run is not None:
                 self._run.stop()
