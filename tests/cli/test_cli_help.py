@@ -24,7 +24,6 @@ from marginalia.options import (
 )
 
 
-
 def command(*names: str) -> argparse.ArgumentParser:
     parser: Any = build_parser()
     for name in names:
