@@ -80,8 +80,9 @@ def convert_isolated(loader: type[Any], data: bytes, source: str, limits: Ingest
     # bound measures memory used rather than the number of threads
     env["MALLOC_ARENA_MAX"] = "2"
     with tempfile.TemporaryFile() as errors:
+        # a session of its own: a terminal's Ctrl-C reaches only the caller, which then stops the child itself
         child = subprocess.Popen([sys.executable, *_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=errors, env=env, start_new_session=True)  # no terminal's Ctrl-C
+                                 stderr=errors, env=env, start_new_session=True)
         try:
             out, _ = child.communicate(json.dumps(request).encode() + b"\n" + data, timeout=limits.convert_timeout)
         except subprocess.TimeoutExpired:
@@ -121,14 +122,22 @@ def _tail(stream: IO[bytes]) -> str:
 def _died(code: int, source: str, limits: IngestOptions, tail: str) -> NoReturn:
     """Raise the error for a child that ended without a reply (``code``: its exit status, -N for signal N)."""
     log.warning("the process converting %s ended with status %s; its last output: %s", source, code, tail)
-    if code in (-signal.SIGKILL, -signal.SIGABRT):  # the kernel's OOM killer; a C++ allocation that threw
+    name = _signal_name(-code) if code < 0 else ""
+    if name in ("SIGKILL", "SIGABRT"):  # the kernel's out-of-memory killer; a C++ allocation that threw
         mb = limits.convert_memory_mb
-        raise exceeded(source, f"could not be converted: its process was stopped ({signal.Signals(-code).name}), "
-                               f"most likely for lack of memory (convert_memory_mb is {mb}), and it may be a "
-                               "decompression bomb", "convert_memory_mb", mb, "if you trust it,")
-    how = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
+        raise exceeded(source, f"could not be converted: its process was stopped ({name}), most likely for lack "
+                               f"of memory (convert_memory_mb is {mb}), and it may be a decompression bomb",
+                       "convert_memory_mb", mb, "if you trust it,")
+    how = f"signal {name}" if code < 0 else f"status {code}"
     raise IngestError(f"the converter crashed on {source} ({how}); the file may be damaged: try repairing it or "
                       "converting it with another tool", path=source)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _error(fields: dict[str, Any], source: str, limits: IngestOptions) -> Exception:
