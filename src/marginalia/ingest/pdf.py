@@ -449,6 +449,7 @@ def _pages_list(numbers: list[int]) -> str:
 _FLATE = ("/FlateDecode", "/Fl")
 #: the most inflated bytes asked of zlib at once while counting
 _PIECE = MIB
+#: a PDF name in a filter's value (``/FlateDecode``, or each of ``[/ASCII85Decode/FlateDecode]``)
 _NAME = re.compile(r"/[^\s/\[\]<>()]+")
 #: an indirect object's header ("12 0 obj"): a PDF with a page has one at least (its page is one)
 _OBJECT = re.compile(rb"(?<!\d)\d++\s++\d++\s++obj")
