@@ -11,6 +11,7 @@ import json
 import random
 import re
 import tempfile
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -108,6 +109,44 @@ def mutated_pdf(seed: int, flips: int, cut: float) -> bytes:
 
 
 pdfs = st.builds(mutated_pdf, st.integers(0, 2**32), st.integers(0, 60), st.just(1.0) | st.floats(0.02, 1.0))
+
+#: page content that draws text: a bomb of it makes the converter work for every line, not only inflate it
+DRAW_TEXT = b"BT /helv 1 Tf 10 10 Td (aa) Tj ET\n"
+MB = 1_000_000
+
+
+def pdf_bomb(inflated: int, unit: bytes = DRAW_TEXT, filters: str = "/FlateDecode", level: int = 6) -> bytes:
+    """A one-page PDF whose content stream inflates to about ``inflated`` bytes (``unit`` repeated after a line
+    of text), compressed piece by piece so that it is never held inflated here. With ``filters``
+    ``[/ASCIIHexDecode /FlateDecode]`` the zlib data is hex-encoded too: MuPDF must decode such a stream whole.
+    The issue's bomb is ``pdf_bomb(200 * MB)``: about 600 KB."""
+    import pymupdf
+
+    doc = pymupdf.open()
+    page = doc.new_page()
+    page.insert_text((72, 72), "A page whose content is mostly filler.", fontsize=11)
+    xref = page.get_contents()[0]
+    block = unit * max(1, (1 << 20) // len(unit))
+    zipper = zlib.compressobj(level)
+    parts = [zipper.compress(doc.xref_stream(xref) + b"\n")]
+    parts += [zipper.compress(block) for _ in range(max(1, inflated // len(block)))]
+    data = b"".join(parts) + zipper.flush()
+    if "/ASCIIHexDecode" in filters:
+        data = data.hex().encode() + b">"
+    doc.update_stream(xref, data, compress=False)
+    doc.xref_set_key(xref, "Filter", filters)
+    return doc.tobytes()
+
+
+def pdf_of_pages(pages: int) -> bytes:
+    """A PDF of ``pages`` short pages, each with a paragraph in the middle of the page."""
+    import pymupdf
+
+    doc = pymupdf.open()
+    for number in range(1, pages + 1):
+        text = f"Page {number} says a few words of its own. " * 3
+        doc.new_page().insert_textbox(pymupdf.Rect(72, 300, 520, 400), text, fontsize=11)
+    return doc.tobytes()
 
 _TOKENS = WordTokenizer()
 

@@ -15,7 +15,8 @@ once with WiM, asked many questions), `document_cache`, `ask_collection`, `colle
 `index_paths`, `generate_questions`, `compose` (a composer for writing with suggestions), `tuning_data` and
 `tune_client` (instruction tuning of the composer's client), `demo`.
 Options: `WimOptions`, `LcOptions`, `RagOptions`, `RunSettings` (what one run may change), `CollectionOptions`,
-`ChunkingOptions`, `ComposeOptions`, `TuneDataOptions`, `TuneOptions`.
+`ChunkingOptions`, `IngestOptions` (the bounds on converting a document), `ComposeOptions`, `TuneDataOptions`,
+`TuneOptions`.
 Lower layers: `make_pattern`, `segment_text`.
 
 Importing the package is cheap (no torch); backends load when a model is asked for. It sets how the OpenMP
@@ -34,7 +35,7 @@ _APP = ("load_model", "load_embedder", "read_file", "ask_text", "ask_file", "rea
         "ask_collection", "collection_reader", "index_paths", "generate_questions", "compose", "tuning_data",
         "tune_client", "demo")
 _OPTIONS = ("WimOptions", "LcOptions", "RagOptions", "RunSettings", "CollectionOptions", "ChunkingOptions",
-            "ComposeOptions", "TuneDataOptions", "TuneOptions")
+            "IngestOptions", "ComposeOptions", "TuneDataOptions", "TuneOptions")
 _LAZY = {
     **{name: ("marginalia.app", name) for name in _APP},
     **{name: ("marginalia.options", name) for name in _OPTIONS},

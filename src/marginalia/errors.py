@@ -52,6 +52,7 @@ class MissingDependency(UserError):
     """An optional extra is not installed; the message carries the install command."""
 
     def __init__(self, what: str, command: str) -> None:
+        self.what = what
         self.command = command
         super().__init__(f"{what} is not installed; install it with: {command}")
 
@@ -67,6 +68,16 @@ class IngestError(MarginaliaError):
         self.path = path
         self.page = page
         super().__init__(message)
+
+
+class DocumentTooLarge(IngestError):
+    """A document whose reading would cost more than a bound allows (pages, inflated size, time, memory);
+    ``limit`` names the option that sets the bound, ``bound`` is its value."""
+
+    def __init__(self, message: str, *, limit: str, bound: float, path: str | None = None) -> None:
+        self.limit = limit
+        self.bound = bound
+        super().__init__(message, path=path)
 
 
 class BadInput(IngestError, UserError):

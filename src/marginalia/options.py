@@ -146,6 +146,26 @@ class ChunkingOptions(Options):
         return self
 
 
+class IngestOptions(Options):
+    """Bounds on reading one document's file. A PDF is converted in a child process that these bound, so that
+    a decompression bomb or a pathological file fails with a clear error instead of exhausting the machine;
+    each bound's error names the option that raises it."""
+
+    max_pages: int = Field(default=2000, gt=0, le=1_000_000, description="the most pages a PDF may have")
+    max_inflated_mb: int = Field(
+        default=128, gt=0, le=1_048_576,
+        description="the most MiB a PDF's streams may inflate to when decompressed (images aside: they are "
+                    "bounded by memory and time)")
+    convert_timeout: float = Field(
+        default=300.0, gt=0.0, le=86_400.0,
+        description="the most seconds converting one PDF may take, its process's start included; past it, the "
+                    "process is killed")
+    convert_memory_mb: int = Field(
+        default=2048, gt=0, le=1_048_576,
+        description="the most memory, in MiB of address space, the process converting a PDF may use (where the "
+                    "system bounds it: Linux)")
+
+
 class CollectionOptions(Options):
     """Reading a collection: the retrieval policy, and how much of what it finds is read."""
 

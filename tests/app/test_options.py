@@ -20,6 +20,7 @@ from marginalia.options import (
     TOPIC_THRESHOLD,
     ChunkingOptions,
     CollectionOptions,
+    IngestOptions,
     LcOptions,
     RagOptions,
     WimOptions,
@@ -45,6 +46,13 @@ def test_every_ask_and_demo_default_is_the_records() -> None:
 def test_every_index_default_is_the_chunking_records() -> None:
     args = parse("index", "doc.md", "--collection", "c")
     for name, info in ChunkingOptions.model_fields.items():
+        assert getattr(args, name) == info.default, name
+
+
+@pytest.mark.parametrize("command", [("index", "doc.md", "--collection", "c"), ("serve",)])
+def test_every_document_limit_default_is_the_ingest_records(command: tuple[str, ...]) -> None:
+    args = parse(*command)
+    for name, info in IngestOptions.model_fields.items():
         assert getattr(args, name) == info.default, name
 
 

@@ -145,3 +145,15 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
     assert code == 2
     assert message in err
     assert "Traceback" not in err
+
+
+def test_index_skips_a_pdf_over_a_document_limit_saying_which(corpus):
+    pytest.importorskip("pymupdf4llm")
+    from fuzz_support import pdf_of_pages
+
+    (corpus / "long.pdf").write_bytes(pdf_of_pages(8))
+    code, out, err = index(corpus, "--max-pages", "5")
+    assert code == 0, err
+    (line,) = [line for line in out.splitlines() if "long.pdf" in line]
+    assert line.startswith("skipped") and "has 8 pages" in line and "--max-pages" in line
+    assert "2 added, 2 skipped" in err

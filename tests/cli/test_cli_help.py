@@ -14,6 +14,7 @@ from marginalia.options import (
     ChunkingOptions,
     CollectionOptions,
     ComposeOptions,
+    IngestOptions,
     Options,
     PatternOptions,
     RagOptions,
@@ -71,7 +72,8 @@ def test_ask_options_come_in_groups_in_order(monkeypatch: pytest.MonkeyPatch) ->
 @pytest.mark.parametrize(("names", "records"), [
     (("ask",), [PatternOptions, WimOptions, RagOptions, CollectionOptions]),
     (("demo",), [PatternOptions, WimOptions, RagOptions]),
-    (("index",), [ChunkingOptions]),
+    (("index",), [ChunkingOptions, IngestOptions]),
+    (("serve",), [IngestOptions]),
     (("compose",), [ComposeOptions]),
     (("tune", "data"), [TuneDataOptions]),
     (("tune", "train"), [TuneOptions]),
@@ -86,14 +88,15 @@ def test_flags_are_named_as_their_fields(names: tuple[str, ...], records: list[t
             assert actions[name].option_strings == [flag], (name, actions[name].option_strings)
 
 
-@pytest.mark.parametrize("names", [("ask",), ("index",), ("compose",), ("tune", "data"), ("tune", "train")])
+@pytest.mark.parametrize("names", [("ask",), ("index",), ("serve",), ("compose",), ("tune", "data"),
+                                   ("tune", "train")])
 def test_record_options_have_one_clause_of_help_and_show_their_default(monkeypatch: pytest.MonkeyPatch,
                                                                       names: tuple[str, ...]) -> None:
     parser = command(*names)
     text = " ".join(help_text(monkeypatch, *names).split())
     fields = {**PatternOptions.model_fields, **WimOptions.model_fields, **RagOptions.model_fields,
               **CollectionOptions.model_fields, **ChunkingOptions.model_fields, **ComposeOptions.model_fields,
-              **TuneDataOptions.model_fields, **TuneOptions.model_fields}
+              **TuneDataOptions.model_fields, **TuneOptions.model_fields, **IngestOptions.model_fields}
     for action in parser._actions:
         if action.dest not in fields or not action.option_strings:
             continue

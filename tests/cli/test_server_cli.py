@@ -62,6 +62,17 @@ def test_serve_binds_loopback_by_default_without_a_key(started):
     assert settings.cache_readings and app.state.service.readings is not None
 
 
+def test_serve_passes_its_document_limits_to_the_server(started):
+    from marginalia.options import IngestOptions
+
+    assert serve()[0] == 0
+    assert serve("--max-pages", "5", "--max-inflated-mb", "20", "--convert-timeout", "2.5",
+                 "--convert-memory-mb", "900")[0] == 0
+    (default, given) = (app.state.service.settings.ingest for app, _ in started)
+    assert default == IngestOptions()
+    assert given == IngestOptions(max_pages=5, max_inflated_mb=20, convert_timeout=2.5, convert_memory_mb=900)
+
+
 def test_serve_without_the_reading_cache(started):
     assert serve("--no-cache")[0] == 0
     ((app, _),) = started

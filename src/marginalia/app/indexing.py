@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import BadInput, NotFound, UserError
 from ..models.base import Generator
-from ..options import ChunkingOptions
+from ..options import ChunkingOptions, IngestOptions
 from ..records import Chunk, Document, Section
 from .loading import DEFAULT_EMBEDDER, load_embedder
 
@@ -161,6 +161,7 @@ def index_paths(
     home: str | Path | None = None,
     embedder: str | Embedder = DEFAULT_EMBEDDER,
     chunking: ChunkingOptions | None = None,
+    ingest: IngestOptions | None = None,
     recursive: bool = True,
     source: str | None = None,
     on_file: Callable[[int, int, str], None] | None = None,
@@ -180,6 +181,8 @@ def index_paths(
         home: marginalia's home directory.
         embedder: a spec or an embedder, for a new collection.
         chunking: chunk sizes.
+        ingest: the bounds on converting each PDF (pages, inflated size, time, memory); a file over them is
+            skipped with the reason (with ``source``, it raises).
         source: the name to index the one file in ``paths`` under, instead of its path (an uploaded file's
             own name, not its saved copy's); that file then raises when it cannot be read, where files
             given by path are skipped with the reason.
@@ -191,7 +194,8 @@ def index_paths(
     Raises:
         UserError: a path that does not exist, a bad collection name, bad chunk sizes, a ``source`` given
             with other than one file.
-        IngestError: with ``source``, the file cannot be read (the message names ``source``, not the path).
+        IngestError: with ``source``, the file cannot be read or is over a bound of ``ingest`` (the message
+            names ``source``, not the path).
     """
     from ..index.store import Collection, collections_dir
     from ..ingest.loaders import load_paths
@@ -206,9 +210,9 @@ def index_paths(
     else:
         store = collection
     if source is None:
-        loaded = load_paths(paths, recursive=recursive, progress=on_file)
+        loaded = load_paths(paths, recursive=recursive, progress=on_file, limits=ingest)
     else:
-        loaded = _load_as(paths, source, on_file)
+        loaded = _load_as(paths, source, on_file, ingest)
     report = IndexReport(store.name, skipped=loaded.skipped, notes=loaded.notes)
     for doc in loaded.documents:
         sections, chunks = chunk_document(doc, count_tokens, chunking)
@@ -223,7 +227,8 @@ def index_paths(
     return report
 
 
-def _load_as(paths: Sequence[str | Path], source: str, on_file: Callable[[int, int, str], None] | None) -> LoadReport:
+def _load_as(paths: Sequence[str | Path], source: str, on_file: Callable[[int, int, str], None] | None,
+             ingest: IngestOptions | None) -> LoadReport:
     """The one file in ``paths``, loaded as the document ``source``."""
     from ..ingest.loaders import LoadReport, Note, load_document
 
@@ -231,7 +236,7 @@ def _load_as(paths: Sequence[str | Path], source: str, on_file: Callable[[int, i
         raise UserError(f"a source name ({source!r}) names one document: give exactly one file with it, "
                         f"not {', '.join(str(p) for p in paths)}")
     notes: list[str] = []
-    doc = load_document(paths[0], notes, source=source)
+    doc = load_document(paths[0], notes, source=source, limits=ingest)
     if on_file:
         on_file(1, 1, source)
     return LoadReport((doc,), notes=tuple(Note(source, note) for note in notes))

@@ -14,7 +14,7 @@ import annotated_types
 from .. import app
 from ..files import progress_bar
 from ..home import ENV_HOME
-from ..options import Options
+from ..options import IngestOptions, Options
 
 
 def _whole_number(text: str) -> int:
@@ -183,6 +183,15 @@ def common_options() -> argparse.ArgumentParser:
                              "user data folder)")
     common.add_argument("-v", "--verbose", action="store_true", help="log what is loaded and why")
     return common
+
+
+def ingest_options() -> argparse.ArgumentParser:
+    """The bounds on converting one document (a PDF: pages, inflated size, seconds, memory), in a group of their
+    own."""
+    parent = argparse.ArgumentParser(add_help=False)
+    add_record_options(parent.add_argument_group("document limits"), IngestOptions,
+                       metavars={"convert_timeout": "SECONDS", "max_inflated_mb": "MB", "convert_memory_mb": "MB"})
+    return parent
 
 
 def model_options() -> argparse.ArgumentParser:

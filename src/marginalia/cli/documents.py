@@ -12,11 +12,12 @@ from typing import Any, TextIO
 from .. import app
 from ..errors import NotFound, UserError
 from ..files import atomic_write_text, progress_bar
-from ..options import SEARCH_MODES, ChunkingOptions
+from ..options import SEARCH_MODES, ChunkingOptions, IngestOptions
 from .common import (
     Formatter,
     Reporter,
     add_record_options,
+    ingest_options,
     load_model,
     model_options,
     non_negative_int,
@@ -43,13 +44,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     models = model_options()
 
     index = sub.add_parser(
-        "index", parents=[common, models, chunking_options()], formatter_class=Formatter,
+        "index", parents=[common, models, chunking_options(), ingest_options()], formatter_class=Formatter,
         usage="%(prog)s [options] --collection NAME PATH [PATH ...]",
         help="add files and folders to a collection (pdf, markdown, text, html)",
         description="Load each file (folders are walked), split it into sections and section-bounded chunks, "
                     "and add them to the collection's hybrid (BM25 + dense) index. Re-indexing unchanged files "
                     "does nothing; a changed file replaces its old version. Files that cannot be read are "
-                    "skipped with the reason. Chunk sizes are counted with --model's tokenizer.",
+                    "skipped with the reason, as is a PDF over a document limit (it is converted in a process of "
+                    "its own, stopped at the limit). Chunk sizes are counted with --model's tokenizer.",
     )
     index.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
     collection_option(index)
@@ -131,6 +133,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     chunking = record_from_args(ChunkingOptions, args)
+    ingest = record_from_args(IngestOptions, args)
     app.check_paths(args.paths)
     tokenizer = load_model(args, Reporter(False, err)).tokenizer
     bar = progress_bar(err, 0, "file", "loading")
@@ -158,8 +161,9 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(app.section_outline(item.sections, doc) + "\n")
 
     report = app.index_paths(args.paths, args.collection, count_tokens=tokenizer.count, home=args.home,
-                             embedder=args.embedder, chunking=chunking, recursive=not args.no_recursive,
-                             on_file=loaded, on_document=chunks_bar, on_indexed=indexed)
+                             embedder=args.embedder, chunking=chunking, ingest=ingest,
+                             recursive=not args.no_recursive, on_file=loaded, on_document=chunks_bar,
+                             on_indexed=indexed)
     bar.close()
     for skip in report.skipped:
         out.write(f"skipped   {skip.path}  ({skip.reason})\n")

@@ -9,15 +9,18 @@ from typing import Any, TextIO
 
 from .. import app
 from ..errors import MissingDependency
+from ..options import IngestOptions
 from .common import (
     MODEL_NOTE,
     Formatter,
     Reporter,
+    ingest_options,
     load_model,
     model_options,
     non_negative_int,
     port_number,
     positive_int,
+    record_from_args,
 )
 
 SERVE_INSTALL = "pip install 'marginalia[serve]'"
@@ -29,7 +32,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
     defaults = Settings()
     serve = sub.add_parser(
-        "serve", parents=[common, model_options()], formatter_class=Formatter, usage="%(prog)s [options]",
+        "serve", parents=[common, model_options(), ingest_options()], formatter_class=Formatter,
+        usage="%(prog)s [options]",
         help="serve collections and questions over HTTP (JSON, server-sent events, OpenAI-compatible)",
         description="Start the HTTP service: create collections and upload documents (indexed in the "
                     "background), ask a pasted text, a document or a collection with wim, lc or rag (as JSON or "
@@ -38,7 +42,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                     "in a text being written (compose sessions; the page's Write view). One model per process "
                     "reads one request at a time; the others wait in a bounded queue. The API is described at "
                     "/docs once it runs. It listens on 127.0.0.1 only, unless --host says otherwise; any other "
-                    f"address needs a key (--server-key or ${ENV_SERVER_KEY}) or --no-auth.",
+                    f"address needs a key (--server-key or ${ENV_SERVER_KEY}) or --no-auth. An uploaded PDF is "
+                    "converted in a process of its own, stopped at the document limits.",
         epilog=MODEL_NOTE,
     )
     server = serve.add_argument_group("server")
@@ -151,7 +156,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         queue_size=args.queue, session_ttl=float(args.session_ttl), max_sessions=args.max_sessions,
                         default_collection=args.collection, compose_memory_model=args.compose_memory_model,
                         max_compose_sessions=args.max_compose_sessions, cache_readings=not args.no_cache,
-                        **bounds(args))
+                        ingest=record_from_args(IngestOptions, args), **bounds(args))
     if args.collection:
         app.open_collection(args.collection, home=args.home)  # fail now, not at the first /chat
     sock = listening_socket(args.host, args.port)  # before the model loads: a port in use fails at once

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import BadInput, IngestError, MissingDependency
+from ..options import IngestOptions
 from ..records import Document
 from .base import Loader, content_id
 from .text import decode_text
@@ -75,7 +76,8 @@ def loader_for(path: str | Path, data: bytes) -> Loader:
     return registry[suffix]
 
 
-def load_document(path: str | Path, notes: list[str] | None = None, source: str | None = None) -> Document:
+def load_document(path: str | Path, notes: list[str] | None = None, source: str | None = None,
+                  limits: IngestOptions | None = None) -> Document:
     """Load one file as a markdown ``Document``, choosing the loader by content and suffix.
 
     PDFs become markdown with headings (pymupdf4llm; the ``pdf`` extra), HTML is converted
@@ -88,6 +90,7 @@ def load_document(path: str | Path, notes: list[str] | None = None, source: str 
         source: the name the document is known by, in its record and in every message, and whose suffix
             chooses its loader (default: the path). An uploaded file saved under a name of our own keeps
             its own name this way, and its saved copy's path is never shown.
+        limits: the bounds on converting a PDF (default: `IngestOptions`' defaults).
 
     Returns:
         The document: its markdown text, content-hash id, format, title and page offsets (PDF).
@@ -97,6 +100,7 @@ def load_document(path: str | Path, notes: list[str] | None = None, source: str 
             that is damaged, encrypted or has no text layer.
         MissingDependency: a PDF, without the ``pdf`` extra installed.
         IngestError: the converter failed on the file.
+        DocumentTooLarge: converting a PDF ran past one of ``limits`` (it is an `IngestError`).
     """
     source = str(path) if source is None else source
     p = Path(path).expanduser()
@@ -109,7 +113,7 @@ def load_document(path: str | Path, notes: list[str] | None = None, source: str 
         data = p.read_bytes()
     except OSError as exc:
         raise BadInput(f"cannot read {source}: {exc.strerror}; check its permissions", path=source) from exc
-    doc, file_notes = loader_for(source, data).load(data, source)
+    doc, file_notes = loader_for(source, data).load(data, source, limits)
     if notes is not None:
         notes.extend(file_notes)
     else:  # nobody asked for them: do not let them pass unseen
@@ -161,6 +165,7 @@ def load_paths(
     paths: Iterable[str | Path],
     recursive: bool = True,
     progress: Callable[[int, int, str], None] | None = None,
+    limits: IngestOptions | None = None,
 ) -> LoadReport:
     """Load files and folders, skipping (with the reason) whatever cannot be read.
 
@@ -172,6 +177,7 @@ def load_paths(
         paths: files and folders, in the order to load them.
         recursive: walk subfolders too.
         progress: called after each file with (files done, files in all, path) — e.g. to draw a bar.
+        limits: the bounds on converting each PDF; one over them is skipped with the reason.
 
     Returns:
         The documents, the skipped files with their reasons, and notes on files loaded in part.
@@ -195,7 +201,7 @@ def load_paths(
         source = str(file)
         file_notes: list[str] = []
         try:
-            doc = load_document(file, notes=file_notes)
+            doc = load_document(file, notes=file_notes, limits=limits)
         except (IngestError, MissingDependency) as exc:
             skipped.append(Skipped(source, str(exc)))
         else:

@@ -18,20 +18,28 @@ This module takes its per-page boxes and adds four things:
   stay the heading and the smaller lines after them become text (:func:`split_byline`).
 * **Running heads, running feet and page numbers are dropped** (see :func:`_drop_running_heads`),
   and a damaged, encrypted, empty or image-only file is refused with a message that says what to do.
+
+The loader is isolated: it always converts in a child process (see `isolated`), which refuses a PDF with
+more pages than ``max_pages`` or whose streams inflate past ``max_inflated_mb`` before converting it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import logging
 import re
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadInput, IngestError, MissingDependency
+from ..options import IngestOptions
+from ..records import Document
 from .base import Converted, Loader
+from .isolated import MIB, exceeded
 from .sections import clean_heading
 
 log = logging.getLogger(__name__)
@@ -411,7 +419,7 @@ def assemble(pages: list[list[_Box]], levels: list[int]) -> tuple[str, tuple[int
     return (text + "\n" if text else ""), tuple(reversed(filled))
 
 
-# -- the loader --------------------------------------------------------------------
+# -- MuPDF's messages --------------------------------------------------------------
 
 
 @contextlib.contextmanager
@@ -434,40 +442,176 @@ def _pages_list(numbers: list[int]) -> str:
     return shown + (f" and {len(numbers) - 10} more" if len(numbers) > 10 else "")
 
 
+# -- bounds -------------------------------------------------------------------------
+
+
+#: the names of the zlib filter, which the inflated size is counted through without holding the stream
+_FLATE = ("/FlateDecode", "/Fl")
+#: the most inflated bytes asked of zlib at once while counting
+_PIECE = MIB
+#: a PDF name in a filter's value (``/FlateDecode``, or each of ``[/ASCII85Decode/FlateDecode]``)
+_NAME = re.compile(r"/[^\s/\[\]<>()]+")
+#: an indirect object's header ("12 0 obj"): a PDF with a page has one at least (its page is one)
+_OBJECT = re.compile(rb"(?<!\d)\d++\s++\d++\s++obj")
+
+
+def _lacks_memory(pymupdf: Any, exc: BaseException) -> bool:
+    """Whether a failure is the memory bound's: Python's MemoryError, or MuPDF's system error, which is a failed
+    allocation here (the document is read from memory, never from a file)."""
+    system = getattr(getattr(pymupdf, "mupdf", None), "FzErrorSystem", None)
+    return isinstance(exc, MemoryError) or (system is not None and isinstance(exc, system))
+
+
+def _filters(doc: Any, xref: int) -> list[str] | None:
+    """A stream's filters in decoding order (``[]``: none), or None when not given plainly (an indirect object)."""
+    kind, value = doc.xref_get_key(xref, "Filter")
+    if kind == "null":
+        return []
+    if kind in ("name", "array"):
+        return _NAME.findall(value)
+    return None
+
+
+def _inflate(pieces: Iterable[bytes], budget: int) -> Iterator[bytes]:
+    """zlib-inflate a stream given in pieces, at most `_PIECE` bytes at a time, until it ends or makes more than
+    ``budget`` bytes."""
+    inflater = zlib.decompressobj()
+    made = 0
+    for piece in pieces:
+        while piece and not inflater.eof:
+            out = inflater.decompress(piece, _PIECE)
+            piece = inflater.unconsumed_tail
+            made += len(out)
+            yield out
+            if made > budget:
+                return
+        if inflater.eof:
+            return
+
+
+def _stream_size(doc: Any, xref: int, budget: int) -> int:
+    """The bytes a stream inflates to, counted up to just past ``budget`` where it is zlib-compressed (once or
+    more); MuPDF decodes the others whole, under the process's memory bound."""
+    filters = _filters(doc, xref)
+    if filters and all(f in _FLATE for f in filters):
+        pieces: Iterable[bytes] = [doc.xref_stream_raw(xref)]
+        for _ in filters:
+            pieces = _inflate(pieces, budget)
+        size = 0
+        try:
+            for out in pieces:
+                size += len(out)
+                if size > budget:
+                    return size
+            return size
+        except zlib.error:  # damaged: MuPDF recovers what it can, below
+            pass
+    return len(doc.xref_stream(xref) or b"")
+
+
+def inflated_size(doc: Any, budget: int, pymupdf: Any) -> int:
+    """The bytes a PDF's streams take once decompressed, counted until past ``budget``.
+
+    Images are left out: a document may hold many large ones (scans with a text layer), and the converter
+    decodes them only to render a page, under the memory and time bounds. A stream that cannot be decoded
+    counts for nothing (the conversion repairs it or says so).
+
+    Raises:
+        MemoryError: MuPDF could not decode a stream within the process's memory bound.
+    """
+    total = 0
+    for xref in range(1, doc.xref_length()):
+        if total > budget:
+            break
+        try:
+            if not doc.xref_is_stream(xref) or doc.xref_get_key(xref, "Subtype")[1] == "/Image":
+                continue
+            total += _stream_size(doc, xref, budget - total)
+        except Exception as exc:
+            if _lacks_memory(pymupdf, exc):
+                raise MemoryError(str(exc)) from exc
+    return total
+
+
+def _check_header(data: bytes, source: str) -> None:
+    if b"%PDF-" not in data[:1024]:
+        # MuPDF guesses the type of what is not a PDF and opens it as such: deeply nested HTML made it
+        # crash the whole process (a segfault), so only a file with a PDF header reaches it
+        raise BadInput(f"{source} is not a PDF (it has no %PDF- header); give the real PDF, or name the "
+                       "file for what it is (.md, .txt, .html)", path=source)
+
+
+def _refuse_early(data: bytes, source: str) -> None:
+    """Refuse, before a process is started for it, a file that is no PDF, one that holds no PDF object (so no
+    page either), or any PDF where the ``pdf`` extra is missing."""
+    _check_header(data, source)
+    if any(importlib.util.find_spec(name) is None for name in ("pymupdf", "pymupdf4llm")):
+        raise MissingDependency("PDF support (pymupdf4llm)", PDF_INSTALL)
+    if not _OBJECT.search(data):
+        raise BadInput(f"{source} is not a readable PDF: it holds no PDF object at all; it is damaged or not a "
+                       f"PDF: check that it opens in a PDF viewer, or get an intact copy", path=source)
+
+
+# -- the loader --------------------------------------------------------------------
+
+
 class PdfLoader(Loader):
-    """PDFs through pymupdf4llm (the ``pdf`` extra), with headings, page offsets and clear errors."""
+    """PDFs through pymupdf4llm (the ``pdf`` extra), with headings, page offsets and clear errors; converted in
+    a child process within ``limits`` (see `Loader`)."""
 
     format = "pdf"
     suffixes = (".pdf",)
+    isolated = True
+
+    def __init__(self, limits: IngestOptions | None = None) -> None:
+        self.limits = limits or IngestOptions()
+
+    def prepare(self) -> None:
+        _import_pdf_libraries()
+
+    def load(self, data: bytes, source: str, limits: IngestOptions | None = None) -> tuple[Document, tuple[str, ...]]:
+        _refuse_early(data, source)
+        return super().load(data, source, limits)
 
     def convert(self, data: bytes, source: str) -> Converted:
-        if b"%PDF-" not in data[:1024]:
-            # MuPDF guesses the type of what is not a PDF and opens it as such: deeply nested HTML made it
-            # crash the whole process (a segfault), so only a file with a PDF header reaches it
-            raise BadInput(f"{source} is not a PDF (it has no %PDF- header); give the real PDF, or name the "
-                           "file for what it is (.md, .txt, .html)", path=source)
+        _check_header(data, source)
         pymupdf, pymupdf4llm = _import_pdf_libraries()
         with _quiet_mupdf(pymupdf) as tools:
             try:
                 doc = pymupdf.open(stream=data, filetype="pdf")
             except Exception as exc:  # pymupdf raises FileDataError, EmptyFileError, RuntimeError ...
+                if _lacks_memory(pymupdf, exc):
+                    raise MemoryError(str(exc)) from exc
                 raise BadInput(
                     f"{source} is not a readable PDF ({exc}); it is damaged or not a PDF at all: "
                     f"check that it opens in a PDF viewer, or try to repair it, e.g. qpdf {source} repaired.pdf",
                     path=source,
                 ) from exc
             try:
-                return self._convert(doc, source, pymupdf4llm, tools)
+                return self._convert(doc, source, pymupdf, pymupdf4llm, tools)
             finally:
                 doc.close()
 
-    def _convert(self, doc: Any, source: str, pymupdf4llm: Any, tools: Any) -> Converted:
+    def _check_bounds(self, doc: Any, source: str, pymupdf: Any) -> None:
+        """Refuse a document over ``max_pages`` or ``max_inflated_mb`` before anything reads its pages."""
+        limits = self.limits
+        if doc.page_count > limits.max_pages:
+            raise exceeded(source, f"has {doc.page_count} pages, more than max_pages ({limits.max_pages})",
+                           "max_pages", limits.max_pages)
+        mb = limits.max_inflated_mb
+        if inflated_size(doc, mb * MIB, pymupdf) > mb * MIB:
+            raise exceeded(source, f"inflates to more than {mb} MiB when its streams are decompressed "
+                                   f"(max_inflated_mb is {mb}): it may be a decompression bomb", "max_inflated_mb", mb,
+                           "if you trust it,")
+
+    def _convert(self, doc: Any, source: str, pymupdf: Any, pymupdf4llm: Any, tools: Any) -> Converted:
         if doc.needs_pass:
             raise BadInput(
                 f"{source} is encrypted (password-protected); decrypt it first, "
                 f"e.g. qpdf --decrypt --password=PASSWORD {source} decrypted.pdf",
                 path=source,
             )
+        self._check_bounds(doc, source, pymupdf)
         warnings = [line for line in tools.mupdf_warnings().splitlines()
                     if line.strip() and not line.startswith("...")]  # "... repeated 2 times..." says nothing
         damaged = any("repair" in line for line in warnings)
@@ -514,6 +658,8 @@ class PdfLoader(Loader):
                     doc, page_chunks=True, use_ocr=False, header=True, footer=True, show_progress=False,
                 )
         except Exception as exc:  # a converter failure on an odd file: say which file, keep the cause
+            if _lacks_memory(pymupdf, exc):
+                raise MemoryError(str(exc)) from exc
             raise IngestError(
                 f"could not convert {source} to markdown ({type(exc).__name__}: {exc}); the file may be "
                 f"damaged: try repairing it (qpdf {source} repaired.pdf) or converting it with another tool",

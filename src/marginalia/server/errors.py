@@ -22,6 +22,7 @@ from ..errors import (
     BackendError,
     CollectionBusy,
     ContextOverflow,
+    DocumentTooLarge,
     EmptyDocument,
     IngestError,
     MarginaliaError,
@@ -71,6 +72,7 @@ STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
     (ContextOverflow, 400, "context_overflow"),
     (MissingDependency, 501, "missing_dependency"),
     (EmptyDocument, 422, "empty_document"),
+    (DocumentTooLarge, 422, "document_too_large"),  # over one of the server's document limits
     (IngestError, 422, "unreadable_document"),  # the upload's own name is the only path it names
     (UserError, 400, "bad_request"),
     (BackendError, 502, "backend_error"),

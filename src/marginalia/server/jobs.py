@@ -1,14 +1,16 @@
-"""Indexing jobs: an uploaded document is saved to a private temporary copy and indexed in the background,
-one job at a time, with progress a client can poll or follow.
+"""Indexing jobs: an uploaded document is staged as a private copy under the home and indexed in the
+background, one job at a time, with progress a client can poll or follow.
 
 Jobs live in memory. A server killed mid-job loses the job's record but never the collection: the store
 commits each document as it is added, so the collection stays at its last good state (a retry completes
-it, reusing what was embedded). The model is not needed to index, only its tokenizer (chunk sizes are
-counted in its tokens), so indexing does not wait for readings, nor they for it.
+it, reusing what was embedded). Its staged copies stay behind, and the next server on that home sweeps
+them away when it starts. The model is not needed to index, only its tokenizer (chunk sizes are counted in
+its tokens), so indexing does not wait for readings, nor they for it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .. import app
 from ..errors import BadInput, EmptyDocument, MarginaliaError, NotFound
-from ..options import ChunkingOptions
+from ..options import ChunkingOptions, IngestOptions
 from ..records import Document
 from .errors import Busy, UnsupportedType, describe, log
 
@@ -39,6 +41,37 @@ MAX_SUFFIX = 12
 #: seconds a client is told to wait when too many uploads wait to be indexed
 RETRY_AFTER = 10
 MIB = 1024 * 1024
+#: the folder under the home where uploads wait for their jobs: one folder per upload, named after the
+#: process that staged it (``<pid>-<random>``), so that a server sweeps only what dead processes left
+STAGING = "staging"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # alive, but another user's
+        pass
+    return True
+
+
+def sweep_staging(folder: Path) -> list[Path]:
+    """Remove what processes that are gone left in the staging ``folder`` (a server killed mid-job); keep what
+    live ones staged (another server on the same home). Returns what was removed."""
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    for entry in sorted(folder.iterdir()):
+        pid = entry.name.split("-", 1)[0]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
 
 
 def display_name(filename: str | None) -> str:
@@ -108,15 +141,20 @@ class UploadsWaiting(Busy):
 class JobBoard:
     """The indexing jobs: one thread runs them in order; the last ``keep`` finished ones are remembered.
 
-    At most ``max_waiting`` jobs wait or run at once, and the copies they wait on hold at most
-    ``max_waiting_bytes`` (one upload alone always gets in, whatever its size); more are refused with
-    `UploadsWaiting`.
+    Uploads wait in ``staging`` (swept of dead processes' leftovers when the board is made). At most
+    ``max_waiting`` jobs wait or run at once, and the copies they wait on hold at most ``max_waiting_bytes``
+    (one upload alone always gets in, whatever its size); more are refused with `UploadsWaiting`.
     """
 
-    def __init__(self, keep: int, max_waiting: int = 16, max_waiting_bytes: int = 256 * MIB) -> None:
+    def __init__(self, keep: int, staging: Path, max_waiting: int = 16, max_waiting_bytes: int = 256 * MIB) -> None:
         self.keep = keep
+        self.staging = staging
         self.max_waiting = max_waiting
         self.max_waiting_bytes = max_waiting_bytes
+        staging.mkdir(parents=True, exist_ok=True)
+        swept = sweep_staging(staging)
+        if swept:
+            log.info("removed %d uploads a stopped server left in %s", len(swept), staging)
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marginalia-index")
@@ -142,24 +180,16 @@ class JobBoard:
 
     def submit(self, collection: str, document: str, data: bytes, suffix: str,
                work: Callable[[Job, Path, JobBoard], None]) -> dict[str, Any]:
-        """Save ``data`` to a private temporary copy and queue ``work`` on it; the copy goes when it ends.
+        """Stage ``data`` as a private copy and queue ``work`` on it; the copy goes when the job ends, fails or
+        is cancelled (at shutdown).
 
         Raises:
             UploadsWaiting: too many uploads, or bytes of them, wait already.
         """
         self._check_room(len(data))  # before anything is written
-        folder = Path(tempfile.mkdtemp(prefix="marginalia-upload-"))
+        folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=self.staging))
         copy = folder / f"document{suffix}"  # our own name: the client's never becomes a path
-        copy.write_bytes(data)
         job = Job(uuid.uuid4().hex, collection, document, size=len(data))
-        with self._lock:
-            refused = self._refusal(job.size)  # again: another upload may have come in meanwhile
-            if refused is None:
-                self._jobs[job.id] = job
-                self._forget()
-        if refused is not None:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise refused
 
         def run() -> None:
             try:
@@ -170,10 +200,21 @@ class JobBoard:
                     log.error("indexing %s failed", document, exc_info=exc)
                 self.update(job, status="failed", stage="finished", error={"code": code, "message": message},
                              finished_at=time.time())
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
 
-        self._executor.submit(run)
+        try:
+            copy.write_bytes(data)
+            with self._lock:
+                refused = self._refusal(job.size)  # again: another upload may have come in meanwhile
+                if refused is None:
+                    self._jobs[job.id] = job
+                    self._forget()
+            if refused is not None:
+                raise refused
+            future = self._executor.submit(run)
+        except BaseException:  # refused, a full disk, a board shut down: nothing is left staged
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        future.add_done_callback(lambda _: shutil.rmtree(folder, ignore_errors=True))
         return job.to_dict()
 
     def waiting(self) -> tuple[int, int]:
@@ -214,9 +255,10 @@ class JobBoard:
 
 
 def index_upload(job: Job, copy: Path, board: JobBoard, *, store: Callable[[], Collection],
-                 count_tokens: Callable[[str], int], chunking: ChunkingOptions) -> None:
-    """Index the saved copy into the collection under the upload's name (`app.index_paths`), reporting each
-    stage on the job: loading, embedding (chunks done of total), optimizing, finished."""
+                 count_tokens: Callable[[str], int], chunking: ChunkingOptions, ingest: IngestOptions) -> None:
+    """Index the saved copy into the collection under the upload's name (`app.index_paths`, converting it
+    within ``ingest``), reporting each stage on the job: loading, embedding (chunks done of total),
+    optimizing, finished."""
     board.update(job, status="running", stage="loading")
 
     def on_document(doc: Document, n_chunks: int) -> Callable[[int, int], None]:
@@ -227,8 +269,8 @@ def index_upload(job: Job, copy: Path, board: JobBoard, *, store: Callable[[], C
         if item.result.status in ("added", "replaced"):
             board.update(job, stage="optimizing")  # index_paths folds the new rows into its indices next
 
-    report = app.index_paths([copy], store(), count_tokens=count_tokens, chunking=chunking, source=job.document,
-                             on_document=on_document, on_indexed=on_indexed)
+    report = app.index_paths([copy], store(), count_tokens=count_tokens, chunking=chunking, ingest=ingest,
+                             source=job.document, on_document=on_document, on_indexed=on_indexed)
     (item,) = report.indexed  # one file, loaded or raised
     result = item.result
     board.update(job, status="done", stage="finished", finished_at=time.time(), chunks_done=result.n_chunks,

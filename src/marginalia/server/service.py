@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 from .. import app
 from ..app import Generator
 from ..errors import NotFound, UserError
+from ..home import resolve_home
 from ..options import ChunkingOptions, PatternOptions
 from ..records import Document, Section
 from .compose import ComposeSession, ComposeSessions, ModelPool
 from .errors import Conflict
-from .jobs import JobBoard, check_upload, display_name, index_upload
+from .jobs import STAGING, JobBoard, check_upload, display_name, index_upload
 from .schemas import ComposeSessionRequest, Target
 from .sessions import SessionStore
 from .settings import Settings
@@ -52,7 +53,8 @@ class Service:
         #: full WiM readings of documents, so a follow-up question costs only its margins (None: not kept)
         self.readings = app.document_cache(settings.home) if settings.cache_readings else None
         self.worker = ModelWorker(settings.queue_size)
-        self.jobs = JobBoard(settings.max_jobs, settings.upload_queue, settings.upload_queue_bytes)
+        self.jobs = JobBoard(settings.max_jobs, resolve_home(settings.home) / STAGING, settings.upload_queue,
+                             settings.upload_queue_bytes)
         self.sessions = SessionStore(settings.session_ttl, settings.max_sessions, max_bytes=settings.session_bytes)
         self.compose = ComposeSessions(settings.session_ttl, settings.max_compose_sessions,
                                        ModelPool(loader or self._load))
@@ -195,7 +197,8 @@ class Service:
             return self.open_collection(collection, search=True)
 
         return self.jobs.submit(collection, name, data, suffix,
-                                partial(index_upload, store=store, count_tokens=count, chunking=chunking))
+                                partial(index_upload, store=store, count_tokens=count, chunking=chunking,
+                                        ingest=self.settings.ingest))
 
     # -- composing ----------------------------------------------------------------------------------------
 

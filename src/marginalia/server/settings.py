@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..app import DEFAULT_EMBEDDER
 from ..errors import UserError
+from ..options import IngestOptions
 
 #: the environment variable that holds the key clients must send (``Authorization: Bearer <key>``)
 ENV_SERVER_KEY = "MARGINALIA_SERVER_KEY"
@@ -50,6 +51,8 @@ class Settings:
         default_collection: the collection the docqa-compatible ``/chat`` answers from.
         cache_readings: keep full WiM readings of documents on disk under ``home``, so a later question
             about the same document reads no document token (off: every question reads it again).
+        ingest: the bounds on converting an uploaded document (a PDF's pages, inflated size, seconds and
+            memory); a client cannot change them.
     """
 
     home: str | None = None
@@ -79,6 +82,7 @@ class Settings:
     compose_memory_model: str | None = None
     max_compose_sessions: int = 2
     cache_readings: bool = True
+    ingest: IngestOptions = field(default_factory=IngestOptions)
 
     def __post_init__(self) -> None:
         for name in ("max_upload_bytes", "max_sessions", "max_jobs", "max_compose_sessions", "upload_queue",
