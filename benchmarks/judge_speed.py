@@ -122,21 +122,15 @@ def reading(kind: str, tokens: int, segment_tokens: int, seed: int) -> tuple[lis
     return timed.seconds, answer.stats.context_tokens, timed.kept
 
 
-def row(kind: str, tokens: int, segment_tokens: int, rounds: int) -> dict[str, Any]:
-    """``rounds`` readings of texts of ``kind`` and ``tokens``, each text new (one text extending another
-    would find its sentences already indexed): the judge's ms per segment over them all."""
-    ms: list[float] = []
-    tails: list[float] = []
-    kept = 0
-    for k in range(rounds):
-        seconds, read, kept_now = reading(kind, tokens, segment_tokens, seed=1000 * tokens + k)
-        ms += [1000 * s for s in seconds]
-        tails += [1000 * s for s in seconds[-max(1, len(seconds) // 10):]]
-        kept += kept_now
-    return {"kind": kind, "tokens": read, "segments": len(ms) // rounds, "rounds": rounds,
+def row(kind: str, readings: list[tuple[list[float], int, int]]) -> dict[str, Any]:
+    """The judge's ms per segment over ``readings`` (`reading`'s results) of one kind and size."""
+    ms = [1000 * s for seconds, _, _ in readings for s in seconds]
+    tails = [1000 * s for seconds, _, _ in readings for s in seconds[-max(1, len(seconds) // 10):]]
+    n = len(readings)
+    return {"kind": kind, "tokens": readings[0][1], "segments": len(ms) // n, "rounds": n,
             "median_ms": statistics.median(ms), "mean_ms": statistics.fmean(ms),
-            "last_tenth_ms": statistics.fmean(tails), "max_ms": max(ms), "judge_s": sum(ms) / 1000 / rounds,
-            "kept": kept / rounds}
+            "last_tenth_ms": statistics.fmean(tails), "max_ms": max(ms), "judge_s": sum(ms) / 1000 / n,
+            "kept": sum(kept for _, _, kept in readings) / n}
 
 
 def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -151,16 +145,22 @@ def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def measure(sizes: list[int], kinds: list[str], segment_tokens: int, rounds: int) -> dict[str, Any]:
+    """At least ``rounds`` readings of each kind and size, more of the smaller sizes (as many segments as the
+    largest size's readings), the sizes taken in turn so that a change in the machine's load falls on all."""
     reading(kinds[0], 256, min(segment_tokens, 128), seed=1)  # imports and first calls, not measured
     before = os.getloadavg()[0]
-    rows = []
-    for kind in kinds:
-        for size in sizes:
-            rows.append(row(kind, size, segment_tokens, rounds))
-            r = rows[-1]
-            print(f"{kind:>12} {r['tokens']:>7} tokens: {r['segments']:>4} segments, judge {r['median_ms']:.1f} ms per "
-                  f"segment (mean {r['mean_ms']:.1f}, last tenth {r['last_tenth_ms']:.1f}), {r['judge_s']:.1f} s",
-                  file=sys.stderr, flush=True)
+    plan = {size: max(rounds, max(sizes) // size) for size in sizes}
+    done: dict[tuple[str, int], list[tuple[list[float], int, int]]] = {(k, s): [] for k in kinds for s in sizes}
+    for k in range(max(plan.values())):
+        for kind in kinds:
+            for size in sizes:
+                if k < plan[size]:  # each text new: one extending another would find its sentences indexed
+                    done[kind, size].append(reading(kind, size, segment_tokens, seed=1000 * size + k))
+    rows = [row(kind, done[kind, size]) for kind in kinds for size in sizes]
+    for r in rows:
+        print(f"{r['kind']:>12} {r['tokens']:>7} tokens: {r['rounds']} x {r['segments']:>4} segments, judge "
+              f"{r['median_ms']:.1f} ms per segment (mean {r['mean_ms']:.1f}, last tenth {r['last_tenth_ms']:.1f})",
+              file=sys.stderr)
     return {"segment_tokens": segment_tokens, "rounds": rounds, "flat": FLAT, "rows": rows, "goal": verdict(rows),
             "load": load_note(before, os.getloadavg()[0])}
 
@@ -170,7 +170,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="8192,16384,32768,65536", help="text sizes in scripted tokens, comma-separated")
     ap.add_argument("--kinds", default=",".join(KINDS), help="kinds of text, comma-separated")
     ap.add_argument("--segment-tokens", type=int, default=512)
-    ap.add_argument("--rounds", type=int, default=2, help="readings of new texts at each size")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="readings of new texts at the largest size (more at the smaller ones)")
     ap.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     args = ap.parse_args()
     kinds = args.kinds.split(",")

@@ -14,7 +14,7 @@ def test_judge_speed_stores_the_time_per_segment_of_each_size_and_kind() -> None
     assert [(r["kind"], r["tokens"]) for r in rows] == [("punctuated", 200), ("punctuated", 400),
                                                         ("unpunctuated", 200), ("unpunctuated", 400)]
     for r in rows:
-        assert r["segments"] >= 3 and r["rounds"] == 1
+        assert r["segments"] >= 3 and r["rounds"] == (2 if r["tokens"] == 200 else 1)
         assert 0 < r["median_ms"] <= r["max_ms"] and 0 < r["mean_ms"] <= r["max_ms"] and r["judge_s"] > 0
         assert 0 <= r["kept"] <= r["segments"]
     assert set(numbers["goal"]) == {"punctuated", "unpunctuated"}
