@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pysbd
@@ -173,3 +174,23 @@ def test_each_character_read_is_split_and_indexed_a_bounded_number_of_times(
     # each sentence's units once, the open end's, the whole document's once (the words still to come), and
     # each margin's and question's
     assert counted["units"] <= 4 * len(text)
+
+
+def test_readings_of_several_documents_at_once_judge_as_one_alone() -> None:
+    """Threads judging their own documents (two of them the same one) at the same time, through the shared
+    indexes, give the verdicts each gives alone."""
+    docs = [DOCUMENTS["towns"], DOCUMENTS["notes"], DOCUMENTS["towns"], DOCUMENTS["notes"][:20_000] + " Coda."]
+    question = "Which pier does the night ferry to Brackwater leave from?"
+
+    def judge_all(doc: str) -> list[tuple[bool, str]]:
+        judge, out = GroundedJudge(), []
+        for segment in segments(doc, 5):
+            margin = " ".join(segment.text.split()[2:14])
+            v = judge.judge(question, margin, segment, doc[:segment.end], document=doc)
+            out.append((v.relevant, v.reason))
+        return out
+
+    alone = [judge_all(doc) for doc in docs]
+    with ThreadPoolExecutor(max_workers=len(docs)) as pool:
+        together = list(pool.map(judge_all, docs))
+    assert together == alone
