@@ -5,14 +5,21 @@ do). Word units come from the ``regex`` module's Unicode classes: words in scrip
 spaces (lower-cased, lightly stemmed, stopwords dropped), and, in scripts that do not (Chinese, Japanese,
 Thai, Lao, Khmer, Myanmar), overlapping pairs of grapheme clusters, so a phrase copied out of such text
 shares units with it without a dictionary.
+
+A reading judges a margin after every segment against all it has read. So that this costs the same at the end
+of a long document as at its start, the sentences are found once as the text grows (`SentenceSplitter`: only
+what a segment adds and the unfinished sentence before it are split), a run of text without a sentence end is
+cut into pieces of at most `MAX_SENTENCE` characters, and each sentence's units go into an index, unit to
+sentences (`SentenceIndex`), once; `Reading.of` reads any prefix of an indexed text through it.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,54 +140,136 @@ def is_empty_margin(text: str) -> bool:
     return not text.strip() or bool(_NONE.match(text.strip()))
 
 
+#: the longest a sentence may be, in characters: a run of text without a sentence boundary (a text without full
+#: stops, a table flattened into one line) is cut into pieces at most this long, at a space where it has one, so
+#: that splitting, indexing and comparing each piece costs the same however long the run
+MAX_SENTENCE = 2000
+_LAST_SPACE = regex.compile(r"\s", regex.REVERSE)
+_NOT_SPACE = regex.compile(r"\S")
+
+Span = tuple[int, int]
+
+
+def cut_long(text: str, start: int, end: int, limit: int = MAX_SENTENCE) -> list[Span]:
+    """The sentence ``text[start:end]`` (no space at either end) as pieces of at most ``limit`` characters, each
+    ending at the last space that keeps it within the limit (or at the limit, in a run without a space), the
+    spaces between pieces left out. Each cut depends only on the ``limit + 1`` characters from the piece's start,
+    so a sentence still being read is cut where the whole one is."""
+    pieces: list[Span] = []
+    while end - start > limit:
+        space = _LAST_SPACE.search(text, start + 1, start + limit + 1)
+        if space is None:
+            pieces.append((start, start + limit))
+            start += limit
+            continue
+        cut = space.start()
+        pieces.append((start, start + len(text[start:cut].rstrip())))
+        found = _NOT_SPACE.search(text, cut, end)
+        start = found.start() if found else end  # the sentence ends on a character that is not a space
+    pieces.append((start, end))
+    return pieces
+
+
 class SentenceSplitter:
-    """Sentence spans of a text, remembered: WiM asks for ever longer prefixes of one document, and only
-    what was added since the last call (from the last sentence on, which may have been cut) is split again.
+    """Sentence spans of a text that grows, found incrementally: WiM asks for ever longer prefixes of one document.
+
+    pysbd splits at most ``2 * limit`` characters at a time, from the end of the last sentence known to be
+    closed (followed by another): what a text adds is split once, with only its unfinished last sentence split
+    again. Each sentence is cut to ``limit`` characters (`cut_long`). A sentence is remembered with the length
+    of text that closed it, so a shorter prefix asked later (a second question reading from the start) takes
+    the sentences closed within it and splits only its own end. A text that neither extends nor starts the one
+    split so far starts it again.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_SENTENCE) -> None:
+        self.limit = limit
         self._lock = threading.Lock()
-        self._text = ""
-        self._spans: list[tuple[int, int]] = []
         self._segmenter: Any = None
+        self.reset()
 
-    def _split(self, text: str, offset: int) -> list[tuple[int, int]]:
+    def reset(self) -> None:
+        """Forget the text split so far (new lists: spans handed out stay as they were)."""
+        self.text = ""
+        self.closed: list[Span] = []
+        self.closing: list[int] = []  # for each of `closed`, the length of text that closed it
+        self._open: dict[int, tuple[int, list[Span]]] = {}  # for each length grown to: closed count, the rest
+
+    def fits(self, text: str) -> bool:
+        """Whether ``text`` extends the text split so far or is a prefix of it."""
+        return text.startswith(self.text) or self.text.startswith(text)
+
+    def _pysbd(self, text: str) -> list[str]:
         if self._segmenter is None:
             try:
                 import pysbd
             except ImportError as exc:
                 raise MissingDependency("sentence splitting for the grounded judge (pysbd)", PYSBD_INSTALL) from exc
             self._segmenter = pysbd.Segmenter(language="en", clean=False)
-        spans: list[tuple[int, int]] = []
+        # the processor's sentences, not `segment`'s: that one looks each sentence up again from the start of
+        # the text, time that grows with the square of the text
+        return list(self._segmenter.processor(text).process() or [])
+
+    def _split(self, text: str, start: int, stop: int) -> list[Span]:
+        """The sentences of ``text[start:stop]`` as spans of ``text``, surrounding space left out, cut to the limit."""
+        piece = text[start:stop]
+        spans: list[Span] = []
         at = 0
-        for sentence in self._segmenter.segment(text):
-            start = text.find(sentence, at)
-            if start < 0:  # pysbd returns the text's own pieces; should one differ, keep going from here
+        for sentence in self._pysbd(piece):
+            found = piece.find(sentence, at)
+            if found < 0:  # pysbd returns the text's own pieces; should one differ, keep going from here
                 continue
-            at = start + len(sentence)
+            at = found + len(sentence)
             stripped = sentence.strip()
             if stripped:
-                lead = len(sentence) - len(sentence.lstrip())
-                spans.append((offset + start + lead, offset + start + lead + len(stripped)))
+                first = start + found + len(sentence) - len(sentence.lstrip())
+                spans += cut_long(text, first, first + len(stripped), self.limit)
         return spans
 
-    def spans(self, text: str) -> list[tuple[int, int]]:
-        """``(start, end)`` of each sentence of ``text``, surrounding whitespace left out."""
+    def _run(self, text: str, start: int, end: int) -> tuple[list[Span], list[int], list[Span]]:
+        """``text[start:end]`` split window by window: the sentences closed, the length that closed each, and
+        the open rest (the last sentence)."""
+        closed: list[Span] = []
+        closing: list[int] = []
+        while True:
+            stop = min(end, start + 2 * self.limit)
+            spans = self._split(text, start, stop)
+            if stop == end:
+                return closed + spans[:-1], closing + [end] * (len(spans) - 1), spans[-1:]
+            done = spans[:-1] or spans[:1]  # a lone sentence, at most `limit` long: space fills the window after it
+            closed += done
+            closing += [stop] * len(done)
+            start = done[-1][1] if done else stop
+
+    def split(self, text: str) -> tuple[int, list[Span]]:
+        """``text``'s sentences: how many of `closed` begin it, and its sentences after them."""
         with self._lock:
-            if self._text and self._spans and text.startswith(self._text):
-                keep = self._spans[:-1]
-                start = keep[-1][1] if keep else 0
-                spans = keep + self._split(text[start:], start)
-            else:
-                spans = self._split(text, 0)
-            self._text, self._spans = text, spans
-            return list(spans)
+            if not self.fits(text):
+                self.reset()
+            if len(text) > len(self.text):
+                start = self.closed[-1][1] if self.closed else 0
+                closed, closing, rest = self._run(text, start, len(text))
+                self.closed += closed
+                self.closing += closing
+                self.text = text
+                self._open[len(text)] = (len(self.closed), rest)
+            count = bisect.bisect_right(self.closing, len(text))
+            known = self._open.get(len(text))
+            if known is not None and known[0] == count:
+                return count, list(known[1])
+            start = self.closed[count - 1][1] if count else 0
+            closed, _, rest = self._run(text, start, len(text))
+            return count, closed + rest
+
+    def spans(self, text: str) -> list[Span]:
+        """``(start, end)`` of each sentence of ``text``, surrounding whitespace left out."""
+        count, rest = self.split(text)
+        return self.closed[:count] + rest
 
 
 _SPLITTER = SentenceSplitter()
 
 
-def sentence_spans(text: str) -> list[tuple[int, int]]:
+def sentence_spans(text: str) -> list[Span]:
     return _SPLITTER.spans(text)
 
 
@@ -204,27 +293,157 @@ class Evidence:
     copied: bool = False  # the margin is a verbatim span of the text
 
 
-class Reading:
-    """The text read so far, split into sentences with their units, for judging margins against it."""
+@dataclass(frozen=True)
+class _Closed:
+    """What a `SentenceIndex` holds of its closed sentences, as lists that only grow (a reset makes new ones):
+    a `Reading` takes the first ``count`` of each."""
 
-    def __init__(self, text: str) -> None:
+    count: int
+    spans: list[Span]
+    seqs: list[list[str]]
+    sets: list[set[str]]
+    paragraphs: list[int]
+    holding: dict[str, list[int]]  # unit -> the sentences holding it, in order
+
+
+class SentenceIndex:
+    """The sentences of a text that grows (`SentenceSplitter`), with their units, paragraphs and, for each unit,
+    the sentences that hold it: each sentence indexed once, when it is closed. `Reading`s of any prefix of the
+    text take what it holds; the last few are remembered by length."""
+
+    #: readings remembered (each margin of a segment, each sentence of a margin, is judged on the same one)
+    KEEP = 8
+
+    def __init__(self, limit: int = MAX_SENTENCE) -> None:
+        self._lock = threading.Lock()
+        self.splitter = SentenceSplitter(limit)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.splitter.reset()
+        self._seqs: list[list[str]] = []
+        self._sets: list[set[str]] = []
+        self._paragraphs: list[int] = []
+        self._holding: dict[str, list[int]] = {}
+        self._readings: dict[int, Reading] = {}
+
+    @property
+    def text(self) -> str:
+        """The longest text indexed."""
+        return self.splitter.text
+
+    def fits(self, text: str) -> bool:
+        return self.splitter.fits(text)
+
+    def closed(self, text: str) -> tuple[_Closed, list[Span]]:
+        """The closed sentences that begin ``text`` (the index grown to it first, or started again on it when it
+        does not fit), and its sentences after them."""
+        with self._lock:
+            if not self.fits(text):
+                self._reset()
+            count, rest = self.splitter.split(text)
+            spans, whole = self.splitter.closed, self.splitter.text
+            for k in range(len(self._seqs), len(spans)):
+                seq = units(whole[spans[k][0]:spans[k][1]])
+                held = set(seq)
+                self._seqs.append(seq)
+                self._sets.append(held)
+                self._paragraphs.append(_paragraph_after(whole, spans, k, self._paragraphs))
+                for unit in held:
+                    self._holding.setdefault(unit, []).append(k)
+            return _Closed(count, spans, self._seqs, self._sets, self._paragraphs, self._holding), rest
+
+    def reading(self, text: str) -> Reading:
+        """The `Reading` of ``text``, made once for each of the last few lengths asked."""
+        with self._lock:
+            known = self._readings.get(len(text))
+            if known is not None and known.text == text:
+                return known
+        reading = Reading(text, self)
+        with self._lock:
+            if self.fits(text):
+                self._readings[len(text)] = reading
+                for old in list(self._readings)[:-self.KEEP]:
+                    del self._readings[old]
+        return reading
+
+
+def _paragraph_after(text: str, spans: Sequence[Span], k: int, numbers: Sequence[int]) -> int:
+    """The paragraph number of sentence ``k``: that of the one before it, plus one across a blank line."""
+    if not k:
+        return 0
+    return numbers[k - 1] + bool(_PARAGRAPH_BREAK.search(text, spans[k - 1][0], spans[k][0]))
+
+
+#: how many texts `Reading.of` keeps indexed: a reading judges its margins against one text, a few are read in turn
+KEEP_INDEXES = 4
+_INDEXES: list[SentenceIndex] = []  # the most recently used first
+_INDEXES_LOCK = threading.Lock()
+
+
+class Reading:
+    """The text read so far, split into sentences with their units, for judging margins against it.
+
+    Made from scratch (``Reading(text)``), or through a `SentenceIndex` of a text it extends or begins
+    (`Reading.of`), which splits and indexes each sentence once however many margins and questions are judged.
+    """
+
+    def __init__(self, text: str, index: SentenceIndex | None = None) -> None:
+        closed, rest = (index or SentenceIndex()).closed(text)
+        count = self._count = closed.count
         self.text = text
-        self.spans = sentence_spans(text)
-        self.seqs = [units(text[s:e]) for s, e in self.spans]
-        self.sets = [set(seq) for seq in self.seqs]
+        self.spans = closed.spans[:count] + rest
+        rest_seqs = [units(text[s:e]) for s, e in rest]
+        self.seqs = closed.seqs[:count] + rest_seqs
+        self.sets = closed.sets[:count] + [set(seq) for seq in rest_seqs]
+        self._paragraphs = closed.paragraphs[:count]
+        for k in range(count, len(self.spans)):
+            self._paragraphs.append(_paragraph_after(text, self.spans, k, self._paragraphs))
+        self._holding = closed.holding
+        self._rest_holding: dict[str, list[int]] = {}
+        for k in range(count, len(self.sets)):
+            for unit in self.sets[k]:
+                self._rest_holding.setdefault(unit, []).append(k)
         self._pairs: dict[int, set[tuple[str, str]]] = {}
         self._df: dict[str, int] = {}
-        self._paragraphs: list[int] | None = None  # each sentence's paragraph number, made when first asked
+        self._idf: dict[str, float] = {}
+
+    @classmethod
+    def of(cls, text: str) -> Reading:
+        """The reading of ``text`` through the index of one of the last texts read (`KEEP_INDEXES`) that it
+        extends or begins, grown to it (a new index when none fits)."""
+        with _INDEXES_LOCK:
+            index = next((i for i in _INDEXES if i.fits(text)), None)
+            if index is None:
+                index = SentenceIndex()
+            else:
+                _INDEXES.remove(index)
+            _INDEXES.insert(0, index)
+            del _INDEXES[KEEP_INDEXES:]
+        return index.reading(text)
+
+    def holding(self, unit: str) -> list[int]:
+        """The sentences that hold ``unit``, in order."""
+        closed = self._holding.get(unit, [])
+        return closed[:bisect.bisect_left(closed, self._count)] + self._rest_holding.get(unit, [])
+
+    def holding_any(self, wanted: Iterable[str]) -> list[int]:
+        """The sentences that hold one or more of the units ``wanted``, in order."""
+        return sorted({k for unit in wanted for k in self.holding(unit)})
 
     def df(self, unit: str) -> int:
         if unit not in self._df:
-            self._df[unit] = sum(unit in s for s in self.sets)
+            closed = self._holding.get(unit)
+            self._df[unit] = (bisect.bisect_left(closed, self._count) if closed else 0) + \
+                len(self._rest_holding.get(unit, ()))
         return self._df[unit]
 
     def idf(self, unit: str) -> float:
         """Smoothed inverse sentence frequency: a unit in every sentence weighs least; one never read weighs
         like one read once (it counts fully against a margin that adds it)."""
-        return math.log(1.0 + len(self.sets) / max(self.df(unit), 1))
+        if unit not in self._idf:
+            self._idf[unit] = math.log(1.0 + len(self.sets) / max(self.df(unit), 1))
+        return self._idf[unit]
 
     def pairs(self, index: int) -> set[tuple[str, str]]:
         """The `unit_pairs` of sentence ``index``."""
@@ -235,7 +454,7 @@ class Reading:
     def near(self, index: int) -> set[str]:
         """The units of sentence ``index`` and the one before it (which often names what "she" or "it" is), when
         no blank line parts them: across a paragraph break the sentence before may be another passage's."""
-        if not index or _PARAGRAPH_BREAK.search(self.text, self.spans[index - 1][0], self.spans[index][0]):
+        if not index or self._paragraphs[index] != self._paragraphs[index - 1]:
             return self.sets[index]
         return self.sets[index] | self.sets[index - 1]
 
@@ -251,35 +470,39 @@ class Reading:
         "What concept did philosophers use to study machines?" before "philosophers" or "machines" are read:
         a sentence on how geologists use and study rocks is not either).
         """
-        return self._share(question, self.near(index), named, ahead)
+        return self.topic_of(self.question_weights(question, named, ahead), index)
+
+    def question_weights(self, question: Iterable[str], named: Collection[str] = (),
+                         ahead: Collection[str] = ()) -> tuple[set[str], float]:
+        """The question's units that `topic` counts, and their total weight: worked out once for the many
+        sentences `topic_of` weighs against one question."""
+        asked = {q for q in question if self.df(q) or q in named or q in ahead}
+        return asked, sum(self.idf(q) for q in asked)
+
+    def topic_of(self, asked: tuple[set[str], float], index: int) -> float:
+        """`topic` of sentence ``index``, for the question's units and weight (`question_weights`)."""
+        before = self.sets[index - 1] if index and self._paragraphs[index] == self._paragraphs[index - 1] else ()
+        return self._held(asked, self.sets[index], before)
+
+    def _held(self, asked: tuple[set[str], float], held: Container[str], before: Container[str] = ()) -> float:
+        """The share of the `asked` units' weight that ``held`` (or ``before``) holds."""
+        counted, total = asked
+        if not counted:
+            return 0.0
+        return sum(self.idf(q) for q in counted if q in held or q in before) / total
 
     def _share(self, question: Iterable[str], held: Collection[str], named: Collection[str],
                ahead: Collection[str]) -> float:
         """`topic`'s share of the question's units that ``held`` holds."""
-        asked = {q for q in question if self.df(q) or q in named or q in ahead}
-        if not asked:
-            return 0.0
-        total = sum(self.idf(q) for q in asked)
-        return sum(self.idf(q) for q in asked if q in held) / total
-
-    def _paragraph_numbers(self) -> list[int]:
-        """Each sentence's paragraph (no blank line inside), counted from 0; made when first asked."""
-        if self._paragraphs is None:
-            self._paragraphs = [0] if self.spans else []
-            for k in range(1, len(self.spans)):
-                parted = _PARAGRAPH_BREAK.search(self.text, self.spans[k - 1][0], self.spans[k][0])
-                self._paragraphs.append(self._paragraphs[-1] + bool(parted))
-        return self._paragraphs
+        return self._held(self.question_weights(question, named, ahead), held)
 
     def paragraph(self, index: int) -> range:
         """The sentences of the paragraph that holds sentence ``index``."""
-        numbers = self._paragraph_numbers()
-        first = numbers.index(numbers[index])
-        return range(first, first + numbers.count(numbers[index]))
+        numbers, number = self._paragraphs, self._paragraphs[index]  # numbers never fall
+        return range(bisect.bisect_left(numbers, number), bisect.bisect_right(numbers, number))
 
     def _paragraphs_with(self, unit: str) -> int:
-        numbers = self._paragraph_numbers()
-        return len({numbers[k] for k, held in enumerate(self.sets) if unit in held})
+        return len({self._paragraphs[k] for k in self.holding(unit)})
 
     def linked_topic(self, said: Collection[str], index: int, question: Collection[str],
                      named: Collection[str] = (), ahead: Collection[str] = (),
@@ -313,12 +536,12 @@ class Reading:
         `linked_topic`), each with the rarest unit of the name it shares."""
         own = self.paragraph(index)
         subject = names(self.text[slice(*self.spans[own[0]])])  # what the paragraph's first sentence names
-        paragraphs = self._paragraph_numbers()[-1] + 1
+        paragraphs = self._paragraphs[-1] + 1
         links = {u for u in subject if u not in question and not is_number(u) and 0 < self.df(u) <= link_sentences
                  and 2 * self._paragraphs_with(u) <= paragraphs}  # not a heading that every passage opens with
         found = []
-        for j, units_j in enumerate(self.sets):
-            shared = units_j & links
+        for j in self.holding_any(links):
+            shared = self.sets[j] & links
             if j not in own and len(shared) >= 2:  # a whole name, not a first name or an ordinal ("John", "Second")
                 found.append((j, max(sorted(shared), key=self.idf)))
         return found
@@ -339,14 +562,13 @@ class Reading:
         return sum(self.idf(u) for u in counted if u in near or (u in asked and self.df(u))) / total
 
     def sentence_at(self, position: int) -> int:
-        for i, (start, end) in enumerate(self.spans):
-            if start <= position < end or position < start:
-                return i
-        return len(self.spans) - 1
+        """The sentence that holds ``position``, or the first after it (the last when none is)."""
+        return min(bisect.bisect_right(self.spans, position, key=lambda span: span[1]), len(self.spans) - 1)
 
     def copies(self, margin: str) -> list[tuple[int, int]]:
         """Where ``margin`` occurs verbatim in the text (see `verbatim_spans`)."""
         return verbatim_spans(margin, self.text)
+
 
 
 def verbatim_spans(phrase: str, text: str, limit: int = 64) -> list[tuple[int, int]]:
@@ -413,7 +635,7 @@ def find_evidence(question: str, margin: str, text: str | Reading, min_support: 
     beyond the question (no unit, no pair) or none of what it adds was read. ``ahead``: the units of the whole
     document, for topicality (`Reading.topic`).
     """
-    reading = text if isinstance(text, Reading) else Reading(text)
+    reading = text if isinstance(text, Reading) else Reading.of(text)
     if not reading.spans:
         return None
     question_units, margin_units = units(question), units(margin)
@@ -423,6 +645,7 @@ def find_evidence(question: str, margin: str, text: str | Reading, min_support: 
     if not new and not pairs:
         return None
     named = question_names(question)
+    counted = reading.question_weights(asked, named, ahead)  # once for every sentence `topic_of` weighs
     best: Evidence | None = None
 
     def rank(ev: Evidence) -> tuple[bool, float, float, int]:
@@ -436,19 +659,21 @@ def find_evidence(question: str, margin: str, text: str | Reading, min_support: 
     for start, end in reading.copies(margin):
         i = reading.sentence_at(start)
         j = reading.sentence_at(max(end - 1, start))
-        consider(Evidence(reading.spans[i][0], reading.spans[j][1], 1.0, reading.topic(asked, j, named, ahead), True))
+        consider(Evidence(reading.spans[i][0], reading.spans[j][1], 1.0, reading.topic_of(counted, j), True))
     if best is not None:
         return best
     if pairs:  # the margin's units are all the question's: what it adds is their order, pair by pair
-        for i, (start, end) in enumerate(reading.spans):
+        both = {i for a, b in pairs for i in set(reading.holding(a)).intersection(reading.holding(b))}
+        for i in sorted(both):
             shared = pairs & reading.pairs(i)
             if shared:
-                consider(Evidence(start, end, len(shared) / len(pairs), reading.topic(asked, i, named, ahead)))
+                start, end = reading.spans[i]
+                consider(Evidence(start, end, len(shared) / len(pairs), reading.topic_of(counted, i)))
         return best
     weight = {u: reading.idf(u) for u in new}
     total = sum(weight.values())
-    for i, (start, end) in enumerate(reading.spans):
+    for i in reading.holding_any(new):  # the sentences that hold none of it support nothing
         hits = new & reading.sets[i]
-        if hits:
-            consider(Evidence(start, end, sum(weight[u] for u in hits) / total, reading.topic(asked, i, named, ahead)))
+        start, end = reading.spans[i]
+        consider(Evidence(start, end, sum(weight[u] for u in hits) / total, reading.topic_of(counted, i)))
     return best

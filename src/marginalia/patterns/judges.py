@@ -142,7 +142,7 @@ class GroundedJudge(MarginJudge):
         sentences that pass on their own: small models open a copied sentence with one of their own ("The
         answer is: 1. The harbour master ... logged exactly 4438131 crates ..."), which alone would sink it.
         """
-        make_reading = functools.cache(lambda: Reading(read))  # split into sentences once, only when needed
+        make_reading = functools.cache(lambda: Reading.of(read))  # only when needed; grown from the last one
         ahead = document_units(document) if document else frozenset()
         verdict, ev = self._ground(question, margin, read, segment, make_reading, ahead)
         if verdict.relevant or is_empty_margin(margin) or list_items(margin):
