@@ -24,6 +24,10 @@ from marginalia.index.embedders import HashingEmbedder  # noqa: E402
 from marginalia.models.fake import Request, ScriptedGenerator  # noqa: E402
 from marginalia.server import Settings, create_app  # noqa: E402
 
+#: where the test client addresses the app: a host name the server answers to (TestClient's own default,
+#: ``testserver``, is not one, and is refused as a DNS-rebinding page's name would be)
+BASE_URL = "http://localhost"
+
 FACT = "The night ferry to Brackwater leaves from pier 47."
 QUESTION = "Which pier does the night ferry leave from?"
 MARGIN = "The night ferry leaves from pier 47."
@@ -110,7 +114,7 @@ def scripted(respond_with: Callable[[Request], str] = respond, **kw: Any) -> Scr
 def make_client(settings: Settings | None = None, generator: Any = None, embedder: Any = None) -> TestClient:
     app = create_app(settings or Settings(), generator=generator or scripted(),
                      embedder=embedder or HashingEmbedder())
-    return TestClient(app)
+    return TestClient(app, base_url=BASE_URL)
 
 
 def parse_sse(text: str) -> list[tuple[str, Any]]:
@@ -160,12 +164,12 @@ def live_server(app: Any) -> Iterator[str]:
     """The app served by uvicorn on 127.0.0.1 and a free port, in a thread; yields the base URL."""
     import uvicorn
 
-    from marginalia.server.net import listening_socket
+    from marginalia.server.net import http_protocol, listening_socket
 
     sock = listening_socket("127.0.0.1", 0)  # as marginalia serve makes it
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=2))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http=http_protocol(),
+                                           log_level="warning", timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

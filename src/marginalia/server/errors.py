@@ -59,10 +59,20 @@ class TooLarge(UserError):
     """A request body over the server's limit."""
 
 
+class HostNotAllowed(UserError):
+    """A request addressed to a host name this server does not answer to (its ``Host`` header)."""
+
+
+class OriginNotAllowed(UserError):
+    """A state-changing request a browser sent from a web page of another origin."""
+
+
 #: the HTTP status and error code of each error class (the first match in this order wins)
 STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
     (Busy, 429, "busy"),
     (Unauthorized, 401, "unauthorized"),
+    (HostNotAllowed, 421, "host_not_allowed"),
+    (OriginNotAllowed, 403, "origin_not_allowed"),
     (NotFound, 404, "not_found"),
     (UnsupportedType, 415, "unsupported_type"),
     (Conflict, 409, "conflict"),

@@ -1,11 +1,16 @@
-"""The server's listening socket: bound before the model loads (so a port in use fails at once), with
-Nagle's algorithm off so that streamed events leave at once."""
+"""The server's transport: its listening socket, bound before the model loads (so a port in use fails at
+once), with Nagle's algorithm off so that streamed events leave at once; and uvicorn's HTTP protocol with its
+answer to a request it cannot parse in the one JSON error shape."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
+from typing import Any
 
 from ..errors import UserError
+from .errors import error_body
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -28,3 +33,27 @@ def listening_socket(host: str, port: int) -> socket.socket:
                         "--host") from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
+
+
+def unparsable_reply(reason: str) -> bytes:
+    """The whole HTTP reply to a request the HTTP parser refused (a header that breaks HTTP/1.1: a
+    Content-Length that is not a number, say): 400 in the one JSON error shape, and the connection closed."""
+    message = (f"the request is not valid HTTP/1.1 ({reason.rstrip('.')}): a request line or header is malformed, "
+               "such as a Content-Length that is not a number of bytes; send a well-formed request")
+    body = json.dumps(error_body("bad_request", message)).encode()
+    head = (f"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n")
+    return head.encode("ascii") + body
+
+
+def http_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol (the one it chooses itself: httptools where installed, else h11), but for
+    a request its parser refuses: such a request never reaches the app, and uvicorn's own answer is plain
+    text."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    def send_400_response(self: Any, msg: str) -> None:
+        self.transport.write(unparsable_reply(msg))
+        self.transport.close()
+
+    return type(f"JSON{AutoHTTPProtocol.__name__}", (AutoHTTPProtocol,), {"send_400_response": send_400_response})
