@@ -51,9 +51,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                         help="let a web page from ORIGIN call the API (repeatable); pages of other origins may "
                              "not change anything")
     server.add_argument("--allowed-host", action="append", default=None, metavar="NAME",
-                        help="a host name clients reach the server by, besides the --host address, localhost and "
-                             "loopback addresses (repeatable; *.example.org: its subdomains; '*': any, behind a "
-                             f"proxy that checks it; default: ${ENV_ALLOWED_HOSTS}, comma-separated)")
+                        help="another host name clients reach the server by, besides --host and localhost "
+                             "(repeatable; *.example.org: its subdomains; '*': any, behind a proxy; default: "
+                             f"${ENV_ALLOWED_HOSTS}, comma-separated)")
     server.add_argument("--max-upload-mb", type=positive_int, default=defaults.max_upload_bytes // MIB, metavar="MB",
                         help="the largest upload (and request body), in MiB")
     server.add_argument("--queue", type=non_negative_int, default=defaults.queue_size, metavar="N",
