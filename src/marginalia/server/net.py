@@ -46,14 +46,21 @@ def unparsable_reply(reason: str) -> bytes:
     return head.encode("ascii") + body
 
 
-def http_protocol() -> type[asyncio.Protocol]:
-    """uvicorn's HTTP/1.1 protocol (the one it chooses itself: httptools where installed, else h11), but for
-    a request its parser refuses: such a request never reaches the app, and uvicorn's own answer is plain
+def with_json_errors(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+    """``protocol`` (one of uvicorn's HTTP/1.1 protocols, or a subclass of one) answering a request its parser
+    refuses with `unparsable_reply`: such a request never reaches the app, and uvicorn's own answer is plain
     text."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     def send_400_response(self: Any, msg: str) -> None:
         self.transport.write(unparsable_reply(msg))
         self.transport.close()
 
-    return type(f"JSON{AutoHTTPProtocol.__name__}", (AutoHTTPProtocol,), {"send_400_response": send_400_response})
+    return type(f"JSON{protocol.__name__}", (protocol,), {"send_400_response": send_400_response})
+
+
+def http_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol, the one it chooses itself (httptools where installed, else h11), with
+    `with_json_errors`."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    return with_json_errors(AutoHTTPProtocol)
