@@ -46,21 +46,22 @@ def unparsable_reply(reason: str) -> bytes:
     return head.encode("ascii") + body
 
 
+def send_json_400(protocol: Any, msg: str) -> None:
+    """uvicorn's ``send_400_response`` (of its HTTP/1.1 protocols), answering a request the parser refused
+    with `unparsable_reply`: such a request never reaches the app, and uvicorn's own answer is plain text.
+    A protocol class takes it as its method ``send_400_response``."""
+    protocol.transport.write(unparsable_reply(msg))
+    protocol.transport.close()
+
+
 def with_json_errors(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
-    """``protocol`` (one of uvicorn's HTTP/1.1 protocols, or a subclass of one) answering a request its parser
-    refuses with `unparsable_reply`: such a request never reaches the app, and uvicorn's own answer is plain
-    text."""
-
-    def send_400_response(self: Any, msg: str) -> None:
-        self.transport.write(unparsable_reply(msg))
-        self.transport.close()
-
-    return type(f"JSON{protocol.__name__}", (protocol,), {"send_400_response": send_400_response})
+    """``protocol`` (one of uvicorn's HTTP/1.1 protocols, or a subclass of one) with `send_json_400`."""
+    return type(f"JSON{protocol.__name__}", (protocol,), {"send_400_response": send_json_400})
 
 
 def http_protocol() -> type[asyncio.Protocol]:
     """uvicorn's HTTP/1.1 protocol, the one it chooses itself (httptools where installed, else h11), with
-    `with_json_errors`."""
+    `send_json_400`."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     return with_json_errors(AutoHTTPProtocol)
