@@ -81,6 +81,8 @@ def test_the_schema_names_the_strict_parts_as_the_records():
     schemas = make_client().get("/openapi.json").json()["components"]["schemas"]
     assert {"CollectionOptions", "ComposeOptions", "WimReading"} <= set(schemas)
     assert schemas["CollectionOptions"]["description"] == CollectionOptions.__doc__
+    assert (schemas["CollectionOptions"]["title"], schemas["ComposeOptions"]["title"]) == (
+        "CollectionOptions", "ComposeOptions")
     assert schemas["ComposeOptions"]["properties"]["threshold"]["default"] == ComposeOptions().threshold
 
 

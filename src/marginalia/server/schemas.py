@@ -77,14 +77,15 @@ with warnings.catch_warnings():  # the field shadows the records' ClassVar on pu
         pattern: Literal["rag"] = "rag"  # type: ignore[misc]
 
 
-class StrictCollectionOptions(CollectionOptions, Part):
-    __doc__ = CollectionOptions.__doc__
-    __qualname__ = "CollectionOptions"  # its name in the API's schema: the record's
+class Strict:
+    """The records a body holds as they are, strict (`Part`), under the records' own names (as the API's
+    schema calls them)."""
 
+    class CollectionOptions(CollectionOptions, Part):
+        __doc__ = CollectionOptions.__doc__
 
-class StrictComposeOptions(ComposeOptions, Part):
-    __doc__ = ComposeOptions.__doc__
-    __qualname__ = "ComposeOptions"
+    class ComposeOptions(ComposeOptions, Part):
+        __doc__ = ComposeOptions.__doc__
 
 
 def _pattern_of(value: Any) -> str | None:
@@ -177,8 +178,8 @@ class Target(Body):
         default=None, description="with collection: read only this document of it, whole (its name or id)")
     reading: Reading = Field(default_factory=_default_reading,
                              description="how to read: the pattern and its options")
-    collection_options: StrictCollectionOptions = Field(
-        default_factory=StrictCollectionOptions,
+    collection_options: Strict.CollectionOptions = Field(
+        default_factory=Strict.CollectionOptions,
         description="reading a collection: the retrieval policy and how much of what it finds is read")
 
     @model_validator(mode="after")
@@ -234,7 +235,7 @@ class ComposeSessionRequest(Body):
     """A compose session: suggestions for a text being written, with memory drawn from a collection."""
 
     collection: str = Field(description="the collection memory is retrieved from")
-    options: StrictComposeOptions = Field(default_factory=StrictComposeOptions,
+    options: Strict.ComposeOptions = Field(default_factory=Strict.ComposeOptions,
                                     description="when memory is refreshed, what it holds, and the suggestions")
     exclude: list[Annotated[str, Field(min_length=1, max_length=500)]] = Field(
         default_factory=list, max_length=100,
@@ -302,7 +303,7 @@ class MarginaliaExtras(Body):
     """How to read, for OpenAI clients (send it as ``extra_body={"marginalia": {...}}``)."""
 
     reading: Reading = Field(default_factory=_default_reading)
-    collection_options: StrictCollectionOptions = Field(default_factory=StrictCollectionOptions)
+    collection_options: Strict.CollectionOptions = Field(default_factory=Strict.CollectionOptions)
 
 
 class StreamOptions(Part):
