@@ -312,7 +312,9 @@ class FuzzedService:
 
     def __init__(self, home: str | Path | None = None) -> None:
         self.home = str(home or tempfile.mkdtemp(prefix="marginalia-fuzz-"))
-        self.app = create_app(Settings(home=self.home, api_key=KEY, embedder="hashing"), generator=scripted(),
+        # schemathesis addresses the app as 'testserver', a name it must be told to answer to
+        self.app = create_app(Settings(home=self.home, api_key=KEY, embedder="hashing",
+                                       allowed_hosts=("testserver",)), generator=scripted(),
                               embedder=HashingEmbedder())
         # a client may name minilm for a new collection; the fake stands in for it (loading it takes seconds)
         self.app.state.service._embedders["minilm"] = HashingEmbedder()
@@ -340,7 +342,7 @@ class FuzzedService:
         """The app's OpenAPI schema, loaded by schemathesis from ``/openapi.json`` through the ASGI app."""
         import schemathesis
 
-        return schemathesis.openapi.from_asgi("/openapi.json", self.app)
+        return schemathesis.openapi.from_asgi("/openapi.json", self.app, headers=AUTH)
 
     def operations(self) -> list[Any]:
         """Every operation of the schema."""

@@ -25,6 +25,10 @@ from marginalia.index.embedders import HashingEmbedder  # noqa: E402
 from marginalia.models.fake import Request, ScriptedGenerator  # noqa: E402
 from marginalia.server import Settings, create_app  # noqa: E402
 
+#: where the test client addresses the app: a host name the server answers to (TestClient's own default,
+#: ``testserver``, is not one, and is refused as a DNS-rebinding page's name would be)
+BASE_URL = "http://localhost"
+
 FACT = "The night ferry to Brackwater leaves from pier 47."
 QUESTION = "Which pier does the night ferry leave from?"
 MARGIN = "The night ferry leaves from pier 47."
@@ -111,7 +115,7 @@ def scripted(respond_with: Callable[[Request], str] = respond, **kw: Any) -> Scr
 def make_client(settings: Settings | None = None, generator: Any = None, embedder: Any = None) -> TestClient:
     app = create_app(settings or Settings(), generator=generator or scripted(),
                      embedder=embedder or HashingEmbedder())
-    return TestClient(app)
+    return TestClient(app, base_url=BASE_URL)
 
 
 def parse_sse(text: str) -> list[tuple[str, Any]]:

@@ -8,7 +8,7 @@ import io
 import pytest
 
 from marginalia.cli import main
-from marginalia.server.settings import ENV_SERVER_KEY, Settings, check_binding, is_loopback
+from marginalia.server.settings import ENV_ALLOWED_HOSTS, ENV_SERVER_KEY, Settings, check_binding, is_loopback
 
 pytest.importorskip("uvicorn")
 
@@ -27,7 +27,7 @@ def started(monkeypatch):
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)  # streamed events leave at once
         host, port = sock.getsockname()[:2]
         calls.append((server.config.app, {"host": server.config.host, "port": server.config.port,
-                                          "bound": (host, port)}))
+                                          "bound": (host, port), "http": server.config.http}))
 
     monkeypatch.setattr(uvicorn.Server, "run", run)
     return calls
@@ -71,6 +71,27 @@ def test_serve_passes_its_document_limits_to_the_server(started):
     (default, given) = (app.state.service.settings.ingest for app, _ in started)
     assert default == IngestOptions()
     assert given == IngestOptions(max_pages=5, max_inflated_mb=20, convert_timeout=2.5, convert_memory_mb=900)
+
+
+def test_serve_answers_to_its_address_and_the_hosts_it_is_given(started, monkeypatch):
+    from marginalia.server.net import send_json_400
+
+    assert serve()[0] == 0
+    assert serve("--allowed-host", "notes.example.org", "--allowed-host", "*.lan.example")[0] == 0
+    monkeypatch.setenv(ENV_ALLOWED_HOSTS, "a.example, b.example")
+    assert serve("--host", "::1")[0] == 0
+    assert serve("--allowed-host", "c.example")[0] == 0  # the option over the environment
+    settings = [app.state.service.settings for app, _ in started]
+    assert [(s.host, s.allowed_hosts) for s in settings] == [
+        ("127.0.0.1", ()), ("127.0.0.1", ("notes.example.org", "*.lan.example")), ("::1", ("a.example", "b.example")),
+        ("127.0.0.1", ("c.example",))]
+    # a request uvicorn cannot parse is answered in the JSON error shape (tests/server/test_server_edge.py)
+    assert started[0][1]["http"].send_400_response is send_json_400
+
+
+def test_serve_refuses_an_allowed_host_that_is_not_a_name(started):
+    code, err = serve("--allowed-host", "https://notes.example.org")
+    assert code == 2 and "not a host name" in err and not started
 
 
 def test_serve_without_the_reading_cache(started):

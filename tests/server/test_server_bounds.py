@@ -14,7 +14,7 @@ from marginalia.compose import threads
 from marginalia.errors import NotFound
 from marginalia.index.embedders import HashingEmbedder
 from marginalia.server import Settings, create_app
-from server_support import COMPOSE_SETTINGS, QUESTION, REPORT, ComposeModels, index_text, scripted, wait_for
+from server_support import BASE_URL, COMPOSE_SETTINGS, QUESTION, REPORT, ComposeModels, index_text, scripted, wait_for
 
 pytest.importorskip("lancedb")
 
@@ -31,7 +31,7 @@ def normal_class_memory(monkeypatch: pytest.MonkeyPatch) -> None:
 def serving(models: ComposeModels | None = None, **settings: Any) -> Iterator[TestClient]:
     app = create_app(Settings(**{**COMPOSE_SETTINGS, **settings}), generator=scripted(), embedder=HashingEmbedder(),
                      loader=models or ComposeModels())
-    with TestClient(app) as client:
+    with TestClient(app, base_url=BASE_URL) as client:
         yield client
 
 
@@ -93,7 +93,7 @@ def upload(client: TestClient, name: str, size: int) -> Any:
 def test_uploads_waiting_behind_a_slow_job_are_bounded_in_number():
     embedder = GatedEmbedder()
     app = create_app(Settings(embedder="hashing", upload_queue=3), generator=scripted(), embedder=embedder)
-    with TestClient(app) as client:
+    with TestClient(app, base_url=BASE_URL) as client:
         assert client.post("/v1/collections", json={"name": "docs", "embedder": "hashing"}).status_code == 201
         try:
             assert upload(client, "slow.md", 1000).status_code == 202
@@ -115,7 +115,7 @@ def test_uploads_waiting_behind_a_slow_job_are_bounded_in_number():
 def test_uploads_waiting_behind_a_slow_job_are_bounded_in_bytes():
     embedder = GatedEmbedder()
     settings = Settings(embedder="hashing", upload_queue_bytes=5000, max_upload_bytes=8000)
-    with TestClient(create_app(settings, generator=scripted(), embedder=embedder)) as client:
+    with TestClient(create_app(settings, generator=scripted(), embedder=embedder), base_url=BASE_URL) as client:
         assert client.post("/v1/collections", json={"name": "docs", "embedder": "hashing"}).status_code == 201
         try:
             assert upload(client, "slow.md", 6000).status_code == 202  # alone: in, though over the bound

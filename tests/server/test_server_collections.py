@@ -149,6 +149,25 @@ def test_following_a_job_streams_progress_then_done(client):
     assert client.get("/v1/jobs/nope/events").status_code == 404
 
 
+def test_the_same_text_under_a_new_name_says_it_was_not_added_and_where_it_is():
+    client = make_client()
+    assert index_text(client, "docs", "report.md", REPORT)["result"]["status"] == "added"
+    job = index_text(client, "docs", "report-copy.md", REPORT)
+    assert job["status"] == "done" and job["document"] == "report-copy.md"
+    result = job["result"]
+    assert (result["status"], result["source"]) == ("duplicate", "report.md")
+    message = result["message"]
+    for words in ("already in collection 'docs' as 'report.md'", "nothing was added as 'report-copy.md'", "delete"):
+        assert words in message, message
+    # a collection holds each text once: the document is there under its first name only
+    assert [d["source"] for d in client.get("/v1/collections/docs").json()["documents"]] == ["report.md"]
+    assert client.get("/v1/collections/docs/documents/report-copy.md").status_code == 404
+    # as the message says: deleted under its first name, the text is kept under the new one
+    assert client.delete("/v1/collections/docs/documents/report.md").status_code == 200
+    assert index_text(client, "docs", "report-copy.md", REPORT)["result"]["status"] == "added"
+    assert "message" not in index_text(client, "docs", "report-copy.md", REPORT)["result"]  # unchanged
+
+
 class FailingEmbedder(HashingEmbedder):
     """Embeds until ``fail`` is set, then fails like a crashed embedding server."""
 

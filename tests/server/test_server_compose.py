@@ -21,6 +21,7 @@ from marginalia.models.base import GenerationParams
 from marginalia.models.fake import Request, ScriptedGenerator
 from marginalia.server import Settings, create_app
 from server_support import (
+    BASE_URL,
     COMPOSE_SETTINGS,
     FACT,
     REPORT,
@@ -59,7 +60,7 @@ def composing(models: ComposeModels | None = None, documents: bool = True, **set
     settings = {**COMPOSE_SETTINGS, **settings}
     app = create_app(Settings(**settings),
                      generator=scripted(), embedder=HashingEmbedder(), loader=models or ComposeModels())
-    with TestClient(app) as client:
+    with TestClient(app, base_url=BASE_URL) as client:
         if documents:
             assert index_text(client, "docs", "report.md", REPORT)["status"] == "done"
         yield client
@@ -294,7 +295,8 @@ def test_composing_needs_the_key_and_is_in_the_schema():
     with composing(documents=False, api_key="sesame") as client:
         assert client.post("/v1/compose/sessions", json={"collection": "docs"}).status_code == 401
         assert client.post("/v1/compose/sessions/x/suggestions", json={"text": "a"}).status_code == 401
-        schema = client.get("/openapi.json").json()
+        assert client.get("/openapi.json").status_code == 401  # the schema needs the key too
+        schema = client.get("/openapi.json", headers={"Authorization": "Bearer sesame"}).json()
     paths = schema["paths"]
     assert {"/v1/compose/sessions", "/v1/compose/sessions/{session_id}", "/v1/compose/sessions/{session_id}/memory",
             "/v1/compose/sessions/{session_id}/suggestions"} <= set(paths)

@@ -10,7 +10,19 @@ import pytest
 
 from marginalia.models.fake import ScriptedGenerator
 from marginalia.server import Settings, create_app
-from server_support import ANSWER, FACT, QUESTION, REPORT, Slow, index_text, live_server, make_client, respond, wait_for
+from server_support import (
+    ANSWER,
+    BASE_URL,
+    FACT,
+    QUESTION,
+    REPORT,
+    Slow,
+    index_text,
+    live_server,
+    make_client,
+    respond,
+    wait_for,
+)
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
@@ -73,7 +85,7 @@ def test_the_openai_client_sees_our_errors(served):
 def test_the_openai_client_through_an_in_process_transport():
     client = make_client()
     index_text(client, "docs", "report.md", REPORT)
-    oa = openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=client)
+    oa = openai.OpenAI(base_url=f"{BASE_URL}/v1", api_key="none", http_client=client)
     reply = oa.chat.completions.create(model="marginalia:docs", messages=[{"role": "user", "content": QUESTION}])
     assert reply.choices[0].message.content == ANSWER
     streamed = oa.chat.completions.create(model="marginalia:docs", stream=True,

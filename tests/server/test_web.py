@@ -147,6 +147,13 @@ def test_upload_a_document_and_see_it_indexed_with_its_section_tree(browser, tmp
         expect(page.locator("#doc-title")).to_have_text("Harbour report")
         expect(page.locator("#doc mark.spot").first).to_have_text(re.compile(r"^## Ferries"))
         assert page.evaluate("marginalia.view.text").strip() == REPORT.strip()
+        # the same text under another name: the page says it was not added, and where it is
+        (tmp_path / "copy.md").write_text(REPORT)
+        page.set_input_files("#files", str(tmp_path / "copy.md"))
+        page.click("#upload button")
+        expect(page.locator(".job[data-status='duplicate'] .job-state")).to_have_text(
+            "not added: the same text is already here as report.md")
+        assert page.locator(".document").count() == 1
 
 
 @pytest.mark.browser

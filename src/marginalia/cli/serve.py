@@ -28,7 +28,7 @@ SERVE_INSTALL = "pip install 'marginalia[serve]'"
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add serve."""
-    from ..server.settings import ENV_SERVER_KEY, MIB, Settings
+    from ..server.settings import ENV_ALLOWED_HOSTS, ENV_SERVER_KEY, MIB, Settings
 
     defaults = Settings()
     serve = sub.add_parser(
@@ -53,7 +53,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                         help=f"the key clients send as 'Authorization: Bearer KEY' (default: ${ENV_SERVER_KEY})")
     server.add_argument("--no-auth", action="store_true", help="serve a non-loopback address without a key")
     server.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
-                        help="let a web page from ORIGIN call the API (repeatable)")
+                        help="let a web page from ORIGIN call the API (repeatable); pages of other origins may "
+                             "not change anything")
+    server.add_argument("--allowed-host", action="append", default=None, metavar="NAME",
+                        help="another host name clients reach the server by, besides --host and localhost "
+                             "(repeatable; *.example.org: its subdomains; '*': any, behind a proxy; default: "
+                             f"${ENV_ALLOWED_HOSTS}, comma-separated)")
     server.add_argument("--max-upload-mb", type=positive_int, default=defaults.max_upload_bytes // MIB, metavar="MB",
                         help="the largest upload (and request body), in MiB")
     server.add_argument("--queue", type=non_negative_int, default=defaults.queue_size, metavar="N",
@@ -144,15 +149,17 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from ..server import Settings, create_app
         from ..server.limits import server_config
         from ..server.net import listening_socket
-        from ..server.settings import ENV_SERVER_KEY, MIB, check_binding
+        from ..server.settings import ENV_ALLOWED_HOSTS, ENV_SERVER_KEY, MIB, check_binding
     except ImportError as exc:
         raise MissingDependency("the HTTP service's packages (fastapi, uvicorn, sse-starlette)", SERVE_INSTALL) from exc
 
     key = args.server_key or os.environ.get(ENV_SERVER_KEY) or None
     warning = check_binding(args.host, key, args.no_auth)
+    hosts = args.allowed_host or [h.strip() for h in os.environ.get(ENV_ALLOWED_HOSTS, "").split(",") if h.strip()]
     settings = Settings(home=args.home, model=args.model, device=args.device, backend=args.backend,
                         model_api_key=args.api_key, embedder=args.embedder, api_key=key,
-                        cors_origins=tuple(args.cors_origin or ()), max_upload_bytes=args.max_upload_mb * MIB,
+                        cors_origins=tuple(args.cors_origin or ()), host=args.host, allowed_hosts=tuple(hosts),
+                        max_upload_bytes=args.max_upload_mb * MIB,
                         queue_size=args.queue, session_ttl=float(args.session_ttl), max_sessions=args.max_sessions,
                         default_collection=args.collection, compose_memory_model=args.compose_memory_model,
                         max_compose_sessions=args.max_compose_sessions, cache_readings=not args.no_cache,

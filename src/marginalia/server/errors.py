@@ -7,7 +7,9 @@ message names no file, line or traceback: those go to the server's log.
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -33,6 +35,10 @@ from ..errors import (
 from ..options import PATTERNS
 
 log = logging.getLogger("marginalia.server")
+#: the most problems a validation error lists; the rest are counted (a body may hold millions)
+MAX_PROBLEMS = 20
+#: the error type of a body part that names more than `MAX_PROBLEMS` unknown fields (``names``: the first)
+UNKNOWN_FIELDS = "unknown_fields"
 
 
 class Busy(MarginaliaError):
@@ -60,10 +66,20 @@ class TooLarge(UserError):
     """A request body over the server's limit."""
 
 
+class HostNotAllowed(UserError):
+    """A request addressed to a host name this server does not answer to (its ``Host`` header)."""
+
+
+class OriginNotAllowed(UserError):
+    """A state-changing request a browser sent from a web page of another origin."""
+
+
 #: the HTTP status and error code of each error class (the first match in this order wins)
 STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
     (Busy, 429, "busy"),
     (Unauthorized, 401, "unauthorized"),
+    (HostNotAllowed, 421, "host_not_allowed"),
+    (OriginNotAllowed, 403, "origin_not_allowed"),
     (NotFound, 404, "not_found"),
     (UnsupportedType, 415, "unsupported_type"),
     (Conflict, 409, "conflict"),
@@ -126,20 +142,50 @@ def field_name(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(p for i, p in enumerate(parts) if not (i and parts[i - 1] == "reading" and p in PATTERNS))
 
 
-def validation_response(errors: list[Any]) -> JSONResponse:
-    """422, naming each bad field and what is wrong with it."""
-    fields = []
-    for err in errors:
+def shorten(name: str, most: int = 100) -> str:
+    """A field name a client chose, cut to ``most`` characters (a JSON key may be megabytes long)."""
+    return name if len(name) <= most else f"{name[:most]}... ({len(name):,} characters)"
+
+
+def json_kind(value: Any) -> str:
+    """What a decoded JSON value is, in words (never the value itself, which may be megabytes)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool | float):  # a float for an integer field: 512.0 says what is wrong
+        return json.dumps(value)
+    kinds = {str: "a string", int: "a number", list: "an array", dict: "an object"}
+    return next((kind for cls, kind in kinds.items() if isinstance(value, cls)), type(value).__name__)
+
+
+def validation_response(errors: Sequence[Any]) -> JSONResponse:
+    """422, naming each bad field and what is wrong with it: the first `MAX_PROBLEMS` of them, and how many
+    more there are."""
+    fields: list[dict[str, str]] = []
+    total = sum(e.get("ctx", {}).get("count", 1) if e.get("type") == UNKNOWN_FIELDS else 1 for e in errors)
+    for err in errors[:MAX_PROBLEMS]:
         message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        name = field_name(err.get("loc", ()))
+        loc = tuple(err.get("loc", ()))
+        name = field_name(loc)
+        if err.get("type") == UNKNOWN_FIELDS:  # many unknown fields in one error: a problem each
+            names = err.get("ctx", {}).get("names", [])
+            fields.extend({"field": shorten(field_name((*loc, n))), "message": "no such field"} for n in names)
+            continue
         if err.get("type") == "extra_forbidden":
             message = "no such field"
+        elif str(err.get("type")).endswith("_type") and "input" in err:  # strict: "512" is not a number
+            message += f", not {json_kind(err['input'])}"
         elif err.get("type") == "json_invalid":
             why = err.get("ctx", {}).get("error", "unreadable")
             name, message = "body", f"not valid JSON ({why}, at character {name})"
-        fields.append({"field": name, "message": message})
+        fields.append({"field": shorten(name), "message": message})
+    fields = fields[:MAX_PROBLEMS]
     text = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
-    return JSONResponse(error_body("validation_error", text or "invalid request", fields=fields), status_code=422)
+    more: dict[str, Any] = {}
+    if total > len(fields):
+        more["more_problems"] = total - len(fields)
+        text += f"; and {total - len(fields):,} more problems"
+    return JSONResponse(error_body("validation_error", text or "invalid request", fields=fields, **more),
+                        status_code=422)
 
 
 class BodyTooLarge(StarletteHTTPException):
@@ -202,7 +248,7 @@ def install(app: FastAPI, max_body: int) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         invalid = exc if isinstance(exc, RequestValidationError | ValidationError) else None
-        return validation_response(list(invalid.errors()) if invalid is not None else [])
+        return validation_response(invalid.errors() if invalid is not None else [])
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500

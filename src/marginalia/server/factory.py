@@ -10,13 +10,15 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import FileResponse
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
 from ..app import Generator
 from . import errors, limits
 from .common import READING_HEADER, get_service, require_key
+from .edge import Edge
 from .routes import collections, compose, docqa, openai, reading
 from .schemas import ErrorReply
 from .service import Service
@@ -32,7 +34,10 @@ DESCRIPTION = """Answer questions over long documents with language models: Writ
 long context (lc) or retrieval (rag), over a pasted text, a document of a collection, or a collection.
 Suggest the next words of a text being written, from a memory drawn from a collection (compose).
 
-Every route but `/v1/health` needs the server's key when it has one: `Authorization: Bearer <key>`.
+Every route but `/v1/health` and the web page needs the server's key when it has one, this schema
+(`/openapi.json`, `/docs`, `/redoc`) included: `Authorization: Bearer <key>`. A request must be addressed
+to a host the server answers to (`--allowed-host`), and a browser may send one that changes something only
+from the server's own page or from an origin given with `--cors-origin`.
 Errors are `{"error": {"code", "message"}}`."""
 
 #: what the schema says every operation may answer besides its success (in place of FastAPI's 422 shape)
@@ -68,7 +73,9 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
             service.shutdown()
 
     max_body = settings.max_upload_bytes + BODY_SLACK
-    app = FastAPI(title="marginalia", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    # the schema and its pages are routes of their own below, so that they need the key as the API does
+    app = FastAPI(title="marginalia", version=__version__, description=DESCRIPTION, lifespan=lifespan,
+                  openapi_url=None, docs_url=None, redoc_url=None)
     app.state.service = service
     errors.install(app, max_body)
     limits.install(app, settings)
@@ -76,6 +83,7 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_credentials=False,
                            allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"],
                            expose_headers=[READING_HEADER])
+    app.add_middleware(Edge, settings=settings)  # the outermost: before CORS and the body limit
 
     # the page and its files need no key (they hold nothing); the page sends the key on its API calls
     @app.get("/", include_in_schema=False)
@@ -93,6 +101,19 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
                 "compose_sessions": len(current.compose)}
 
     keyed = [Depends(require_key)]
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=keyed)
+    async def openapi_schema() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=keyed)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - Swagger UI")
+
+    @app.get("/redoc", include_in_schema=False, dependencies=keyed)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
+
     for router in (collections.router, reading.router, compose.router, openai.router, docqa.router):
         app.include_router(router, dependencies=keyed, responses=ERRORS)
     return app

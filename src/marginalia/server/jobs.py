@@ -273,7 +273,13 @@ def index_upload(job: Job, copy: Path, board: JobBoard, *, store: Callable[[], C
                              source=job.document, on_document=on_document, on_indexed=on_indexed)
     (item,) = report.indexed  # one file, loaded or raised
     result = item.result
+    outcome = {"status": result.status, "doc_id": result.doc_id, "source": result.source, "chunks": result.n_chunks,
+               "embedded": result.n_embedded, "sections": len(item.sections) - 1,
+               "notes": [note.message for note in report.notes]}
+    if result.status == "duplicate":  # a collection holds each text once: the upload's name is not added
+        outcome["message"] = (
+            f"the same text is already in collection {job.collection!r} as {result.source!r}, so nothing was "
+            f"added as {job.document!r}; ask about {result.source!r}, or delete it and upload this again to keep "
+            "the text under the new name")
     board.update(job, status="done", stage="finished", finished_at=time.time(), chunks_done=result.n_chunks,
-                 result={"status": result.status, "doc_id": result.doc_id, "source": result.source,
-                         "chunks": result.n_chunks, "embedded": result.n_embedded,
-                         "sections": len(item.sections) - 1, "notes": [note.message for note in report.notes]})
+                 result=outcome)

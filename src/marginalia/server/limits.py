@@ -140,8 +140,11 @@ def bounded_protocol(header_timeout: float, max_connections: int) -> type[asynci
     """
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
+    from .net import send_json_400
+
     class BoundedH11(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+        send_400_response = send_json_400  # a request h11 cannot parse gets the JSON error shape
         _awaited: Any = None  # the request cycle that was current when the headers began to be awaited
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]

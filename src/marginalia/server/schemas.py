@@ -3,6 +3,11 @@ parts, so each option's default, bounds and description come from the record and
 
 A body names its pattern in ``reading.pattern``; the records themselves keep the pattern as a class
 attribute, so each gets a request twin here that adds it as a field (`record` turns it back).
+
+Every part of a body is strict (`Part`): a value of the wrong JSON type is refused rather than converted
+(``"512"`` is not a number, ``"yes"`` not a boolean; a whole number is a number), so the records used in
+bodies have twins here that are strict too, named as the records in the API's schema. The records
+themselves stay lenient for the CLI and config files, whose front ends convert their own values.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import warnings
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from ..app import GenerationParams
 from ..options import (
@@ -25,24 +31,62 @@ from ..options import (
     WimOptions,
 )
 from ..options import describe as describe_options
+from .errors import MAX_PROBLEMS, UNKNOWN_FIELDS
+
+
+def few_unknown(cls: type[BaseModel], data: Any) -> Any:
+    """``data`` as it is, unless it names more than `MAX_PROBLEMS` fields a model that forbids unknown ones
+    does not have: then one error that names the first of them and counts them all, raised before
+    validation would make an error of each (a body may hold millions)."""
+    if not isinstance(data, dict) or len(data) <= MAX_PROBLEMS or cls.model_config.get("extra") != "forbid":
+        return data
+    fields = cls.model_fields
+    unknown = [key for key in data if key not in fields]
+    if len(unknown) <= MAX_PROBLEMS:
+        return data
+    raise PydanticCustomError(UNKNOWN_FIELDS, "{count} fields it does not have",
+                              {"count": len(unknown), "names": [str(key) for key in unknown[:MAX_PROBLEMS]]})
+
+
+class Part(BaseModel):
+    """A part of a request body: strict about JSON types, and quick to refuse many unknown fields."""
+
+    model_config = ConfigDict(strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checked(cls, data: Any) -> Any:
+        return few_unknown(cls, data)
+
 
 with warnings.catch_warnings():  # the field shadows the records' ClassVar on purpose
     warnings.filterwarnings("ignore", message="Field name \"pattern\"")
 
-    class WimReading(WimOptions):
+    class WimReading(WimOptions, Part):
         """Writing in the Margins, with its options."""
 
         pattern: Literal["wim"] = "wim"  # type: ignore[misc]
 
-    class LcReading(LcOptions):
+    class LcReading(LcOptions, Part):
         """Long context, with its options."""
 
         pattern: Literal["lc"] = "lc"  # type: ignore[misc]
 
-    class RagReading(RagOptions):
+    class RagReading(RagOptions, Part):
         """Retrieval over the text, with its options."""
 
         pattern: Literal["rag"] = "rag"  # type: ignore[misc]
+
+
+class Strict:
+    """The records a body holds as they are, strict (`Part`), under the records' own names (as the API's
+    schema calls them)."""
+
+    class CollectionOptions(CollectionOptions, Part):
+        __doc__ = CollectionOptions.__doc__
+
+    class ComposeOptions(ComposeOptions, Part):
+        __doc__ = ComposeOptions.__doc__
 
 
 def _pattern_of(value: Any) -> str | None:
@@ -91,12 +135,13 @@ def lone_surrogate(value: Any) -> str | None:
     return None
 
 
-class UnicodeBody(BaseModel):
+class UnicodeBody(Part):
     """A request body whose every string, field names included, is valid Unicode (see `lone_surrogate`)."""
 
     @model_validator(mode="before")
     @classmethod
-    def _valid_unicode(cls, data: Any) -> Any:
+    def _checked(cls, data: Any) -> Any:  # in place of Part's: the unknown fields first, then the scan
+        data = few_unknown(cls, data)
         where = lone_surrogate(data)
         if where is not None:
             raise ValueError(f"not valid Unicode ({where}): it holds a lone surrogate, a \\ud800 to \\udfff "
@@ -106,8 +151,8 @@ class UnicodeBody(BaseModel):
 
 class ErrorDetail(BaseModel):
     """What went wrong: a code to branch on and a message that says what to do; some errors add fields
-    (``fields`` for a validation error, ``margins`` for a reading that failed, the token counts of an
-    overflow)."""
+    (``fields`` for a validation error, the first few of its problems, with ``more_problems`` counting the
+    rest; ``margins`` for a reading that failed; the token counts of an overflow)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -134,8 +179,8 @@ class Target(Body):
         default=None, description="with collection: read only this document of it, whole (its name or id)")
     reading: Reading = Field(default_factory=_default_reading,
                              description="how to read: the pattern and its options")
-    collection_options: CollectionOptions = Field(
-        default_factory=CollectionOptions,
+    collection_options: Strict.CollectionOptions = Field(
+        default_factory=Strict.CollectionOptions,
         description="reading a collection: the retrieval policy and how much of what it finds is read")
 
     @model_validator(mode="after")
@@ -191,7 +236,7 @@ class ComposeSessionRequest(Body):
     """A compose session: suggestions for a text being written, with memory drawn from a collection."""
 
     collection: str = Field(description="the collection memory is retrieved from")
-    options: ComposeOptions = Field(default_factory=ComposeOptions,
+    options: Strict.ComposeOptions = Field(default_factory=Strict.ComposeOptions,
                                     description="when memory is refreshed, what it holds, and the suggestions")
     exclude: list[Annotated[str, Field(min_length=1, max_length=500)]] = Field(
         default_factory=list, max_length=100,
@@ -241,7 +286,7 @@ class DocqaChatRequest(UnicodeBody):
             raise ValueError(describe_options(exc, CollectionOptions)) from None
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(Part):
     """One message of an OpenAI chat; text parts of a list content are joined."""
 
     role: str
@@ -259,10 +304,10 @@ class MarginaliaExtras(Body):
     """How to read, for OpenAI clients (send it as ``extra_body={"marginalia": {...}}``)."""
 
     reading: Reading = Field(default_factory=_default_reading)
-    collection_options: CollectionOptions = Field(default_factory=CollectionOptions)
+    collection_options: Strict.CollectionOptions = Field(default_factory=Strict.CollectionOptions)
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(Part):
     include_usage: bool = False
 
 

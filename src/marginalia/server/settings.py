@@ -11,6 +11,10 @@ from ..options import IngestOptions
 
 #: the environment variable that holds the key clients must send (``Authorization: Bearer <key>``)
 ENV_SERVER_KEY = "MARGINALIA_SERVER_KEY"
+#: the environment variable that lists more host names requests may be addressed to, separated by commas
+ENV_ALLOWED_HOSTS = "MARGINALIA_ALLOWED_HOSTS"
+#: the host names a server bound to a loopback address answers to besides that address
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 MIB = 1024 * 1024
 
 
@@ -26,7 +30,14 @@ class Settings:
         model_api_key: the key sent to an ``openai:`` model server (not the key clients send here).
         embedder: the embedder for new collections and for rag over a pasted text or a document.
         api_key: the key every route but the health check requires, as a bearer token; None: no check.
-        cors_origins: origins a browser may call from (none: CORS stays off).
+        cors_origins: origins a browser may call from (none: CORS stays off; ``*``: any); a state-changing
+            request a browser sends from any other origin but the server's own is refused.
+        host: the address the server listens on; requests addressed to it (their ``Host`` header) are
+            answered, and to ``localhost``, ``127.0.0.1`` and ``[::1]`` too; when it is a wildcard address
+            (``0.0.0.0``, ``::``), to any IP address.
+        allowed_hosts: more host names requests may be addressed to (a name, or ``*.example.org`` for its
+            subdomains); ``*``: any (behind a proxy that checks them). Anything else is refused, so that a
+            web page cannot reach the server through a DNS name of its own (DNS rebinding).
         max_upload_bytes: the largest request body (an uploaded file, a pasted text).
         queue_size: requests that may wait for the model while one reads; more get 429.
         session_ttl: seconds a chat or compose session lives without a message.
@@ -63,6 +74,8 @@ class Settings:
     embedder: str = DEFAULT_EMBEDDER
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    allowed_hosts: tuple[str, ...] = ()
     max_upload_bytes: int = 50 * MIB
     queue_size: int = 8
     session_ttl: float = 30 * 60.0
@@ -96,6 +109,63 @@ class Settings:
             raise UserError(f"session_ttl must be positive, got {self.session_ttl}")
         if self.api_key is not None and not self.api_key.strip():
             raise UserError("the server key is empty; give a non-empty key or none")
+        for name in self.allowed_hosts:
+            check_host_name(name)
+        for origin in self.cors_origins:
+            if origin != "*" and origin_of(origin) is None:
+                raise UserError(f"{origin!r} is not an origin; give a page's scheme, host and port, as in "
+                                "https://notes.example.org or http://localhost:3000")
+
+
+def check_host_name(name: str) -> None:
+    """Refuse what cannot be an allowed host name: empty, a URL, a path, a port, a space.
+
+    Raises:
+        UserError: naming the value and the form it takes.
+    """
+    bare = "example" if name == "*" else name.removeprefix("*.")
+    if not bare or any(c in bare for c in "/ @?#,*") or split_host(bare) != (bare.lower().rstrip("."), ""):
+        raise UserError(f"{name!r} is not a host name; give a name or address as clients write it in a URL, "
+                        "without scheme or port: notes.example.org, 192.168.1.20, [fe80::1], *.example.org "
+                        "(its subdomains), or * (any)")
+
+
+def split_host(host: str) -> tuple[str, str]:
+    """A ``Host`` header's name (lower-case, without a trailing dot; an IPv6 address keeps its brackets)
+    and the text of its port ('' when it names none)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        end = host.find("]")
+        if end < 0:
+            return host, ""
+        rest = host[end + 1:]
+        return host[:end + 1], rest[1:] if rest.startswith(":") else rest
+    name, _, port = host.partition(":")
+    return name.rstrip("."), port
+
+
+def host_name(host: str) -> str:
+    """The name in a ``Host`` header or in ``--host``, as `split_host` gives it; a bare IPv6 address
+    (``::1``, as ``--host`` takes it) in brackets, as a ``Host`` header writes it."""
+    if host.count(":") > 1 and not host.startswith("["):
+        return f"[{host.strip().lower()}]"
+    return split_host(host)[0]
+
+
+def origin_of(url: str) -> tuple[str, str, int] | None:
+    """A web origin's scheme, host name and port (the scheme's default when it names none); None when
+    ``url`` is not an http(s) origin (``null``, a file URL, a URL with a path)."""
+    scheme, sep, rest = url.strip().lower().partition("://")
+    if not sep or scheme not in ("http", "https") or any(c in rest for c in "/?#@ "):
+        return None
+    name, port = split_host(rest)
+    if not name:
+        return None
+    if not port:
+        return scheme, name, 443 if scheme == "https" else 80
+    if not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        return None
+    return scheme, name, int(port)
 
 
 def is_loopback(host: str) -> bool:

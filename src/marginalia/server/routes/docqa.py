@@ -13,7 +13,7 @@ from ...errors import UserError
 from ...records import Answer
 from ..common import answer, get_service
 from ..events import reference_dict
-from ..schemas import AskRequest, DocqaChatRequest
+from ..schemas import AskRequest, DocqaChatRequest, Strict
 from ..service import Service
 from ..worker import Reading
 
@@ -37,6 +37,7 @@ async def chat(body: DocqaChatRequest, request: Request, service: ServiceDep) ->
     name = body.collection or service.settings.default_collection
     if name is None:
         raise UserError("name the collection: send 'collection', or start the server with --collection NAME")
-    target = AskRequest(question=body.message, collection=name, collection_options=body.collection_options())
+    target = AskRequest(question=body.message, collection=name,
+                        collection_options=Strict.CollectionOptions(**body.collection_options().model_dump()))
     prepared = await run_in_threadpool(service.prepare, target, body.message, body.temperature)
     return await answer(Reading(service.worker, prepared), request, stream=False, render=docqa_output)

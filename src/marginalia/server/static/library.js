@@ -191,7 +191,8 @@ function jobItem(name) {
       state.textContent = "uploading";
     },
     update(job) {
-      li.dataset.status = job.status;
+      const duplicate = job.status === "done" && job.result && job.result.status === "duplicate";
+      li.dataset.status = duplicate ? "duplicate" : job.status; // done, but nothing added under this name
       if (job.chunks_total) {
         bar.max = job.chunks_total;
         bar.value = job.chunks_done;
@@ -201,7 +202,7 @@ function jobItem(name) {
         bar.value = 1;
         const r = job.result || {};
         state.textContent = r.status === "unchanged" ? "already indexed, unchanged"
-          : r.status === "duplicate" ? `already indexed as ${r.source}`
+          : duplicate ? `not added: the same text is already here as ${r.source}`
           : `indexed: ${r.chunks} chunks, ${r.sections} sections`;
       } else {
         state.textContent = STAGES[job.stage] || job.stage;
