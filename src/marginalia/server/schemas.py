@@ -78,15 +78,19 @@ with warnings.catch_warnings():  # the field shadows the records' ClassVar on pu
         pattern: Literal["rag"] = "rag"  # type: ignore[misc]
 
 
+_CollectionRecord = CollectionOptions  # the module's names, which the nested classes below shadow
+_ComposeRecord = ComposeOptions
+
+
 class Strict:
     """The records a body holds as they are, strict (`Part`), under the records' own names (as the API's
     schema calls them)."""
 
-    class CollectionOptions(CollectionOptions, Part):
-        __doc__ = CollectionOptions.__doc__
+    class CollectionOptions(_CollectionRecord, Part):
+        __doc__ = _CollectionRecord.__doc__
 
-    class ComposeOptions(ComposeOptions, Part):
-        __doc__ = ComposeOptions.__doc__
+    class ComposeOptions(_ComposeRecord, Part):
+        __doc__ = _ComposeRecord.__doc__
 
 
 def _pattern_of(value: Any) -> str | None:
