@@ -464,9 +464,10 @@ def server_fuzz_section(m: Record) -> list[str]:
     t = n["live_server"]
     health = max((p["health_slowest_s"] for p in n["parts"] if p.get("health_slowest_s") is not None), default=None)
     first = next((p["name"] for p in n["parts"] if p["where"] != "in process"), None)
-    lines = [f"Scripted model. From {first} on: `serve` in its own process, no key, timeouts {t['header_timeout']:g} s "
-             f"(headers, body pause), {t['body_total_timeout']:g} s (body), {t['max_connections']} connections; "
-             f"`/v1/health` every 0.1 s ≤ {num(health, 2)} s.", "",
+    live = (f" From {first} on: `serve` in its own process, no key, timeouts {t['header_timeout']:g} s (headers, "
+            f"body pause), {t['body_total_timeout']:g} s (body), {t['max_connections']} connections; `/v1/health` "
+            f"every 0.1 s ≤ {num(health, 2)} s." if first else "")
+    lines = ["Scripted model." + live, "",
              *table(["part", "inputs", "outcomes", "max s", "MiB (+ conversions)"],
                     [[p["name"], num(p["inputs"], 0), outcomes(p), num(p["slowest_s"]), num(p["peak_rss_mb"], 0)]
                      for p in n["parts"]], "lrlrr")]

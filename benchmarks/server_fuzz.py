@@ -657,7 +657,9 @@ def in_process(args: argparse.Namespace, home: str) -> tuple[list[Part], fz.Tall
 
 def live(args: argparse.Namespace, home: str) -> tuple[list[Part], fz.Tally]:
     """Parts (4), against the service in a process of its own."""
-    parts = []
+    parts: list[Part] = []
+    if not (args.bombs or args.slow or args.wide or args.origins or args.unpunctuated):
+        return parts, fz.Tally()
     with fz.LiveService(home, **LIVE) as service:
         watch = fz.MemoryWatch(service.pid)
         try:
@@ -720,6 +722,10 @@ def main() -> None:
     show(measurement("server_fuzz", result), write=not args.no_write)
     failed = (result["server_errors"] + result["unhandled"] + result["http"]["unhandled"]
               + result["over_time_bound"] + (not result["memory_ok"]))
+    print(f"{result['inputs']} inputs: {result['server_errors']} server errors, {result['unhandled']} unhandled, "
+          f"{result['bad']} bad replies; {result['over_time_bound']} over {args.time_bound:g} s; peak "
+          f"{result['peak_rss_mb']:.0f} MiB, {'under' if result['memory_ok'] else 'over'} the bound of "
+          f"{args.memory_bound_mb:g}", file=sys.stderr)
     sys.exit(1 if failed else 0)
 
 
