@@ -11,6 +11,7 @@ import json
 import random
 import re
 import tempfile
+import time
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -281,8 +282,10 @@ class Tally:
     """What a fuzz run sent and got back."""
 
     statuses: Counter[int] = field(default_factory=Counter)
+    times: list[float] = field(default_factory=list)  # each request's seconds, in the order sent
     unhandled: int = 0  # exceptions that escaped the app (a test client sees them; a real server answers 500)
     bad: int = 0  # replies (or uploads' jobs) with a problem
+    busy: int = 0  # 503s to a connection past the server's limit: a bound at work, not a server error
     problems: list[str] = field(default_factory=list)  # the first ones
 
     @property
@@ -291,7 +294,19 @@ class Tally:
 
     @property
     def server_errors(self) -> int:
-        return sum(n for status, n in self.statuses.items() if status >= 500)
+        return sum(n for status, n in self.statuses.items() if status >= 500) - self.busy
+
+    def reply(self, what: str, status: int, content_type: str, body: bytes, seconds: float) -> list[str]:
+        """Count one reply over a real socket and check it (`check_reply`); a 503 whose error is ``busy`` (a
+        connection past the server's limit) is a refusal, not a server error."""
+        self.statuses[status] += 1
+        self.times.append(seconds)
+        problems = check_reply(status, content_type, body)
+        if problems == [f"status {status}"] and status == 503 and json.loads(body)["error"]["code"] == "busy":
+            self.busy += 1
+            problems = []
+        self.note(what, problems)
+        return problems
 
     def classes(self) -> dict[str, int]:
         out: Counter[str] = Counter()
@@ -362,13 +377,16 @@ class FuzzedService:
                 if name in self.known:
                     case.path_parameters[name] = self.known[name]
         what = f"{case.method} {case.formatted_path}"
+        start = time.perf_counter()
         try:
             reply = case.call(headers=AUTH, timeout=60)
         except Exception as exc:  # noqa: BLE001 - an exception out of the app is what is counted
+            self.tally.times.append(time.perf_counter() - start)
             self.tally.unhandled += 1
             problems = [f"unhandled {type(exc).__name__}: {exc}"]
             self.tally.note(what, problems)
             return problems
+        self.tally.times.append(time.perf_counter() - start)
         self.tally.statuses[reply.status_code] += 1
         content_type = reply.headers.get("content-type") or [""]  # schemathesis keeps each header's values
         problems = check_reply(reply.status_code, content_type[0], reply.content) + conformance(case, reply)
@@ -380,7 +398,9 @@ class FuzzedService:
     # -- bodies and uploads through the test client --
 
     def send(self, method: str, url: str, **kw: Any) -> tuple[Any, list[str]]:
+        start = time.perf_counter()
         reply = self.client.request(method, url, **kw)
+        self.tally.times.append(time.perf_counter() - start)
         self.tally.statuses[reply.status_code] += 1
         problems = check_reply(reply.status_code, reply.headers.get("content-type", ""), reply.content)
         self.tally.note(f"{method} {url}", problems)
@@ -406,3 +426,178 @@ class FuzzedService:
                 more.append(f"its job failed unexpectedly: {job['error']}")
         self.tally.note(f"upload {name!r}", more)
         return more
+
+
+# -- the service in a process of its own, and what it takes ------------------------------------------------------
+
+MIB = 1024 * 1024
+
+
+def serve(home: str, settings: dict[str, Any]) -> None:
+    """Serve the app on the scripted model and a hashing embedder with uvicorn, as `marginalia serve` does (its
+    bounds, on 127.0.0.1 and a free port, no key); print the port on a line of its own, then serve until
+    stopped. What `LiveService` runs in its child process."""
+    import logging
+    import os
+    import sys
+
+    import uvicorn
+
+    from marginalia.server.limits import server_config
+    from marginalia.server.net import listening_socket
+
+    logging.getLogger("marginalia.server").setLevel(logging.CRITICAL)  # 500s are counted, not logged
+    app = create_app(Settings(home=home, embedder="hashing", **settings), generator=scripted(),
+                     embedder=HashingEmbedder())
+    app.state.service._embedders["minilm"] = HashingEmbedder()
+    sock = listening_socket("127.0.0.1", 0)
+    print(sock.getsockname()[1], flush=True)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # nothing more to the parent, which stops reading
+    server = uvicorn.Server(server_config(app, app.state.service.settings, host="127.0.0.1",
+                                          port=sock.getsockname()[1], log_level="critical", access_log=False))
+    server.run(sockets=[sock])
+
+
+class LiveService:
+    """The app served over real sockets by uvicorn in a child process (`serve`), so that its memory is its own;
+    ``settings`` are `Settings` fields (its bounds). Requests go through one HTTP client; what comes back is
+    checked (`check_reply`) and counted in ``tally``."""
+
+    def __init__(self, home: str | Path, start_timeout: float = 180.0, **settings: Any) -> None:
+        import os
+        import select
+        import subprocess
+        import sys
+
+        import httpx
+
+        import marginalia
+
+        self.settings = settings
+        paths = [str(Path(__file__).resolve().parent), str(Path(marginalia.__file__).resolve().parents[1])]
+        code = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); import fuzz_support; "
+                "fuzz_support.serve(sys.argv[2], json.loads(sys.argv[3]))")
+        Path(home).mkdir(parents=True, exist_ok=True)
+        self.log = Path(home) / "server.log"
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen([sys.executable, "-c", code, json.dumps(paths), str(home),
+                                             json.dumps(settings)], stdout=subprocess.PIPE, stderr=log,
+                                            env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)})
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], start_timeout)
+        line = self.process.stdout.readline() if ready else b""
+        self.process.stdout.close()
+        if not line.strip().isdigit():
+            self.close()
+            raise RuntimeError(f"the server did not start: {self.log.read_text(errors='replace')[-2000:]}")
+        self.port = int(line)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(600.0, connect=30.0))
+        self.tally = Tally()
+        wait_for(lambda: self.http.get("/v1/health").status_code == 200, timeout=start_timeout)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def request(self, method: str, path: str, what: str = "", **kw: Any) -> tuple[Any, float]:
+        """Send one request (httpx's keywords) and check its reply; (the reply or None when none came, seconds)."""
+        import httpx
+
+        start = time.perf_counter()
+        try:
+            reply = self.http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            seconds = time.perf_counter() - start
+            self.tally.note(what or f"{method} {path}", [f"no reply: {type(exc).__name__}: {exc}"])
+            return None, seconds
+        seconds = time.perf_counter() - start
+        self.tally.reply(what or f"{method} {path}", reply.status_code, reply.headers.get("content-type", ""),
+                         reply.content, seconds)
+        return reply, seconds
+
+    def close(self) -> None:
+        import subprocess
+
+        if getattr(self, "http", None) is not None:
+            self.http.close()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> LiveService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _high_water(pid: int) -> int:
+    """The most resident memory process ``pid`` has held, in bytes, since it started or its mark was last
+    reset (Linux's ``VmHWM``); 0 where the system does not say."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+class MemoryWatch:
+    """The peak resident memory of a process and the processes it started (a document's conversion), summed:
+    sampled every ``interval`` seconds in a thread, and the process's own high-water mark where Linux keeps one
+    (so a peak between two samples still counts). `reset` starts a new peak (one part of a run)."""
+
+    def __init__(self, pid: int, interval: float = 0.02) -> None:
+        import threading
+
+        import psutil
+
+        self.pid = pid
+        self.process = psutil.Process(pid)
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True, name="memory-watch")
+        self._thread.start()
+
+    def rss(self) -> int:
+        """The resident bytes of the process and its descendants now."""
+        import psutil
+
+        total = 0
+        try:
+            processes = [self.process, *self.process.children(recursive=True)]
+        except psutil.Error:
+            return 0
+        for process in processes:
+            try:
+                total += process.memory_info().rss
+            except psutil.Error:  # ended between the listing and the reading
+                pass
+        return total
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, self.rss())
+
+    def reset(self) -> None:
+        """Forget the peak so far (and the process's high-water mark, where Linux lets us)."""
+        try:
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        except OSError:
+            pass
+        self.peak = self.rss()
+
+    def peak_mb(self) -> float:
+        """The peak since the last `reset`, in MiB."""
+        return max(self.peak, self.rss(), _high_water(self.pid)) / MIB
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)

@@ -129,6 +129,59 @@ def test_an_unknown_benchmark_or_layout_is_refused(tmp_path: Path) -> None:
         report.load(folder)
 
 
+def fuzz_numbers() -> dict[str, Any]:
+    def part(name: str, where: str, outcomes: dict[str, int], slowest: float, mb: float, **more: Any) -> dict[str, Any]:
+        return {"name": name, "where": where, "inputs": sum(outcomes.values()), "outcomes": outcomes, "unhandled": 0,
+                "server_errors": 0, "seconds": 9.0, "slowest_s": slowest, "p99_s": slowest / 2,
+                "over_time_bound": int(slowest > 30), "peak_rss_mb": mb, **more}
+
+    parts = [part("schemathesis", "in process", {"2xx": 21, "4xx": 79}, 0.41, 517.2),
+             part("documents", "in process", {"BadInput": 50, "EmptyDocument": 20, "ok": 130}, 0.2, 414),
+             part("PDF bombs", "own process", {"document_too_large": 4, "indexed": 1}, 11.94, 2106.4,
+                  health_slowest_s=0.22),
+             part("slow clients", "own process", {"headers trickled: 408": 4, "held open: 408": 63,
+                                                   "held open: 503": 1, "past the connection limit: 503": 4}, 15.01,
+                  286, health_slowest_s=0.01),
+             part("foreign Origin, Host", "own process", {"Host: 421": 3, "Origin: 403": 3, "own: 200": 1,
+                                                          "own: 201": 2}, 0.05, 341, by_kind=True,
+                  health_slowest_s=0.01),
+             part("unpunctuated", "own process", {"200": 1}, 140.13, 703, health_slowest_s=1.74)]
+    return {"requests_target": 100, "bounds": {"time_s": 30.0, "memory_mb": 3072.0},
+            "live_server": {"header_timeout": 5.0, "body_timeout": 5.0, "body_total_timeout": 15.0,
+                            "max_connections": 64},
+            "http": {"requests": 100, "classes": {"2xx": 21, "4xx": 79}, "server_errors": 0, "unhandled": 0, "bad": 0},
+            "live_http": {"requests": 90, "classes": {"2xx": 5, "4xx": 80, "5xx": 5}, "server_errors": 0, "busy": 5,
+                          "bad": 0},
+            "requests": 190, "server_errors": 0, "bad": 0, "hypothesis_inputs": 200,
+            "inputs": sum(p["inputs"] for p in parts), "unhandled": 0, "over_time_bound": 1, "peak_rss_mb": 2106.4,
+            "memory_ok": True, "parts": parts, "problems": [], "load": "load average 0.5 before, 1.5 after",
+            "total_min": 4.8}
+
+
+def test_the_fuzz_run_shows_time_and_memory_against_its_bounds() -> None:
+    common, report = load("_common"), load("report")
+    record = common.measurement("server_fuzz", fuzz_numbers(), command="python benchmarks/server_fuzz.py",
+                                commit="abc1234", machine_text="2 cores", date="2026-12-01")
+    (row,) = report.server_fuzz_summary(record)
+    assert row[:2] == ["Fuzzing the HTTP service",
+                       "387 inputs: 0 server errors, 0 unhandled, 1 over 30 s; 2,106 MiB ≤ 3,072"]
+    text = report.section(record)
+    assert text.startswith("## Fuzzing the service\n")
+    assert ("From PDF bombs on: `serve` in its own process, no key, timeouts 5 s (headers, body pause), 15 s (body), "
+            "64 connections; `/v1/health` every 0.1 s ≤ 1.74 s.") in text
+    assert "| part | inputs | outcomes | max s | MiB (+ conversions) |" in text
+    # kinds summed by status, a loader's errors together, the page's own origin by class
+    assert "| documents | 200 | ok 130, refused 70 | 0.2 | 414 |" in text
+    assert "| PDF bombs | 5 | document_too_large 4, indexed 1 | 11.9 | 2,106 |" in text
+    assert "| slow clients | 72 | 408 67, 503 5 | 15.0 | 286 |" in text
+    assert "| foreign Origin, Host | 9 | Host: 421 3; Origin: 403 3; own: 2xx 3 | 0.1 | 341 |" in text
+    assert "| unpunctuated | 1 | 200 1 | 140.1 | 703 |" in text
+    record["numbers"]["memory_ok"] = False
+    record["numbers"]["parts"][0]["server_errors"] = 2
+    assert report.server_fuzz_summary(record)[0][1].endswith("2,106 MiB > 3,072")
+    assert "| schemathesis | 100 | 2xx 21, 4xx 79; 5xx 2 | 0.4 | 517 |" in report.section(record)
+
+
 def test_benchmarks_md_is_what_the_stored_measurements_give() -> None:
     report = load("report")
     records = report.load()

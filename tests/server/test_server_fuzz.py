@@ -111,3 +111,140 @@ def test_a_name_no_collection_may_have_is_not_found(client, name):
         reply = client.request(method, url, json=body)
         assert reply.status_code == 404, (method, url, reply.text)
         assert reply.json()["error"]["code"] == "not_found"
+
+
+# -- the fuzz benchmark's parts that count time and memory, against the service in its own process -------------
+
+MAX_CONNECTIONS = 6
+
+
+@pytest.fixture(scope="module")
+def fuzz():
+    from benchmark_scripts import load
+
+    return load("server_fuzz")
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    from fuzz_support import LiveService, MemoryWatch
+
+    with LiveService(tmp_path_factory.mktemp("live"), header_timeout=1.0, body_timeout=1.0, body_total_timeout=3.0,
+                     max_connections=MAX_CONNECTIONS) as service:
+        watch = MemoryWatch(service.pid)
+        yield service, watch
+        watch.close()
+
+
+def statuses(part) -> dict[str, int]:
+    """A part's outcomes by status alone, whatever their kind."""
+    out: dict[str, int] = {}
+    for outcome, count in part.outcomes.items():
+        status = outcome.rpartition(": ")[2]
+        out[status] = out.get(status, 0) + count
+    return out
+
+
+def test_a_bomb_upload_is_followed_to_its_end_and_timed(fuzz, live):
+    service, watch = live
+    part = fuzz.run_bombs(service, watch, 1, kinds=fuzz.BOMBS[:1])  # the issue's bomb: 200 MB of operators
+    assert part.where == "own process"
+    assert dict(part.outcomes) == {"document_too_large": 1}
+    assert part.inputs == len(part.times) == 1 and 0 < part.times[0] < 60
+    assert part.probes and part.server_errors == 0 and part.unhandled == 0
+    assert part.peak_rss_mb > 50  # the server process at least
+    summary = part.summary(time_bound=60)
+    assert summary["slowest_s"] == summary["p99_s"] == part.times[0] and summary["over_time_bound"] == 0
+    assert summary["health_slowest_s"] == max(part.probes)
+
+
+def test_slow_clients_end_at_the_servers_bounds(fuzz, live):
+    service, watch = live
+    part = fuzz.run_slow(service, watch, 2)
+    outcomes = dict(part.outcomes)
+    for kind in ("body shorter than declared", "headers trickled", "body trickled"):
+        assert outcomes.pop(f"{kind}: 408") == 2, part.outcomes
+    assert outcomes.pop("past the connection limit: 503") == 2, part.outcomes
+    # the connections held open past the limit: one of them may be refused at once (the health checks' is open)
+    assert sum(outcomes.values()) == MAX_CONNECTIONS and set(outcomes) <= {"held open: 408", "held open: 503"}
+    assert max(part.times) < 3.0 + 5  # the whole body's bound, and a margin for a busy machine
+    assert part.server_errors == 0 and service.tally.busy >= 2  # a 503 past the limit is a refusal
+
+
+def test_wide_bodies_are_refused_cleanly(fuzz, live):
+    service, watch = live
+    part = fuzz.run_wide(service, watch, 1, scale=0.01)
+    assert part.inputs == len(fuzz.WIDE_KINDS) == len(part.times)
+    assert {o.split(": ")[0] for o in part.outcomes} == set(fuzz.WIDE_KINDS)
+    assert all(400 <= int(status) < 500 for status in statuses(part)), part.outcomes
+    assert part.server_errors == 0 and part.notes["largest_reply_mb"] > 0
+
+
+def test_wide_bodies_are_what_they_say(fuzz):
+    route, body = fuzz.wide_body("unknown keys", 0, scale=0.01)
+    data = json.loads(body)
+    assert route == "/v1/ask" and len(data) == 2 + 20_000
+    _, body = fuzz.wide_body("deep arrays", 0, scale=0.01)
+    assert body.count(b"[") == 10_000
+    _, body = fuzz.wide_body("huge strings", 1, scale=1.0)
+    assert max(len(v) for v in json.loads(body).values() if isinstance(v, str)) >= 1_000_000
+
+
+def test_foreign_origins_and_hosts_are_counted_by_status(fuzz, live):
+    service, watch = live
+    part = fuzz.run_origins(service, watch, 12)
+    assert part.inputs == 12 and sum(part.outcomes.values()) == 12
+    kinds = {o.split(": ")[0] for o in part.outcomes}
+    assert kinds == {"Origin", "Host", "own"}
+    own = [int(o.split(": ")[1]) for o in part.outcomes if o.startswith("own")]
+    assert all(200 <= status < 300 for status in own), part.outcomes  # the page's own origin is served
+    assert all(int(status) < 500 for status in statuses(part)) and part.server_errors == 0
+
+
+def test_a_question_over_text_without_full_stops_is_timed(fuzz, live):
+    service, watch = live
+    part = fuzz.run_unpunctuated(service, watch, 1, kb=3)
+    assert part.notes["kb"] == 3 and dict(part.outcomes) == {"200": 1} and len(part.times) == 1
+    text = fuzz.unpunctuated(3000, seed=0)
+    assert len(text) == 3000 and fuzz.FERRY in text and not set(".!?\n") & set(text)
+
+
+def test_a_part_counts_inputs_and_health_checks_over_the_time_bound(fuzz):
+    part = fuzz.Part("p")
+    for seconds in [0.1] * 98 + [2.0, 3.0]:
+        part.took("200", seconds)
+    part.probes = [0.01, 5.0]
+    summary = part.summary(time_bound=1.0)
+    assert summary["slowest_s"] == 3.0 and summary["p99_s"] == 2.0 and summary["over_time_bound"] == 3
+    assert summary["health_slowest_s"] == 5.0 and summary["outcomes"] == {"200": 100}
+    assert fuzz.percentile([], 99) is None
+
+
+def test_the_memory_watch_counts_children_and_peaks_between_samples():
+    import os
+    import subprocess
+    import sys
+
+    from fuzz_support import MIB, MemoryWatch
+    from server_support import wait_for
+
+    watch = MemoryWatch(os.getpid(), interval=0.01)
+    try:
+        watch.reset()
+        base = watch.rss() / MIB
+        child = subprocess.Popen([sys.executable, "-c", "import sys; x = bytearray(200 * 2**20); x[::4096] = "
+                                  "b'1' * len(x[::4096]); print('ready', flush=True); sys.stdin.read()"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            assert child.stdout.readline() == b"ready\n"
+            wait_for(lambda: watch.peak_mb() > base + 190, timeout=10)  # the child's memory counts
+        finally:
+            child.communicate(b"")
+        if sys.platform.startswith("linux"):  # the high-water mark: a peak no sample may have seen
+            watch.reset()
+            block = bytearray(300 * MIB)
+            block[::4096] = b"1" * len(block[::4096])
+            del block
+            assert watch.peak_mb() > 300
+    finally:
+        watch.close()
