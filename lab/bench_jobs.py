@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import DATA, command_line, git_commit, load_note, machine, usable_cores, write_finding  # noqa: E402
+from _lab_common import DATA, command_line, git_commit, load_note, machine, usable_cores, write_finding  # noqa: E402
 
 CONFIG = """\
 name = "bench-jobs"

@@ -22,7 +22,7 @@ from collections import defaultdict
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import load_run, write_finding  # noqa: E402
+from _lab_common import load_run, write_finding  # noqa: E402
 
 FULL, EXIT = "wim", "wim-exit"
 

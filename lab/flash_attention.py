@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import EVAL_GGUF, command_line, git_commit, load_note, machine, write_finding  # noqa: E402
+from _lab_common import EVAL_GGUF, command_line, git_commit, load_note, machine, write_finding  # noqa: E402
 
 
 def measure(path: str, ids: list[int], steps: int, flash: bool, threads: int) -> tuple[float, float, list[int]]:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, write_finding  # noqa: E402
+from _lab_common import command_line, git_commit, write_finding  # noqa: E402
 
 #: model shapes (from the models' published configs); the window is set from --tokens
 SHAPES: dict[str, dict[str, Any]] = {

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import DATA, EVAL_GGUF, auc, command_line, git_commit, write_finding  # noqa: E402
+from _lab_common import DATA, EVAL_GGUF, auc, command_line, git_commit, write_finding  # noqa: E402
 
 KINDS = ("gold, bare", "gold sentence", "other answer, bare", "other answer's sentence", "a refusal",
          "a hedge between the gold and another answer", "gold number in words",

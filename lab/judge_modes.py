@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, machine, write_finding  # noqa: E402
+from _lab_common import command_line, git_commit, machine, write_finding  # noqa: E402
 
 
 def normalise(text: str) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, machine, write_finding  # noqa: E402
+from _lab_common import command_line, git_commit, machine, write_finding  # noqa: E402
 
 QUESTIONS = (0, 1, 2)  # the bundled report's own questions, by position in its list
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import EVAL_GGUF, command_line, git_commit, write_finding  # noqa: E402
+from _lab_common import EVAL_GGUF, command_line, git_commit, write_finding  # noqa: E402
 
 
 def first_sections(markdown: str, count: int) -> str:

@@ -21,49 +21,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import DATA, command_line, git_commit, load_note, machine, write_finding  # noqa: E402
+sys.path.insert(1, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from _lab_common import DATA, command_line, git_commit, load_note, machine, write_finding  # noqa: E402
+from compose_latency import clean, pct, split_lead  # noqa: E402
 
 WIKITEXT = DATA / "wikitext-test-articles.part1.jsonl"
 TOKENS = 15
-_HEADING = re.compile(r"^\s*(=(?: =)*) (.+?) \1\s*$")
-
-
-def clean(text: str) -> str:
-    """WikiText's tokenised text as markdown: its ``@-@`` markers and spaced punctuation undone, ``= = X = =``
-    lines as headings (as benchmarks/compose_latency.py reads it)."""
-    lines = []
-    for line in text.split("\n"):
-        m = _HEADING.match(line)
-        if m:
-            lines.append("#" * (m.group(1).count("=") + 1) + " " + m.group(2).strip())
-            continue
-        line = line.strip()
-        for a, b in ((" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."), (" ,", ","), (" .", "."), (" ;", ";"),
-                     (" :", ":"), (" 's", "'s"), ("( ", "("), (" )", ")")):
-            line = line.replace(a, b)
-        lines.append(line)
-    return re.sub(r"\n{3,}", "\n\n", "\n\n".join(lines)).strip() + "\n"
-
-
-def split_lead(markdown: str) -> tuple[str, str]:
-    """The text before the first heading, and the rest."""
-    at = markdown.find("\n#")
-    return (markdown, "") if at < 0 else (markdown[:at].strip(), markdown[at:].strip() + "\n")
-
-
-def pct(values: list[float], q: float) -> float:
-    import numpy as np
-
-    return float(np.percentile(values, q)) if values else float("nan")
-
-
 Row = tuple[float, float, str, int]
 
 

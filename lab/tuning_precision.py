@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, cpu_flags, git_commit, load_note, machine, write_finding  # noqa: E402
+from _lab_common import command_line, cpu_flags, git_commit, load_note, machine, write_finding  # noqa: E402
 
 
 def main() -> None:

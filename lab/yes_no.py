@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, git_commit, stored_run, write_finding  # noqa: E402
+from _lab_common import command_line, git_commit, stored_run, write_finding  # noqa: E402
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def load_script() -> Any:
     """``load_script(name)``: ``lab/<name>.py`` as a module (the lab folder on the path while it imports
-    ``_common``)."""
+    ``_lab_common``)."""
 
     def load(name: str) -> Any:
         sys.path.insert(0, str(LAB))

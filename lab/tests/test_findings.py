@@ -14,7 +14,7 @@ FINDINGS = sorted(p.stem for p in (LAB / "findings").glob("*.md"))
 
 def test_a_rerun_replaces_its_own_section_and_keeps_the_rest(load_script: Any, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    common = load_script("_common")
+    common = load_script("_lab_common")
     monkeypatch.setattr(common, "FINDINGS", tmp_path)
     (tmp_path / "x.md").write_text("# X\n\nWhere it came from.\n\n<!-- x:start -->\n## old\n<!-- x:end -->\n\n"
                                    "<!-- x_more:start -->\n## more\n<!-- x_more:end -->\n", "utf-8")
