@@ -5,6 +5,7 @@ over the target, so a crash leaves the old file or the new one, never half of on
 are fsynced line by line, so what was written before a kill is on disk. What is too big or too
 particular to be written here (a model's folder, a checkpoint) is written beside its target by its own
 code and then moved into place here, with `atomic_rename` or, over a folder that exists, `swap_folder`.
+What a killed process left behind (a lock's pid, a staged upload) is told apart with `process_alive`.
 """
 
 from __future__ import annotations
@@ -138,3 +139,14 @@ def progress_bar(stream: TextIO, total: int | None = None, unit: str = "it", des
     options.setdefault("leave", False)
     return tqdm(total=total, unit=unit, desc=desc, file=stream, dynamic_ncols=True, disable=disable or not tty,
                 **options)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # alive, but another user's
+        pass
+    return True

@@ -11,6 +11,7 @@ from types import TracebackType
 from filelock import FileLock, Timeout
 
 from ..errors import CollectionBusy
+from ..files import process_alive
 
 logger = logging.getLogger("marginalia.index")
 
@@ -36,13 +37,7 @@ def _read_pid(path: Path) -> int | None:
     if not text.isdigit():
         return None
     pid = int(text)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except OSError:  # alive, but another user's
-        pass
-    return pid
+    return pid if process_alive(pid) else None
 
 
 class WriterLock:

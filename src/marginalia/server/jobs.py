@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .. import app
 from ..errors import BadInput, EmptyDocument, MarginaliaError, NotFound
+from ..files import process_alive
 from ..options import ChunkingOptions, IngestOptions
 from ..records import Document
 from .errors import Busy, UnsupportedType, describe, log
@@ -46,16 +47,6 @@ MIB = 1024 * 1024
 STAGING = "staging"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # alive, but another user's
-        pass
-    return True
-
-
 def sweep_staging(folder: Path) -> list[Path]:
     """Remove what processes that are gone left in the staging ``folder`` (a server killed mid-job); keep what
     live ones staged (another server on the same home). Returns what was removed."""
@@ -64,7 +55,7 @@ def sweep_staging(folder: Path) -> list[Path]:
         return removed
     for entry in sorted(folder.iterdir()):
         pid = entry.name.split("-", 1)[0]
-        if pid.isdigit() and _alive(int(pid)):
+        if pid.isdigit() and process_alive(int(pid)):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
