@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import UserError
 
-PatternName = Literal["wim", "lc", "rag"]
+PatternName = Literal["wim", "lc", "rag", "auto"]
 JudgeMode = Literal["grounded", "separate"]
 Scope = Literal["sections", "chunks", "documents"]
 SearchMode = Literal["hybrid", "dense", "bm25"]
@@ -28,6 +28,8 @@ MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
 #: the grounded judge's least topicality (`grounding.Reading.topic`) for a supported margin's sentence: low,
 #: because a multi-hop answer's sentence holds only its own hop's share of the question's words
 TOPIC_THRESHOLD = 0.25
+#: `AutoOptions.support_threshold`'s default: where a RAG answer's words mostly come from one retrieved sentence
+SUPPORT_THRESHOLD = 0.5
 #: the composition client's loop guard where its model can mask tokens (`ComposeOptions.no_repeat_ngram`): a
 #: small model decoding greedily falls into loops, and a run this short stops one early while a word may still
 #: come back
@@ -113,7 +115,28 @@ class WimOptions(PatternOptions):
                     "its support times its topicality; separate: 1); off when not given")
 
 
-PATTERN_OPTIONS: dict[str, type[PatternOptions]] = {"wim": WimOptions, "lc": LcOptions, "rag": RagOptions}
+class AutoOptions(RagOptions, WimOptions):
+    """Routing: read with RAG; where its answer does not stand on the passages it read, or the question
+    gathers over the whole document, read with WiM. Takes rag's and wim's options for the two readings."""
+
+    pattern: ClassVar[str] = "auto"
+    support_threshold: float = Field(
+        default=SUPPORT_THRESHOLD, ge=0.0, le=1.0,
+        description="auto: the least support (share of the RAG answer's new words, by rarity, that one sentence "
+                    "of the retrieved passages holds) for the RAG answer to stand; below it, WiM reads (0: RAG's "
+                    "answer always stands, unless the question gathers over the whole document)")
+
+    def rag_options(self) -> RagOptions:
+        """The first reading's record."""
+        return RagOptions(**self.model_dump(include=set(RagOptions.model_fields)))
+
+    def wim_options(self) -> WimOptions:
+        """The second reading's record."""
+        return WimOptions(**self.model_dump(include=set(WimOptions.model_fields)))
+
+
+PATTERN_OPTIONS: dict[str, type[PatternOptions]] = {
+    "wim": WimOptions, "lc": LcOptions, "rag": RagOptions, "auto": AutoOptions}
 
 
 class RunSettings(Options):

@@ -159,6 +159,21 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class Route:
+    """Which reading answered a routed question (pattern ``auto``), and why.
+
+    ``taken`` is ``rag`` (its answer stood) or ``wim`` (WiM read after RAG, or at once for a question that
+    gathers over the whole document); ``signals`` are the measures the decision read (support and topicality
+    of the RAG answer in its passages, the best retrieval score, the model's P(YES) that the passages answer
+    where the backend gives probabilities), None where not measured.
+    """
+
+    taken: str
+    reason: str
+    signals: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Answer:
     """The end of every pattern run."""
 
@@ -178,6 +193,8 @@ class Answer:
     #: for questions over a collection: how the retrieval policy decided —
     #: "direct" (a question-bank answer), "none" (nothing relevant found) or "references"
     retrieval: str = ""
+    #: pattern ``auto``: the route taken and why (None for the other patterns)
+    route: Route | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -203,6 +220,16 @@ class Retrieved:
     references: tuple[Reference, ...]
     elapsed: float
     kind: Literal["retrieved"] = "retrieved"
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A routed question (pattern ``auto``) chose its reading: sent before WiM reads, or before RAG's answer
+    when it stands."""
+
+    route: Route
+    elapsed: float
+    kind: Literal["routed"] = "routed"
 
 
 @dataclass(frozen=True)
@@ -263,7 +290,7 @@ class Done:
     kind: Literal["done"] = "done"
 
 
-Event = (Started | Retrieved | SegmentRead | SegmentsDropped | MarginWritten | MarginJudged | ReadingStopped
+Event = (Started | Retrieved | Routed | SegmentRead | SegmentsDropped | MarginWritten | MarginJudged | ReadingStopped
          | AnswerDelta | Done)
 
 

@@ -7,7 +7,8 @@ The harness as a library (what ``marginalia bench`` runs), loaded when a name is
 - run folders: `runs_dir`, `RESULTS`, `read_results`, `read_run_info`, `stored_config` (a run's stored config
   as a config again);
 - tasks: `build_items` (a task's items for a tokenizer);
-- scores: `qa_scores`, `holds_answer`, `normalize_answer`, `is_yes_no_gold`, `says_neither_yes_nor_no`;
+- scores: `score_item` (by the item's metric), `qa_scores`, `holds_answer`, `normalize_answer`, `is_yes_no_gold`,
+  `says_neither_yes_nor_no`;
   `bootstrap` and `wilson` intervals;
 - judges of answers: `ModelJudge` (a JSON verdict), `ProbabilityJudge` (the model's P(YES)), `yes_no_verdict`
   (a yes/no question settled by rule).
@@ -22,7 +23,14 @@ if TYPE_CHECKING:
     from .folder import RESULTS, read_results, read_run_info, runs_dir, stored_config
     from .jobs import run_jobs
     from .judge import ModelJudge, ProbabilityJudge, yes_no_verdict
-    from .metrics import holds_answer, is_yes_no_gold, normalize_answer, qa_scores, says_neither_yes_nor_no
+    from .metrics import (
+        holds_answer,
+        is_yes_no_gold,
+        normalize_answer,
+        qa_scores,
+        says_neither_yes_nor_no,
+        score_item,
+    )
     from .report import bootstrap, wilson
     from .runner import run_benchmark
     from .tasks import build_items
@@ -39,6 +47,7 @@ _LAZY = {
     "stored_config": "folder",
     "build_items": "tasks",
     "qa_scores": "metrics",
+    "score_item": "metrics",
     "holds_answer": "metrics",
     "normalize_answer": "metrics",
     "is_yes_no_gold": "metrics",
@@ -66,5 +75,6 @@ def __dir__() -> list[str]:
 __all__ = [
     "RESULTS", "ModelJudge", "ProbabilityJudge", "bootstrap", "build_items", "holds_answer", "is_yes_no_gold",
     "load_config", "normalize_answer", "pattern_record", "qa_scores", "read_results", "read_run_info",
-    "run_benchmark", "run_jobs", "runs_dir", "says_neither_yes_nor_no", "stored_config", "wilson", "yes_no_verdict",
+    "run_benchmark", "run_jobs", "runs_dir", "says_neither_yes_nor_no", "score_item", "stored_config", "wilson",
+    "yes_no_verdict",
 ]

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..app import DEFAULT_EMBEDDER
 from ..errors import UserError
 from ..models.registry import BACKENDS, DEVICES
-from ..options import LcOptions, PatternOptions, RagOptions, WimOptions, pattern_options
+from ..options import AutoOptions, LcOptions, PatternOptions, RagOptions, WimOptions, pattern_options
 from .items import TaskSpec
 
 Backend = Literal[BACKENDS]  # type: ignore[valid-type]
@@ -114,10 +114,19 @@ class WimPatternConfig(WimOptions):
     name: str | None = None
 
 
-PatternConfig = Annotated[LcPatternConfig | RagPatternConfig | WimPatternConfig, Field(discriminator="kind")]
+class AutoPatternConfig(AutoOptions):
+    """``[[patterns]]`` with ``kind = "auto"``: RAG, then WiM where RAG's answer does not stand."""
+
+    kind: Literal["auto"]
+    name: str | None = None
 
 
-def pattern_record(table: LcPatternConfig | RagPatternConfig | WimPatternConfig) -> PatternOptions:
+PatternConfig = Annotated[LcPatternConfig | RagPatternConfig | WimPatternConfig | AutoPatternConfig,
+                          Field(discriminator="kind")]
+
+
+def pattern_record(table: LcPatternConfig | RagPatternConfig | WimPatternConfig | AutoPatternConfig
+                   ) -> PatternOptions:
     """The options record of a ``[[patterns]]`` table (the table without its kind and name)."""
     return pattern_options(table.kind, **table.model_dump(exclude={"kind", "name", "reading"}))
 
@@ -241,7 +250,7 @@ _TABLE_MODELS: dict[str, type[BaseModel]] = {
     "judge": JudgeConfig, "voting": VotingConfig, "tasks": TaskConfig,
 }
 _PATTERN_MODELS: dict[str, type[BaseModel]] = {
-    "lc": LcPatternConfig, "rag": RagPatternConfig, "wim": WimPatternConfig,
+    "lc": LcPatternConfig, "rag": RagPatternConfig, "wim": WimPatternConfig, "auto": AutoPatternConfig,
 }
 
 

@@ -133,7 +133,7 @@ def build_pattern(cfg: PatternConfig, generator: Generator, embedder: Callable[[
     """A pattern from its config table (the embedder is fetched only for rag)."""
     from .. import app
 
-    return app.pattern(pattern_record(cfg), generator, embedder() if cfg.kind == "rag" else None)
+    return app.pattern(pattern_record(cfg), generator, embedder() if cfg.kind in ("rag", "auto") else None)
 
 
 def share_readings(built: list[tuple[str, PatternConfig, Pattern]],
@@ -543,6 +543,8 @@ def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: 
                       segments_read=answer.segments_read, segments_total=answer.segments_total,
                       margins=[margin_fields(m) for m in answer.margins],
                       margins_kept=sum(m.relevant for m in answer.margins))
+        if answer.route is not None:
+            record["route"] = asdict(answer.route)
         if samples is not None:
             record["samples"] = samples
         if judge is not None and judges(item.scoring):

@@ -1,0 +1,216 @@
+"""Routing (pattern ``auto``): when does RAG's answer stand, and what does routing cost and score?
+
+Two steps.
+
+``signals``: RAG answers every QA item of a quality run's config (the same items, model and options), and the
+router's measures are taken on each answer (`Auto.decide`: support and topicality of the answer in its
+passages, the best retrieval score, the model's P(YES) that the passages answer). One text-free line per item
+goes to benchmarks/measurements/routing/signals.jsonl (resumable: done items are skipped).
+
+``report``: the router worked out offline. For each threshold on each signal, auto's score on an item is RAG's
+where the answer stands and the stored run's WiM score where it escalates (a question that gathers over the
+whole document goes to WiM at once); its cost, RAG's seconds plus WiM's where it escalates. With ``--live RUN``
+(a run whose config added ``[[patterns]] kind = "auto"``) the live auto answers are set beside the same items'
+stored rag, wim and lc-own. Writes benchmarks/measurements/routing.json and routing.png.
+
+    python benchmarks/routing.py signals configs/bench/quality.toml
+    python benchmarks/routing.py report benchmarks/measurements/quality [--live benchmarks/measurements/routing-live]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from _common import MEASUREMENTS, show, write_measurement
+from marginalia import app, bench
+from marginalia.options import AutoOptions, RagOptions
+from marginalia.patterns import make_pattern
+from marginalia.patterns.auto import Auto, abstains, gathers_whole
+
+SIGNALS = MEASUREMENTS / "routing" / "signals.jsonl"
+#: the score a task is read by: `contains` for QA, set F1 for an aggregate list
+METRIC = {"qa": "contains", "set": "f1"}
+TASKS = ("hotpotqa", "multihop", "squad", "cwe")
+
+
+def collect(config_path: str, out: Path, limit: int | None) -> None:
+    config = bench.load_config(config_path)
+    rag_table = next(p for p in config.patterns if p.kind == "rag")
+    rag_options = RagOptions(max_new_tokens=config.max_new_tokens, chunk_tokens=rag_table.chunk_tokens,
+                             top_k=rag_table.top_k)
+    generator = app.load_model(config.model)
+    embedder = app.load_embedder(config.embedder)
+    rag = make_pattern(rag_options, generator, embedder=embedder)
+    auto = make_pattern(AutoOptions(**rag_options.model_dump()), generator, embedder=embedder)
+    assert isinstance(auto, Auto)
+    done = set()
+    if out.is_file():
+        done = {(r["task"], r["item_id"]) for r in map(json.loads, out.read_text().splitlines())}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a", encoding="utf-8") as sink:
+        for task in config.tasks:
+            spec = task.spec(limit)
+            items = bench.build_items(spec, generator.tokenizer)
+            for n, item in enumerate(items):
+                if (spec.name, item.id) in done or item.scoring != "qa":
+                    continue
+                t0 = time.perf_counter()
+                answer = rag.answer(item.context, item.question, source=item.id)
+                seconds = time.perf_counter() - t0
+                t1 = time.perf_counter()
+                route = auto.decide(item.question, answer)
+                line = {"task": spec.name, "item_id": item.id, "scores": bench.score_item(item, answer.text),
+                        "signals": route.signals, "abstains": abstains(answer.text),
+                        "gathers": gathers_whole(item.question), "route": route.taken,
+                        "rag_seconds": round(seconds, 3), "decide_seconds": round(time.perf_counter() - t1, 3)}
+                sink.write(json.dumps(line) + "\n")
+                sink.flush()
+                print(f"{spec.name} {n + 1}/{len(items)} contains={line['scores']['contains']:.0f} "
+                      f"support={route.signals['support']} p={route.signals['passages_answer']} "
+                      f"{seconds:.1f}s", file=sys.stderr)
+
+
+def stored(run: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(task, item) -> {pattern: record} from a run folder's results."""
+    out: dict[tuple[str, str], dict[str, Any]] = defaultdict(dict)
+    for record in bench.read_results(run / bench.RESULTS):
+        if record.get("status") == "ok":
+            out[(record["task"], record["item_id"])][record["pattern"]] = record
+    return out
+
+
+def score_of(record: dict[str, Any]) -> float:
+    return float(record["scores"][METRIC.get(record.get("scoring", "qa"), "contains")])
+
+
+def stands(signals: dict[str, Any], abstained: bool, signal: str, threshold: float) -> bool:
+    value = signals.get(signal)
+    return not abstained and value is not None and value >= threshold
+
+
+def offline(lines: list[dict[str, Any]], runs: dict[tuple[str, str], dict[str, Any]], signal: str,
+            threshold: float) -> dict[str, dict[str, float]]:
+    """Per task: auto's mean score, mean seconds and share escalated at this threshold."""
+    per: dict[str, list[tuple[float, float, bool]]] = defaultdict(list)
+    for line in lines:
+        rec = runs.get((line["task"], line["item_id"]), {})
+        if "wim" not in rec or "rag" not in rec:
+            continue
+        keep = not line["gathers"] and stands(line["signals"], line["abstains"], signal, threshold)
+        rag_seconds = float(rec["rag"]["seconds"])
+        if keep:
+            per[line["task"]].append((score_of(rec["rag"]), rag_seconds, False))
+        else:
+            per[line["task"]].append((score_of(rec["wim"]), rag_seconds + float(rec["wim"]["seconds"]), True))
+    return {task: {"score": statistics.mean(s for s, _, _ in v), "seconds": statistics.mean(c for _, c, _ in v),
+                   "escalated": statistics.mean(e for _, _, e in v), "items": len(v)} for task, v in per.items()}
+
+
+def singles(lines: list[dict[str, Any]], runs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    per: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for line in lines:
+        rec = runs.get((line["task"], line["item_id"]), {})
+        if "wim" not in rec or "rag" not in rec:
+            continue
+        for name, r in rec.items():
+            per[line["task"]][name].append((score_of(r), float(r["seconds"])))
+    return {task: {name: {"score": statistics.mean(s for s, _ in v), "seconds": statistics.mean(c for _, c in v),
+                          "items": len(v)} for name, v in by.items()} for task, by in per.items()}
+
+
+def report(run: Path, live: Path | None, plot: bool) -> None:
+    lines = [json.loads(x) for x in SIGNALS.read_text().splitlines()]
+    runs = stored(run)
+    base = singles(lines, runs)
+    sweeps: dict[str, list[dict[str, Any]]] = {}
+    for signal in ("support", "passages_answer", "retrieval", "topic"):
+        values = sorted({line["signals"].get(signal) for line in lines} - {None})
+        if not values:
+            continue
+        grid = sorted({0.0, *[round(q / 20, 2) for q in range(21)]} if signal != "retrieval"
+                      else {round(v, 2) for v in values})
+        sweeps[signal] = [{"threshold": t, "tasks": offline(lines, runs, signal, t)} for t in grid]
+    numbers: dict[str, Any] = {"singles": base, "sweeps": sweeps, "items": len(lines)}
+    if live is not None:
+        numbers["live"] = live_numbers(live, runs)
+    record = {"benchmark": "routing", "numbers": numbers}
+    from _common import measurement
+
+    result = measurement("routing", numbers)
+    write_measurement(result)
+    if plot:
+        draw(sweeps, base)
+    show(result, write=False)
+    del record
+
+
+def live_numbers(live: Path, runs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    """Live auto answers beside the stored readings of the same items."""
+    autos = [r for r in bench.read_results(live / bench.RESULTS) if r.get("kind") == "auto" and r.get("status") == "ok"]
+    per: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    routes: dict[str, list[str]] = defaultdict(list)
+    for r in autos:
+        key = (r["task"], r["item_id"])
+        per[r["task"]]["auto"].append((score_of(r), float(r["seconds"])))
+        routes[r["task"]].append((r.get("route") or {}).get("taken", "?"))
+        for name in ("rag", "wim", "lc-own"):
+            if name in runs.get(key, {}):
+                other = runs[key][name]
+                per[r["task"]][name].append((score_of(other), float(other["seconds"])))
+    return {task: {"patterns": {name: {"score": statistics.mean(s for s, _ in v),
+                                       "seconds": statistics.mean(c for _, c in v), "items": len(v)}
+                                for name, v in by.items()},
+                   "escalated": routes[task].count("wim") / len(routes[task])}
+            for task, by in per.items()}
+
+
+def draw(sweeps: dict[str, list[dict[str, Any]]], base: dict[str, dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted(base)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        for signal, rows in sweeps.items():
+            xs = [row["tasks"][task]["seconds"] for row in rows if task in row["tasks"]]
+            ys = [row["tasks"][task]["score"] for row in rows if task in row["tasks"]]
+            ax.plot(xs, ys, marker=".", label=f"auto by {signal}")
+        for name, v in base[task].items():
+            ax.scatter([v["seconds"]], [v["score"]], marker="s")
+            ax.annotate(name, (v["seconds"], v["score"]), fontsize=8)
+        ax.set_title(task)
+        ax.set_xlabel("seconds per answer")
+        ax.set_ylabel("score")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(MEASUREMENTS / "routing.png", dpi=100)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    s = sub.add_parser("signals", help="RAG answers the config's QA items; the router's measures are stored")
+    s.add_argument("config")
+    s.add_argument("--limit", type=int, default=None, help="items per task (default: the config's)")
+    r = sub.add_parser("report", help="the router worked out offline, and the live run beside it")
+    r.add_argument("run", type=Path, help="a run folder (or its text-free export) holding rag and wim answers")
+    r.add_argument("--live", type=Path, default=None, help="a run folder holding auto's answers")
+    r.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args(argv)
+    if args.step == "signals":
+        collect(args.config, SIGNALS, args.limit)
+    else:
+        report(args.run, args.live, not args.no_plot)
+
+
+if __name__ == "__main__":
+    main()
