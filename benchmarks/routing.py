@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import MEASUREMENTS, show, write_measurement
+
 from marginalia import app, bench
 from marginalia.options import AutoOptions, RagOptions
 from marginalia.patterns import make_pattern
