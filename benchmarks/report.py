@@ -686,6 +686,8 @@ def section(m: Record) -> str:
 
 
 QUALITY_ORDER = ("quality", "aggregation-lists-8k", "aggregation-8k", "quality-smollm2", "quality-smollm2-4k")
+#: the quality runs the summary shows (the others: in their sections): today's defaults, one per model
+IN_SUMMARY = ("quality", "aggregation-lists-8k", "quality-smollm2")
 
 
 def render(records: list[Record]) -> str:
@@ -710,7 +712,8 @@ def render(records: list[Record]) -> str:
                   "summarised by `python benchmarks/quality.py`.", "",
                   *table(["task", "model, context tokens", "long context", "RAG", "WiM", "WiM − long context",
                           "WiM − RAG", "s / answer (LC · RAG · WiM)", "made by"],
-                         [row for m in quality for row in quality_rows(m)], "llrrrrrrl"), ""]
+                         [row for m in quality if m["name"] in IN_SUMMARY for row in quality_rows(m)],
+                         "llrrrrrrl"), ""]
     rows = [row for m in others if (summary := BENCHMARKS[m["benchmark"]][1]) for row in summary(m)]
     if rows:
         lines += ["**Speed, service and composition**, made by `python benchmarks/<script>`.", "",

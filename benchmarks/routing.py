@@ -28,7 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from _common import MEASUREMENTS, show, write_measurement
+from _common import MEASUREMENTS, measurement, show, write_measurement
 
 from marginalia import app, bench
 from marginalia.options import AutoOptions, RagOptions
@@ -126,30 +126,41 @@ def singles(lines: list[dict[str, Any]], runs: dict[tuple[str, str], dict[str, A
                           "items": len(v)} for name, v in by.items()} for task, by in per.items()}
 
 
+def live_signals(live: Path) -> list[dict[str, Any]]:
+    """Signal lines (as `collect` writes them) from a run's live auto answers: the route's signals; the rule that
+    fired read from its reason."""
+    lines = []
+    for r in bench.read_results(live / bench.RESULTS):
+        if r.get("kind") != "auto" or r.get("status") != "ok" or not r.get("route"):
+            continue
+        reason = r["route"]["reason"]
+        lines.append({"task": r["task"], "item_id": r["item_id"], "signals": r["route"]["signals"],
+                      "abstains": reason.startswith("the retrieved passages do not answer"),
+                      "gathers": reason.startswith("the question gathers"), "route": r["route"]["taken"]})
+    return lines
+
+
 def report(run: Path, live: Path | None, plot: bool) -> None:
-    lines = [json.loads(x) for x in SIGNALS.read_text().splitlines()]
+    lines = live_signals(live) if live is not None else [json.loads(x) for x in SIGNALS.read_text().splitlines()]
     runs = stored(run)
     base = singles(lines, runs)
     sweeps: dict[str, list[dict[str, Any]]] = {}
-    for signal in ("support", "passages_answer", "retrieval", "topic"):
+    for signal in ("support", "passages_answer", "retrieval"):
         values = sorted({line["signals"].get(signal) for line in lines} - {None})
         if not values:
             continue
-        grid = sorted({0.0, *[round(q / 20, 2) for q in range(21)]} if signal != "retrieval"
-                      else {round(v, 2) for v in values})
+        grid = sorted({round(q / 20, 2) for q in range(21)} | {round(v, 2) for v in values} if signal == "retrieval"
+                      else {round(q / 20, 2) for q in range(21)})
         sweeps[signal] = [{"threshold": t, "tasks": offline(lines, runs, signal, t)} for t in grid]
-    numbers: dict[str, Any] = {"singles": base, "sweeps": sweeps, "items": len(lines)}
+    numbers: dict[str, Any] = {"singles": base, "sweeps": sweeps, "items": len(lines),
+                               "signals_from": "live" if live is not None else "signals"}
     if live is not None:
         numbers["live"] = live_numbers(live, runs)
-    record = {"benchmark": "routing", "numbers": numbers}
-    from _common import measurement
-
     result = measurement("routing", numbers)
     write_measurement(result)
     if plot:
         draw(sweeps, base)
     show(result, write=False)
-    del record
 
 
 def live_numbers(live: Path, runs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
