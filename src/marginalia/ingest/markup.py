@@ -53,10 +53,7 @@ def join_split_words(markdown: str, words: Iterable[str]) -> str:
     known = {w for w in (letters(word) for word in words) if w}
     if not known:
         return markdown
-    out = []
-    for line in markdown.split("\n"):
-        out.append(_join_line(line, known))
-    return "\n".join(out)
+    return "\n".join(_join_line(line, known) for line in markdown.split("\n"))
 
 
 def _join_line(line: str, known: set[str]) -> str:
@@ -64,6 +61,7 @@ def _join_line(line: str, known: set[str]) -> str:
     tokens, gaps = parts[0::2], parts[1::2]
     if len(tokens) < 2:
         return line
+    spelling = [letters(t) for t in tokens]
     pieces: list[str] = []
     i = 0
     while i < len(tokens):
@@ -73,7 +71,7 @@ def _join_line(line: str, known: set[str]) -> str:
                 run = tokens[i:i + n]
                 if any(not t or _STRUCTURE.match(t) for t in run) or any(g != " " for g in gaps[i:i + n - 1]):
                     continue
-                spelled = [letters(t) for t in run]
+                spelled = spelling[i:i + n]
                 if all(spelled) and "".join(spelled) in known and any(s not in known for s in spelled):
                     joined = n
                     break
