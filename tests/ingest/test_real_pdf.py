@@ -1,4 +1,11 @@
-"""A real two-column paper typeset by pdflatex (tests/data/pdf/paper.tex, our own text) keeps its section tree."""
+"""A real two-column paper typeset by pdflatex keeps its section tree, and no extraction markup reaches its text.
+
+tests/data/pdf/paper.tex is our own text; paper.pdf is built from it with
+``SOURCE_DATE_EPOCH=0 FORCE_SOURCE_DATE=1 pdflatex -interaction=nonstopmode paper.tex`` (TeX Live 2022, the
+texlive-latex-base package). Besides its sections it holds what pymupdf4llm writes markup for: an author line
+with superscript marks (``<sup>∗1</sup>``), a title and a phrase whose first letters are bold inside the words
+(``**Te** st **Pa** per``), and a figure whose labels come out as picture text (HTML comments and ``<br>``).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +16,17 @@ import pytest
 
 pytest.importorskip("pymupdf4llm")
 
+from marginalia.index.embedders import HashingEmbedder  # noqa: E402
+from marginalia.ingest.chunking import chunk_sections  # noqa: E402
 from marginalia.ingest.loaders import load_document  # noqa: E402
 from marginalia.ingest.sections import parse_sections  # noqa: E402
+from marginalia.models.fake import ScriptedGenerator  # noqa: E402
+from marginalia.options import RagOptions  # noqa: E402
+from marginalia.patterns import make_pattern  # noqa: E402
 
 HERE = Path(__file__).parents[1] / "data" / "pdf"
+#: what a converter's markup looks like in text: HTML tags and comments, bold or italic delimiters
+MARKUP = re.compile(r"</?[A-Za-z][^<>]*>|<!--|-->|\*\*|__|(?<!\w)_(?=\S)|(?<=\S)_(?!\w)")
 
 
 def tex_sections() -> list[tuple[str, str]]:
@@ -69,3 +83,39 @@ def test_every_paragraph_comes_out_in_source_order(paper):
         assert found >= 0, opening
         at = found
     assert len(paragraphs) >= 20
+
+
+def test_the_text_holds_no_extraction_markup_and_keeps_the_words(paper):
+    doc, sections = paper
+    assert MARKUP.findall(doc.text) == []
+    assert sections[1].title == doc.title == "Margin Notes for Long Documents: A Test Paper"
+    assert "\n\nAda Lovelace∗¹, Alan Turing¹, Grace Hopper†²\n\n" in doc.text  # the marks, raised
+    assert "We call the method Margin Notes, or MaNo for short." in doc.text  # bold letters inside words
+    # the figure's labels stay (a question may be about them), as a paragraph of their own
+    assert "\n\nCrawler - Paper Queue - Selector ? [Search] [Expand] [Stop]\n\nFigure 1: The crawler" in doc.text
+
+
+def test_chunks_hold_no_markup_and_their_spans_are_exact(paper):
+    doc, sections = paper
+    chunks = chunk_sections(doc, sections, lambda text: len(text.split()), min_tokens=20, max_tokens=60)
+    assert len(chunks) > 20
+    for chunk in chunks:
+        assert chunk.text == doc.text[chunk.start:chunk.end]
+        assert MARKUP.findall(chunk.text) == [], chunk.text
+
+
+@pytest.mark.parametrize("question, needle", [
+    ("Who wrote it: Ada Lovelace, Alan Turing and Grace Hopper?", "Ada Lovelace∗¹, Alan Turing¹"),
+    ("Which boxes does the figure show: Crawler, Paper Queue, Selector, Search?", "Crawler - Paper Queue"),
+    ("What is the method called, Margin Notes or MaNo?", "Margin Notes, or MaNo"),
+])
+def test_an_answers_references_and_what_the_model_reads_hold_no_markup(paper, question, needle):
+    doc, _ = paper
+    gen = ScriptedGenerator(default="From the paper.")
+    rag = make_pattern(RagOptions(top_k=2, chunk_tokens=64), gen, embedder=HashingEmbedder())
+    answer = rag.run(doc.text, question, source=doc.source).answer()
+    assert any(needle in ref.text for ref in answer.references)
+    for ref in answer.references:
+        assert ref.text == doc.text[ref.start:ref.end]
+        assert MARKUP.findall(ref.text) == [], ref.text
+    assert gen.requests and all(MARKUP.findall(req.prefix + req.suffix) == [] for req in gen.requests)

@@ -18,6 +18,9 @@ This module takes its per-page boxes and adds four things:
   stay the heading and the smaller lines after them become text (:func:`split_byline`).
 * **Running heads, running feet and page numbers are dropped** (see :func:`_drop_running_heads`),
   and a damaged, encrypted, empty or image-only file is refused with a message that says what to do.
+* **No extraction markup in the text** (see `markup`): words cut where their type changes are joined
+  again (checked against the page's own words), and the HTML pymupdf4llm writes (superscript tags,
+  the comments and ``<br>`` around a figure's text) is taken out.
 
 The loader is isolated: it always converts in a child process (see `isolated`), which refuses a PDF with
 more pages than ``max_pages`` or whose streams inflate past ``max_inflated_mb`` before converting it.
@@ -40,6 +43,7 @@ from ..options import IngestOptions
 from ..records import Document
 from .base import Converted, Loader
 from .isolated import MIB, exceeded
+from .markup import clean_markup, join_split_words
 from .sections import clean_heading
 
 log = logging.getLogger(__name__)
@@ -56,6 +60,8 @@ _ROMAN = re.compile(r"^[IVX]{1,5}\.\s+\S")  # II. METHOD
 _SENTENCE_END = re.compile(r"[.!?:;\"'\u201d)\]]$")
 _TAG = re.compile(r"<[^<>]*>")
 _NOT_WORD = re.compile(r"[\W_]+")
+#: boxes whose words are not prose: a table's cells, a figure's labels, a formula
+_NOT_PROSE = ("table", "picture", "formula")
 #: font sizes (points) closer than this are one size: a title's lines are all in its largest font
 SIZE_SLACK = 0.5
 
@@ -308,14 +314,18 @@ def _heading_boxes(box: _Box, match: re.Match[str], page: int, pdf_page: Any) ->
 
 def _page_boxes(chunk: dict[str, Any], page: int, pdf_page: Any = None) -> list[_Box]:
     """A page's non-empty boxes with their markdown, in pymupdf4llm's order, headings parsed (with
-    ``pdf_page``, the pymupdf page, a title's byline is split from it)."""
+    ``pdf_page``, the pymupdf page, a title's byline is split from it and words cut where their type
+    changes are joined again)."""
     text = chunk["text"]
+    words = [w[4] for w in pdf_page.get_text("words")] if pdf_page is not None else []
     boxes = []
     for info in chunk.get("page_boxes") or []:
         start, stop = info["pos"]
         piece = text[start:stop].strip("\n")
         if not piece.strip():
             continue
+        if words and info["class"] not in _NOT_PROSE and not _FENCE_LINE.match(piece):
+            piece = join_split_words(piece, words)
         box = _Box(info["class"], tuple(info["bbox"]), piece)
         if box.kind in ("title", "section-header"):
             match = _HEADING_BOX.match(piece)
@@ -363,10 +373,11 @@ def _drop_running_heads(pages: list[list[_Box]]) -> list[list[_Box]]:
 
 
 def _tidy(text: str) -> str:
-    """A text block's markdown: no trailing spaces, at most one blank line, no line that reads as a heading."""
+    """A text block's markdown: no extraction markup (see `markup`), no trailing spaces, at most one blank line,
+    no line that reads as a heading."""
     lines = []
     in_fence = False
-    for line in text.split("\n"):
+    for line in clean_markup(text).split("\n"):
         line = line.rstrip()
         if _FENCE_LINE.match(line):
             in_fence = not in_fence

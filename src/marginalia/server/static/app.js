@@ -49,7 +49,7 @@ async function openDocument(collection, source, section) {
   if (view.source !== doc.source || view.collection !== collection) {
     const pages = doc.page_starts.length ? `, ${doc.page_starts.length} pages` : "";
     view.show(doc.source, doc.text, doc.title || doc.source,
-              `${doc.source} · ${doc.format}${pages} · ${doc.chunks} chunks`);
+              `${doc.source} · ${doc.format}${pages} · ${doc.chunks} chunks`, doc.format);
     view.collection = collection;
   }
   if (section) view.scrollTo(section.start, section.end);

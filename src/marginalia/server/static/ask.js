@@ -3,7 +3,7 @@
 // that reading (POST /v1/readings/{id}/stop): it finishes the step in progress and answers from what was read.
 
 import { ApiError, call, part, stream } from "./api.js";
-import { fillMargin } from "./reader.js";
+import { fillMargin, renderInline } from "./reader.js";
 
 const READING_HEADER = "Marginalia-Reading-Id";
 const number = new Intl.NumberFormat("en");
@@ -284,7 +284,7 @@ export class Asker {
     place.textContent = referencePlace(ref);
     const quote = document.createElement("span");
     quote.className = "ref-quote";
-    quote.textContent = ref.quote;
+    renderInline(quote, ref.quote);
     button.append(place, quote);
     button.setAttribute("aria-label", `Show in the document: ${referencePlace(ref)}`);
     button.addEventListener("click", () => this.showReference(ref));

@@ -1,38 +1,130 @@
-// The document view: a document's text exactly as the server read it (so character spans map one to one),
-// cut into segment rows as a reading goes, each row with its margin beside it; and highlighted spans.
+// The document view: a document's text as the server read it, rendered (headings, emphasis, lists, tables: see
+// markdown.js) with every character on the page still at its offset in that text, so a character span highlights
+// exactly what it covers; cut into segment rows as a reading goes, each row with its margin beside it.
 
-const HEADING = /^#{1,6}[ \t].*$/gm;
+import { parse } from "./markdown.js";
 
-/** Append `text` to `el` as text nodes, with markdown heading lines in spans (the characters unchanged). */
-function renderText(el, text) {
-  let at = 0;
-  for (const match of text.matchAll(HEADING)) {
-    if (match.index > at) el.append(text.slice(at, match.index));
-    const span = document.createElement("span");
-    span.className = "heading";
-    span.textContent = match[0];
-    el.append(span);
-    at = match.index + match[0].length;
+/** Each rendered text node's offset in the document's text (its characters are the text's, from there). */
+const START = new WeakMap();
+const INLINE = { strong: "strong", em: "em", code: "code", del: "del", link: "span" };
+
+function piece(text, start, end) {
+  const node = document.createTextNode(text.slice(start, end));
+  START.set(node, start);
+  return node;
+}
+
+/** Append the part of `runs` that lies in [a, b) to `el`, each run in the elements of its styles. */
+function appendRuns(el, text, runs, a, b) {
+  let shown = false;
+  for (const run of runs) {
+    if (run.br) {
+      if (a <= run.start && run.start < b) el.append(document.createElement("br"));
+      continue;
+    }
+    const from = Math.max(run.start, a);
+    const to = Math.min(run.end, b);
+    if (to <= from) continue;
+    let node = piece(text, from, to);
+    for (const mark of [...run.marks].reverse()) {
+      const wrap = document.createElement(INLINE[mark] || "span");
+      if (mark === "link") wrap.className = "link";
+      wrap.append(node);
+      node = wrap;
+    }
+    el.append(node);
+    shown = true;
   }
-  if (at < text.length) el.append(text.slice(at));
+  return shown;
 }
 
-function textCell(text, start) {
-  const cell = document.createElement("div");
-  cell.className = "text";
-  cell.dataset.start = String(start);
-  renderText(cell, text);
-  return cell;
+/** The characters [start, end) of the text that an element rendered at the top of a cell stands for. */
+const SPAN = new WeakMap();
+
+/** Render the blocks of a parsed text that lie in [a, b) into `el` (a block cut by a bound shows its part). */
+function renderBlocks(el, text, blocks, a, b) {
+  let lo = 0;
+  let hi = blocks.length;
+  while (lo < hi) { // the first block that ends after a (blocks are in order and do not overlap)
+    const mid = (lo + hi) >> 1;
+    if (blocks[mid].end <= a) lo = mid + 1;
+    else hi = mid;
+  }
+  let list = null;
+  const add = (node, block) => {
+    el.append(node);
+    SPAN.set(node, [block.start, block.end]);
+  };
+  for (let i = lo; i < blocks.length && blocks[i].start < b; i++) {
+    const block = blocks[i];
+    if (block.tag === "hr") {
+      if (block.start >= a) add(document.createElement("hr"), block);
+      list = null;
+      continue;
+    }
+    if (block.tag === "table") {
+      const table = document.createElement("table");
+      for (const row of block.rows) {
+        const tr = document.createElement("tr");
+        let shown = false;
+        for (const cell of row.cells) {
+          const td = document.createElement(row.header ? "th" : "td");
+          shown = appendRuns(td, text, cell, a, b) || shown;
+          tr.append(td);
+        }
+        if (shown) table.append(tr);
+      }
+      if (table.rows.length) add(table, block);
+      list = null;
+      continue;
+    }
+    const node = document.createElement(block.tag);
+    if (!appendRuns(node, text, block.runs, a, b)) continue;
+    if (block.tag !== "li") {
+      add(node, block);
+      list = null;
+      continue;
+    }
+    if (!list || list.tagName.toLowerCase() !== block.list) {
+      list = document.createElement(block.list);
+      add(list, block);
+    }
+    SPAN.get(list)[1] = block.end;
+    if (block.number !== undefined) node.value = block.number;
+    if (block.depth) node.style.marginLeft = `${1.5 * block.depth}em`;
+    list.append(node);
+  }
 }
 
-/** The text nodes of `cell`, each with its offset in the document. */
-function textNodes(cell) {
+/** Render markdown as phrasing content (a reference's quote in a button): blocks one after another, headings
+ * in bold. */
+export function renderInline(el, text) {
+  const parts = []; // each block's runs; a table's, cell by cell
+  for (const block of parse(text)) {
+    if (block.tag === "table") parts.push(...block.rows.flatMap((row) => row.cells.map((runs) => ({ runs }))));
+    else parts.push({ runs: block.runs, heading: /^h\d$/.test(block.tag) });
+  }
+  parts.forEach(({ runs, heading }, i) => {
+    if (i) el.append(" ");
+    const into = heading ? document.createElement("strong") : el;
+    appendRuns(into, text, runs, 0, text.length);
+    if (heading) el.append(into);
+  });
+}
+
+/** Split a rendered text node at `k`, keeping both parts' offsets; returns the second part. */
+function split(node, k) {
+  const rest = node.splitText(k);
+  START.set(rest, START.get(node) + k);
+  return rest;
+}
+
+/** The rendered text nodes under `root`, in order. */
+function textNodes(root) {
   const out = [];
-  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
-  let at = Number(cell.dataset.start);
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-    out.push({ node, start: at });
-    at += node.data.length;
+    if (START.has(node)) out.push(node);
   }
   return out;
 }
@@ -43,6 +135,7 @@ export class DocumentView {
     this.title = title;
     this.meta = meta;
     this.text = "";
+    this.blocks = null;
     this.source = null;
     this.clear();
   }
@@ -50,6 +143,7 @@ export class DocumentView {
   clear() {
     this.root.replaceChildren();
     this.text = "";
+    this.blocks = null;
     this.source = null;
     this.collection = null;
     this.rows = new Map();
@@ -59,11 +153,13 @@ export class DocumentView {
     this.meta.textContent = "Pick a document, or paste a text, and ask a question.";
   }
 
-  /** Show a document's text (a reading's rows start again). `source` names it for references. */
-  show(source, text, title, meta) {
+  /** Show a document's text (a reading's rows start again). `source` names it for references; a `format` of
+   * "text" (plain text) is shown as it is, any other is rendered as the markdown it was stored as. */
+  show(source, text, title, meta, format = "markdown") {
     this.source = source;
     this.collection = null;
     this.text = text;
+    this.blocks = format === "text" ? null : parse(text);
     this.title.textContent = title || source;
     this.meta.textContent = meta || "";
     this.reset(false);
@@ -75,15 +171,28 @@ export class DocumentView {
     this.rows = new Map();
     this.cursor = 0;
     this.root.classList.toggle("with-margins", Boolean(margins));
-    this.rest = this.row(this.text, 0, null);
+    this.rest = this.row(0, this.text.length, null);
     this.rest.classList.add("rest");
     this.root.append(this.rest);
   }
 
-  row(text, start, segment) {
+  /** The characters [a, b) of the text, rendered. */
+  cell(a, b) {
+    const cell = document.createElement("div");
+    cell.className = "text";
+    if (this.blocks) {
+      cell.classList.add("md");
+      renderBlocks(cell, this.text, this.blocks, a, b);
+    } else {
+      cell.append(piece(this.text, a, b));
+    }
+    return cell;
+  }
+
+  row(a, b, segment) {
     const row = document.createElement("div");
     row.className = "row";
-    row.append(textCell(text, start));
+    row.append(this.cell(a, b));
     if (segment !== null) {
       row.dataset.segment = String(segment);
       const margin = document.createElement("aside");
@@ -99,16 +208,38 @@ export class DocumentView {
   segment(index, start, end) {
     const from = Math.min(this.cursor, start);
     if (end <= from || !this.rest) return;
-    const row = this.row(this.text.slice(from, end), from, index);
+    const row = this.row(from, end, index);
     row.classList.add("current");
     for (const other of this.rows.values()) other.classList.remove("current");
     this.rows.set(index, row);
     this.rest.before(row);
     this.cursor = end;
-    const left = this.text.slice(end);
-    const cell = textCell(left, end);
-    this.rest.firstChild.replaceWith(cell);
-    this.rest.hidden = !left;
+    this.trimRest(end);
+    this.rest.hidden = !this.text.slice(end);
+  }
+
+  /** Take out of the rest of the text what now has a row of its own: everything before `end`. Only the block
+   * that `end` cuts is rendered again (a long document is read in many segments). */
+  trimRest(end) {
+    const cell = this.rest.firstChild;
+    if (!this.blocks) {
+      cell.replaceWith(this.cell(end, this.text.length));
+      return;
+    }
+    while (cell.firstChild) {
+      const child = cell.firstChild;
+      const [a, b] = SPAN.get(child);
+      if (b <= end) {
+        child.remove();
+        continue;
+      }
+      if (a < end) {
+        const part = document.createDocumentFragment();
+        renderBlocks(part, this.text, this.blocks, end, b);
+        child.replaceWith(part);
+      }
+      break;
+    }
   }
 
   margin(index) {
@@ -141,31 +272,44 @@ export class DocumentView {
     }
   }
 
-  /** Wrap the characters [start, end) in marks of `cls`; returns the marks. */
+  /** Wrap the characters [start, end) in marks of `cls` (what of them is shown: markup is not); returns the
+   * marks. */
   mark(start, end, cls) {
     const marks = [];
-    for (const cell of this.root.querySelectorAll(".text")) {
-      for (const { node, start: at } of textNodes(cell)) {
-        const to = at + node.data.length;
-        if (to <= start || at >= end || !node.data.length) continue;
-        let target = node;
-        if (start > at) target = target.splitText(start - at);
-        if (end < to) target.splitText(end - Math.max(start, at));
-        const mark = document.createElement("mark");
-        mark.className = cls;
-        target.replaceWith(mark);
-        mark.append(target);
-        marks.push(mark);
-      }
+    for (const node of textNodes(this.root)) {
+      const at = START.get(node);
+      const to = at + node.data.length;
+      if (to <= start || at >= end || !node.data.length) continue;
+      let target = node;
+      if (start > at) target = split(target, start - at);
+      if (end < to) split(target, end - Math.max(start, at));
+      const mark = document.createElement("mark");
+      mark.className = cls;
+      target.replaceWith(mark);
+      mark.append(target);
+      marks.push(mark);
     }
     return marks;
   }
 
   unmark(cls) {
-    for (const mark of this.root.querySelectorAll(`mark.${cls}`)) {
-      const parent = mark.parentNode;
-      mark.replaceWith(...mark.childNodes);
-      parent.normalize();
+    // no normalize(): two neighbouring text nodes may stand for characters apart (markup between them)
+    for (const mark of this.root.querySelectorAll(`mark.${cls}`)) mark.replaceWith(...mark.childNodes);
+  }
+
+  /** The rendered text node by node: its offset in the text, its characters and the classes of the marks it is
+   * in (what highlighting relies on; the tests read it). */
+  pieces() {
+    return textNodes(this.root).map((node) => ({
+      start: START.get(node),
+      text: node.data,
+      marks: [...this.marksAround(node)],
+    }));
+  }
+
+  *marksAround(node) {
+    for (let el = node.parentElement; el && el !== this.root; el = el.parentElement) {
+      if (el.tagName === "MARK") yield el.className;
     }
   }
 
