@@ -660,6 +660,59 @@ def bench_example_section(m: Record) -> list[str]:
                     "s / answer"], rows, "ll" + "r" * (len(lengths) + 3))]
 
 
+# -- routing ---------------------------------------------------------------------------------------------------
+
+
+def routing_summary(m: Record) -> list[list[str]]:
+    g = m["numbers"]["goals"]
+    tasks = ", ".join(f"{t} {num(v['auto'], 2)} (best {num(v['best_score'], 2)})" for t, v in g["tasks"].items())
+    return [["Routing (auto: RAG, then WiM where needed), Qwen2.5-Coder-0.5B, 8k",
+             f"score {tasks}; {num(g['cost_ratio'], 2)}x WiM's seconds per answer", made_by(m)]]
+
+
+def routing_section(m: Record) -> list[str]:
+    n = m["numbers"]
+    d = n["default"]
+    live = n.get("live", {})
+    rows = []
+    for task, by in n["singles"].items():
+        auto = d["tasks"].get(task, {})
+        lv = live.get(task, {}).get("patterns", {}).get("auto")
+        cells = [num(by[p]["score"], 2) if p in by else "–" for p in ("rag", "wim", "lc-own")]
+        seconds = " · ".join(num(by[p]["seconds"], 0) if p in by else "–" for p in ("rag", "wim"))
+        rows.append([f"{task} ({auto.get('items', '–')})", *cells, num(auto.get("score"), 2),
+                     f"{num(100 * auto.get('escalated', 0), 0)}%",
+                     f"{num(lv['score'], 2)} ({lv['items']})" if lv else "–",
+                     f"{seconds} · {num(auto.get('seconds'), 0)}"])
+    g = n["goals"]
+    missed = [f"{t} {num(v['auto'] - v['best_score'], 2)} against {v['best']}" for t, v in g["tasks"].items()
+              if not v["met"]]
+    best = []
+    for signal, sweep in n["sweeps"].items():
+        fits = [r for r in sweep if all(t in r["tasks"] and r["tasks"][t]["score"] >= g["tasks"][t]["best_score"] - 0.02
+                                       for t in r["tasks"])]
+        cheapest = min(fits, key=lambda r: sum(v["seconds"] for v in r["tasks"].values()), default=None)
+        best.append(f"{signal}: " + (f"threshold {cheapest['threshold']:g} holds every task's score, escalating "
+                                      + ", ".join(f"{t} {num(100 * v['escalated'], 0)}%"
+                                                  for t, v in cheapest["tasks"].items())
+                                      if cheapest else "no threshold holds every task's score"))
+    cwe = f" CWE from `{n['cwe_from']}` (WiM's reading: such a question goes to WiM at once)." if n.get("cwe_from") else ""
+    return [f"`auto` reads with RAG and keeps its answer when one sentence of the retrieved passages supports it "
+            f"(support ≥ {d['threshold']:g}) and it does not say the passages are silent; otherwise WiM reads the "
+            f"document. Offline: RAG's answer and signals on each item (signals from the {n['signals_from']} run), "
+            f"the stored run's rag and WiM scores and seconds where it keeps or escalates.{cwe} Score: contains "
+            "(QA), set F1 (CWE).", "",
+            *table(["task (items)", "RAG", "WiM", "LC", "auto", "escalated", "auto, live", "s / answer (RAG · WiM · auto)"],
+                   rows, "lrrrrrrr"), "",
+            "Goal, auto ≥ the best single pattern − 0.02 on every task: "
+            + ("met." if not missed else f"missed on {'; '.join(missed)}.")
+            + f" Goal, at most half of WiM's seconds per answer over all items: {num(g['auto_seconds'], 0)} s "
+            f"against {num(g['wim_seconds'], 0)} s ({num(g['cost_ratio'], 2)}x): "
+            + ("met." if g["cost_met"] else "missed."), "",
+            "Other thresholds, cheapest that holds every task: " + "; ".join(best) + ".", "",
+            "![routing: score against seconds per answer as the threshold varies](benchmarks/measurements/routing.png)"]
+
+
 #: each benchmark: its section's title, the summary rows it gives, and its section's body
 BENCHMARKS: dict[str, tuple[str, Callable[[Record], list[list[str]]] | None, Callable[[Record], list[str]]]] = {
     "bench_example": ("`marginalia bench` on the example config", None, bench_example_section),
@@ -670,6 +723,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Record], list[list[str]]] | None, Cal
     "server_load": ("The HTTP service under load", server_load_summary, server_load_section),
     "server_fuzz": ("Fuzzing the service", server_fuzz_summary, server_fuzz_section),
     "judge_speed": ("The grounded judge's speed", judge_speed_summary, judge_speed_section),
+    "routing": ("Routing: RAG first, WiM where RAG's answer does not stand", routing_summary, routing_section),
     "compose_latency": ("Composition latency", compose_latency_summary, compose_latency_section),
     "compose_utility": ("Composition utility", compose_utility_summary, compose_utility_section),
     "compose_tuning": ("Instruction tuning of the composition client", compose_tuning_summary, compose_tuning_section),

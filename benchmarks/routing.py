@@ -140,7 +140,40 @@ def live_signals(live: Path) -> list[dict[str, Any]]:
     return lines
 
 
-def report(run: Path, live: Path | None, plot: bool) -> None:
+def aggregate_task(name: str) -> dict[str, Any] | None:
+    """CWE from a stored aggregation run's summary (benchmarks/measurements/NAME.json): auto reads a question
+    that gathers over the whole document with WiM at once, so its score and cost there are WiM's."""
+    path = MEASUREMENTS / f"{name}.json"
+    if not path.is_file():
+        return None
+    numbers = json.loads(path.read_text("utf-8"))["numbers"]
+    task = next(t for t in numbers["tasks"] if t["task"] == "cwe")
+    wim, lc = task["patterns"][numbers["wim"]], task["patterns"][numbers["lc"]]
+    n = wim["n"]
+    return {"items": n, "source": name,
+            "singles": {"wim": {"score": wim["score"]["mean"], "seconds": wim["cost"]["seconds"], "items": n},
+                        "lc-own": {"score": lc["score"]["mean"], "seconds": lc["cost"]["seconds"], "items": n}},
+            "auto": {"score": wim["score"]["mean"], "seconds": wim["cost"]["seconds"], "escalated": 1.0,
+                     "items": n}}
+
+
+def goals(singles_: dict[str, dict[str, Any]], autos: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Auto's score against the best single pattern's minus 0.02 on each task, and its mean seconds per answer
+    against half of WiM's over all tasks' items."""
+    per = {}
+    for task, auto in autos.items():
+        best_name, best = max(((k, v) for k, v in singles_[task].items() if k in ("rag", "wim", "lc-own")),
+                              key=lambda kv: kv[1]["score"])
+        per[task] = {"auto": round(auto["score"], 4), "best": best_name, "best_score": round(best["score"], 4),
+                     "met": auto["score"] >= best["score"] - 0.02 - 1e-9}
+    items = sum(a["items"] for a in autos.values())
+    auto_s = sum(a["seconds"] * a["items"] for a in autos.values()) / items
+    wim_s = sum(singles_[t]["wim"]["seconds"] * a["items"] for t, a in autos.items()) / items
+    return {"tasks": per, "auto_seconds": round(auto_s, 1), "wim_seconds": round(wim_s, 1),
+            "cost_ratio": round(auto_s / wim_s, 3), "cost_met": auto_s <= 0.5 * wim_s}
+
+
+def report(run: Path, live: Path | None, plot: bool, aggregate: str) -> None:
     lines = live_signals(live) if live is not None else [json.loads(x) for x in SIGNALS.read_text().splitlines()]
     runs = stored(run)
     base = singles(lines, runs)
@@ -149,11 +182,19 @@ def report(run: Path, live: Path | None, plot: bool) -> None:
         values = sorted({line["signals"].get(signal) for line in lines} - {None})
         if not values:
             continue
-        grid = sorted({round(q / 20, 2) for q in range(21)} | {round(v, 2) for v in values} if signal == "retrieval"
-                      else {round(q / 20, 2) for q in range(21)})
+        grid = sorted({round(q / 20, 2) for q in range(21)})
         sweeps[signal] = [{"threshold": t, "tasks": offline(lines, runs, signal, t)} for t in grid]
+    default = AutoOptions().support_threshold
+    at_default = offline(lines, runs, "support", default)
+    cwe = aggregate_task(aggregate)
+    if cwe is not None:
+        base["cwe"] = cwe["singles"]
+        at_default["cwe"] = cwe["auto"]
     numbers: dict[str, Any] = {"singles": base, "sweeps": sweeps, "items": len(lines),
-                               "signals_from": "live" if live is not None else "signals"}
+                               "signals_from": "live" if live is not None else "signals",
+                               "default": {"signal": "support", "threshold": default, "tasks": at_default},
+                               "cwe_from": aggregate if cwe is not None else None,
+                               "goals": goals(base, at_default)}
     if live is not None:
         numbers["live"] = live_numbers(live, runs)
     result = measurement("routing", numbers)
@@ -189,7 +230,7 @@ def draw(sweeps: dict[str, list[dict[str, Any]]], base: dict[str, dict[str, Any]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tasks = sorted(base)
+    tasks = [t for t in TASKS if t in base and any(t in row["tasks"] for rows in sweeps.values() for row in rows)]
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
         for signal, rows in sweeps.items():
@@ -216,12 +257,14 @@ def main(argv: list[str] | None = None) -> None:
     r = sub.add_parser("report", help="the router worked out offline, and the live run beside it")
     r.add_argument("run", type=Path, help="a run folder (or its text-free export) holding rag and wim answers")
     r.add_argument("--live", type=Path, default=None, help="a run folder holding auto's answers")
+    r.add_argument("--aggregate", default="aggregation-lists-8k",
+                   help="the stored aggregation run whose CWE summary stands for auto on CWE (WiM's reading)")
     r.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)
     if args.step == "signals":
         collect(args.config, SIGNALS, args.limit)
     else:
-        report(args.run, args.live, not args.no_plot)
+        report(args.run, args.live, not args.no_plot, args.aggregate)
 
 
 if __name__ == "__main__":
