@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from marginalia.options import WimOptions
+from marginalia.options import AutoOptions, LcOptions, RagOptions, WimOptions
 from marginalia.server import Settings
 from server_support import ANSWER, FACT, MARGIN, QUESTION, REPORT, make_client, parse_sse, respond, scripted, wait_for
 from wim_requests import is_margin
@@ -73,15 +73,19 @@ def test_other_patterns_read_a_text(pattern):
 
 
 def test_the_body_reuses_the_records_defaults():
-    from marginalia.server.schemas import AskRequest, WimReading, record
+    from marginalia.server.schemas import AskRequest, DefaultReading, record
 
     body = AskRequest(question="q", text="t")
-    assert isinstance(body.reading, WimReading)
-    assert record(body.reading) == WimOptions()
-    schema = AskRequest.model_json_schema()["$defs"]["WimReading"]["properties"]
-    for name, info in WimOptions.model_fields.items():
-        assert schema[name]["default"] == info.default
-        assert schema[name]["description"] == info.description
+    assert isinstance(body.reading, DefaultReading) and body.by_size  # no pattern named: the route by size
+    assert record(body.reading) == AutoOptions()
+    schemas = AskRequest.model_json_schema()["$defs"]
+    for reading, options in [("AutoReading", AutoOptions), ("WimReading", WimOptions), ("RagReading", RagOptions),
+                             ("LcReading", LcOptions), ("DefaultReading", AutoOptions)]:
+        schema = schemas[reading]["properties"]
+        assert set(schema) == {"pattern", *options.model_fields}, reading
+        for name, info in options.model_fields.items():
+            assert schema[name]["default"] == info.default, (reading, name)
+            assert schema[name]["description"] == info.description, (reading, name)
 
 
 @pytest.mark.parametrize(("body", "field"), [
