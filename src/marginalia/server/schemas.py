@@ -67,8 +67,7 @@ with warnings.catch_warnings():  # the field shadows the records' ClassVar on pu
     warnings.filterwarnings("ignore", message="Field name \"pattern\"")
 
     class AutoReading(AutoOptions, Part):
-        """RAG, then WiM when needed (where RAG's answer does not stand on the passages it read), with its
-        options."""
+        """RAG, then WiM when needed (where RAG's answer does not stand on its passages), with its options."""
 
         pattern: Literal["auto"] = "auto"  # type: ignore[misc]
 

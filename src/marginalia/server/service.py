@@ -252,12 +252,15 @@ class Service:
     def _read_document(self, doc: Document, sections: list[Section], options: PatternOptions, by_size: bool,
                        question: str, temperature: float | None) -> Prepared:
         """``by_size``: ``options`` are auto's, and the route by size chooses the pattern."""
-        embedder = self.embedder() if by_size or options.pattern in ("rag", "auto") else None
+        retrieves = ("rag", "auto")
+        embedder = self.embedder() if not by_size and options.pattern in retrieves else None
 
         def start() -> Run:
-            return app.ask_text(doc.text, question, self._chosen(options, by_size, doc.text),
-                                generator=self.generator, source=doc.source, embedder=embedder,
-                                cache=self.readings, temperature=temperature)
+            chosen = self._chosen(options, by_size, doc.text)
+            # chosen by size: the embedder loads (once) only where the route takes retrieval
+            loaded = self.embedder() if embedder is None and chosen.pattern in retrieves else embedder
+            return app.ask_text(doc.text, question, chosen, generator=self.generator, source=doc.source,
+                                embedder=loaded, cache=self.readings, temperature=temperature)
 
         return Prepared(start, partial(app.locate, doc=doc, sections=sections))
 
