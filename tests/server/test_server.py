@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from marginalia.options import AutoOptions, LcOptions, RagOptions, WimOptions
+from marginalia.options import ROUTE_TOKENS, AutoOptions, LcOptions, RagOptions, WimOptions
 from marginalia.server import Settings
 from server_support import ANSWER, FACT, MARGIN, QUESTION, REPORT, make_client, parse_sse, respond, scripted, wait_for
 from wim_requests import is_margin
@@ -70,6 +70,22 @@ def test_other_patterns_read_a_text(pattern):
     assert data["pattern"] == pattern and data["answer"] == ANSWER
     if pattern == "rag":
         assert any(FACT in r["quote"] for r in data["references"])
+
+
+def test_a_text_that_names_no_pattern_is_read_by_its_size():
+    client = make_client(Settings(embedder="hashing"))  # auto's RAG reading embeds the text's chunks
+    weather = "\n\n".join(f"Paragraph {i}: the weather in Ostervik stayed mild, with light rain."
+                          for i in range(160))
+    assert client.app.state.service.generator.tokenizer.count(REPORT) <= ROUTE_TOKENS
+    assert client.app.state.service.generator.tokenizer.count(REPORT + weather) > ROUTE_TOKENS
+    short = ask(client, reading={"segment_tokens": 24}).json()  # a short text: WiM, with the values given
+    assert short["pattern"] == "wim" and short["route"] is None and short["segments_total"] > 3
+    long = ask(client, text=REPORT + weather).json()
+    assert long["pattern"] == "auto" and long["route"]["taken"] == "rag" and long["answer"] == ANSWER
+    assert long["margins"] == [] and any(FACT in r["quote"] for r in long["references"])
+    # a pattern named is read as named, whatever the size
+    named = ask(client, reading={"pattern": "auto"}).json()
+    assert named["pattern"] == "auto" and named["route"]["taken"] == "rag"
 
 
 def test_the_body_reuses_the_records_defaults():
