@@ -344,6 +344,8 @@ def test_docqa_chat_answers_from_the_servers_collection():
     assert all({"source", "content"} <= set(r) for r in data["references"])
     assert any(FACT in r["content"] for r in data["references"])
     assert data["metadata"]["retrieval"] == "references" and data["metadata"]["model"] == "scripted"
+    # read with auto, the default over a collection: RAG's answer stood
+    assert data["metadata"]["pattern"] == "auto" and data["metadata"]["route"]["taken"] == "rag"
 
 
 def test_docqa_chat_checks_its_thresholds_and_needs_a_collection(client):
