@@ -125,8 +125,8 @@ $("source").addEventListener("change", () => {
 const asker = new Asker({
   form: $("ask"), question: $("question"), paste: $("paste"), ask: $("ask-button"), stop: $("stop-button"),
   status: $("status"), progress: $("progress"), error: $("error"), answerBox: $("answer-box"),
-  answer: $("answer"), route: $("route"), cost: $("cost"), references: $("references"), referencesTitle: $("references-title"),
-  marginList: $("margin-list"), collectionMargins: $("collection-margins"),
+  answer: $("answer"), route: $("route"), cost: $("cost"), references: $("references"),
+  referencesTitle: $("references-title"), marginList: $("margin-list"), collectionMargins: $("collection-margins"),
 }, view, options, {
   source: currentSource,
   open: (collection, source) => openDocument(collection, source),
