@@ -10,13 +10,14 @@ The front door is a handful of use-cases and the options records they take::
         ...
     answer = run.answer()
 
-Use-cases: `load_model`, `load_embedder`, `read_file`, `ask_text`, `ask_file`, `reader` (a document read
-once with WiM, asked many questions), `document_cache`, `ask_collection`, `collection_reader`,
-`index_paths`, `generate_questions`, `compose` (a composer for writing with suggestions), `tuning_data` and
-`tune_client` (instruction tuning of the composer's client), `demo`.
-Options: `WimOptions`, `LcOptions`, `RagOptions`, `RunSettings` (what one run may change), `CollectionOptions`,
-`ChunkingOptions`, `IngestOptions` (the bounds on converting a document), `ComposeOptions`, `TuneDataOptions`,
-`TuneOptions`.
+Use-cases: `load_model`, `load_embedder`, `read_file`, `ask_text`, `ask_file` (with no options: auto, RAG
+then WiM where RAG's answer does not stand, for a collection or a long document; WiM for a short one, as
+`default_options` says), `reader` (a document read once with WiM, asked many questions), `document_cache`,
+`ask_collection`, `collection_reader`, `index_paths`, `generate_questions`, `compose` (a composer for writing
+with suggestions), `tuning_data` and `tune_client` (instruction tuning of the composer's client), `demo`.
+Options: `AutoOptions`, `WimOptions`, `LcOptions`, `RagOptions`, `RunSettings` (what one run may change),
+`CollectionOptions`, `ChunkingOptions`, `IngestOptions` (the bounds on converting a document), `ComposeOptions`,
+`TuneDataOptions`, `TuneOptions`.
 Lower layers: `make_pattern`, `segment_text`.
 
 Importing the package is cheap (no torch); backends load when a model is asked for. It sets how the OpenMP
@@ -31,11 +32,11 @@ from . import openmp  # noqa: F401  (sets how OpenMP waits, before any backend l
 
 __version__ = "0.1.0"
 
-_APP = ("load_model", "load_embedder", "read_file", "ask_text", "ask_file", "reader", "document_cache",
-        "ask_collection", "collection_reader", "index_paths", "generate_questions", "compose", "tuning_data",
-        "tune_client", "demo")
-_OPTIONS = ("WimOptions", "LcOptions", "RagOptions", "RunSettings", "CollectionOptions", "ChunkingOptions",
-            "IngestOptions", "ComposeOptions", "TuneDataOptions", "TuneOptions")
+_APP = ("load_model", "load_embedder", "read_file", "ask_text", "ask_file", "default_options", "reader",
+        "document_cache", "ask_collection", "collection_reader", "index_paths", "generate_questions", "compose",
+        "tuning_data", "tune_client", "demo")
+_OPTIONS = ("AutoOptions", "WimOptions", "LcOptions", "RagOptions", "RunSettings", "CollectionOptions",
+            "ChunkingOptions", "IngestOptions", "ComposeOptions", "TuneDataOptions", "TuneOptions")
 _LAZY = {
     **{name: ("marginalia.app", name) for name in _APP},
     **{name: ("marginalia.options", name) for name in _OPTIONS},

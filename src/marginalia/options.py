@@ -30,6 +30,10 @@ MEMORY_MODES: tuple[str, ...] = get_args(MemoryMode)
 TOPIC_THRESHOLD = 0.25
 #: `AutoOptions.support_threshold`'s default: where a RAG answer's words mostly come from one retrieved sentence
 SUPPORT_THRESHOLD = 0.5
+#: a reading that names no pattern reads with auto over a collection, or over a text of more than this many
+#: model tokens (four of WiM's segments of its default size); a shorter text reads with WiM, which reads all of
+#: it for a few margins (`app.default_options`)
+ROUTE_TOKENS = 2048
 #: the composition client's loop guard where its model can mask tokens (`ComposeOptions.no_repeat_ngram`): a
 #: small model decoding greedily falls into loops, and a run this short stops one early while a word may still
 #: come back
@@ -325,7 +329,7 @@ class TuneOptions(Options):
 
 
 def pattern_options(pattern: str, **values: Any) -> PatternOptions:
-    """The record for ``pattern`` (``wim``, ``lc`` or ``rag``) built from ``values``.
+    """The record for ``pattern`` (``wim``, ``lc``, ``rag`` or ``auto``) built from ``values``.
 
     Raises:
         UserError: an unknown pattern, an option the pattern does not take, or a bad value.

@@ -18,6 +18,7 @@ from marginalia.options import (
     JUDGE_MODES,
     PATTERN_OPTIONS,
     TOPIC_THRESHOLD,
+    AutoOptions,
     ChunkingOptions,
     CollectionOptions,
     IngestOptions,
@@ -29,7 +30,7 @@ from marginalia.options import (
 from marginalia.patterns import make_pattern
 from marginalia.patterns.judges import make_judge
 
-READING = [WimOptions, LcOptions, RagOptions, CollectionOptions]
+READING = [AutoOptions, WimOptions, LcOptions, RagOptions, CollectionOptions]
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -38,7 +39,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_every_ask_and_demo_default_is_the_records() -> None:
     for args in (parse("ask", "doc.md", "q?"), parse("demo")):
-        for record in READING if args.command == "ask" else READING[:3]:
+        for record in READING if args.command == "ask" else READING[:4]:
             for name, info in record.model_fields.items():
                 assert getattr(args, name) == info.default, (args.command, record.__name__, name)
 

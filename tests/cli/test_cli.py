@@ -40,15 +40,17 @@ def test_help_lists_every_option_with_defaults(capsys):
     assert exc.value.code == 0
     text = capsys.readouterr().out
     for option in ("--pattern", "--model", "--segment-tokens", "--judge", "--margin-tokens",
-                   "--max-new-tokens", "--chunk-tokens", "--top-k", "--embedder", "--json",
+                   "--max-new-tokens", "--chunk-tokens", "--top-k", "--embedder", "--support-threshold", "--json",
                    "--home", "--device", "--quiet"):
         assert option in text
-    assert "(default: wim)" in text and "(default: 512)" in text and "smollm2" in text
+    flat = " ".join(text.split())
+    assert "(default: auto for a collection or a document of over 2048 tokens, else wim)" in flat
+    assert "(default: 512)" in text and "smollm2" in text
 
 
 def test_ask_streams_answer_to_stdout_and_margins_to_stderr(doc):
     code, out, err = run_cli("ask", str(doc), "Which pier does the night ferry leave from?",
-                             "--model", f"scripted:{FACT}", "--segment-tokens", "200")
+                             "--model", f"scripted:{FACT}", "--pattern", "wim", "--segment-tokens", "200")
     assert code == 0
     assert out.strip() == FACT
     assert "reading" in err and "[1]" in err        # margins are reported on stderr
@@ -58,7 +60,8 @@ def test_ask_streams_answer_to_stdout_and_margins_to_stderr(doc):
 
 def test_ask_json_has_answer_margins_references_stats(doc):
     code, out, _ = run_cli("ask", str(doc), "Which pier does the night ferry leave from?",
-                           "--model", f"scripted:{FACT}", "--segment-tokens", "200", "--json", "-q")
+                           "--model", f"scripted:{FACT}", "--pattern", "wim", "--segment-tokens", "200", "--json",
+                           "-q")
     assert code == 0
     data = json.loads(out)
     assert data["text"] == FACT and data["pattern"] == "wim"
@@ -165,7 +168,7 @@ def test_failure_mid_run_keeps_margins_in_json(doc, monkeypatch):
     monkeypatch.setitem(registry._NAMED, "flaky", (
         lambda arg, ctx: ScriptedGenerator(respond=respond), "test"))
     code, out, err = run_cli("ask", str(doc), "Which pier does the night ferry leave from?",
-                             "--model", "flaky", "--segment-tokens", "200", "--json", "-q")
+                             "--model", "flaky", "--pattern", "wim", "--segment-tokens", "200", "--json", "-q")
     assert code == 1
     assert "went away" in err
     data = json.loads(out)

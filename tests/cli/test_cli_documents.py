@@ -97,6 +97,64 @@ def test_ask_a_collection_refuses_when_nothing_is_relevant(corpus):
     assert "made up" not in out
 
 
+def ask_json(*argv: str) -> dict:
+    code, out, err = run_cli("ask", "--collection", "docs", *argv, "--uncertain", "0.05", "--json", "-q")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_ask_a_collection_with_no_pattern_answers_at_rags_cost_and_says_so(corpus):
+    index(corpus)
+    question, model = "Which dredger was hired for the basin?", "scripted:The Orla Maye."
+    answer = ask_json(question, "--model", model)
+    rag = ask_json(question, "--model", model, "--pattern", "rag")
+    assert answer["pattern"] == "auto" and answer["text"] == "The Orla Maye."
+    route = answer["route"]
+    assert route["taken"] == "rag" and "stands on the retrieved passages" in route["reason"]
+    assert route["signals"]["support"] == 1.0
+    assert answer["margins"] == [] and answer["references"] == rag["references"]
+    costs = ("prefilled_context_tokens", "prefilled_other_tokens", "generated_margin_tokens",
+             "generated_answer_tokens", "generated_other_tokens")
+    assert [answer["stats"][k] for k in costs] == [rag["stats"][k] for k in costs]
+
+
+def test_ask_a_collection_reads_with_wim_where_rags_answer_is_not_in_its_passages(corpus):
+    index(corpus)
+    question, model = "Which dredger was hired for the basin?", "scripted:Captain Ahab."
+    answer = ask_json(question, "--model", model)
+    rag = ask_json(question, "--model", model, "--pattern", "rag")
+    route = answer["route"]
+    assert route["taken"] == "wim" and "not in the retrieved passages" in route["reason"]
+    assert route["signals"]["support"] < 0.5
+    assert answer["margins"]  # WiM read the retrieved sections
+    assert {r["section_path"][-1] for r in answer["references"]} >= {"Dredging"}
+    # the cost counts both readings
+    assert answer["stats"]["generated_answer_tokens"] > rag["stats"]["generated_answer_tokens"]
+    assert answer["stats"]["prefilled_context_tokens"] > rag["stats"]["prefilled_context_tokens"]
+    # the human output says the route before WiM reads, and in the summary line
+    code, out, err = run_cli("ask", "--collection", "docs", question, "--model", model, "--uncertain", "0.05")
+    assert code == 0 and out.strip() == "Captain Ahab."
+    said = err.index("route: RAG's answer is not in the retrieved passages")
+    assert err.index("reading with WiM", said) < err.index("with wim (") < err.index("auto \u2192 wim: ")
+
+
+def test_a_question_over_the_whole_collection_goes_to_wim_at_once(corpus):
+    index(corpus)
+    answer = ask_json("List all the boats named in the reports.", "--model", "scripted:The Orla Maye.")
+    assert answer["route"] == {"taken": "wim", "reason": "the question gathers over the whole document",
+                               "signals": {}}
+    assert answer["margins"]
+
+
+def test_nothing_relevant_in_a_collection_is_not_read_again(corpus):
+    index(corpus)
+    code, out, err = run_cli("ask", "--collection", "docs", "zzz qqq xxx?", "--model", "scripted:made up",
+                             "--uncertain", "0.99", "--certain", "0.999")
+    assert code == 0 and "No relevant references" in out
+    assert err.count("retrieval: no relevant references") == 1 and "with wim" not in err
+    assert "route: nothing in the collection is relevant to it" in err and "auto \u2192 rag" in err
+
+
 def test_questions_generate_and_export(corpus, tmp_path):
     index(corpus)
     reply = 'Which dredger was hired for the work?", "answer": "the Orla Maye"'
@@ -119,6 +177,9 @@ def test_questions_generate_and_export(corpus, tmp_path):
     answer = json.loads(out)
     assert answer["retrieval"] == "direct"
     assert answer["text"] == "the Orla Maye"
+    # by default auto reads, and the bank's answer stands: it is not read again with WiM
+    assert answer["pattern"] == "auto" and answer["margins"] == []
+    assert answer["route"]["taken"] == "rag" and "a stored question" in answer["route"]["reason"]
 
 
 def test_collections_delete_a_document_then_the_collection(corpus):

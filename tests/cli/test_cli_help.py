@@ -11,6 +11,7 @@ import pytest
 from marginalia.cli import build_parser
 from marginalia.cli.common import short_help
 from marginalia.options import (
+    AutoOptions,
     ChunkingOptions,
     CollectionOptions,
     ComposeOptions,
@@ -56,22 +57,24 @@ def test_help_lines_fit_the_terminal(monkeypatch: pytest.MonkeyPatch, names: tup
 def test_ask_options_come_in_groups_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
     parser = command("ask")
     found = groups(parser)
-    titles = ["options", "model", "reading", "WiM (--pattern wim)", "retrieval (--pattern rag)",
+    titles = ["options", "model", "reading", "WiM (--pattern wim or auto)", "retrieval (--pattern rag or auto)",
               "collection (--collection NAME)", "output"]
     text = help_text(monkeypatch, "ask")
     assert [t for t in found if t in titles] == titles
     assert [text.index(f"\n{t}:\n") for t in titles] == sorted(text.index(f"\n{t}:\n") for t in titles)
     assert {"pattern", *PatternOptions.model_fields} == found["reading"]
-    assert set(WimOptions.model_fields) - set(PatternOptions.model_fields) <= found["WiM (--pattern wim)"]
-    assert set(RagOptions.model_fields) - set(PatternOptions.model_fields) <= found["retrieval (--pattern rag)"]
+    assert set(WimOptions.model_fields) - set(PatternOptions.model_fields) <= found["WiM (--pattern wim or auto)"]
+    # auto's own option (when rag's answer stands) sits with retrieval's
+    assert (set(AutoOptions.model_fields) - set(WimOptions.model_fields)
+            == found["retrieval (--pattern rag or auto)"] - {"embedder"})
     assert {"collection", *CollectionOptions.model_fields} == found["collection (--collection NAME)"]
     assert {"json", "quiet"} == found["output"]
     assert {"model", "device", "backend", "api_key"} == found["model"]
 
 
 @pytest.mark.parametrize(("names", "records"), [
-    (("ask",), [PatternOptions, WimOptions, RagOptions, CollectionOptions]),
-    (("demo",), [PatternOptions, WimOptions, RagOptions]),
+    (("ask",), [PatternOptions, AutoOptions, WimOptions, RagOptions, CollectionOptions]),
+    (("demo",), [PatternOptions, AutoOptions, WimOptions, RagOptions]),
     (("index",), [ChunkingOptions, IngestOptions]),
     (("serve",), [IngestOptions]),
     (("compose",), [ComposeOptions]),
@@ -94,7 +97,8 @@ def test_record_options_have_one_clause_of_help_and_show_their_default(monkeypat
                                                                       names: tuple[str, ...]) -> None:
     parser = command(*names)
     text = " ".join(help_text(monkeypatch, *names).split())
-    fields = {**PatternOptions.model_fields, **WimOptions.model_fields, **RagOptions.model_fields,
+    fields = {**PatternOptions.model_fields, **AutoOptions.model_fields, **WimOptions.model_fields,
+              **RagOptions.model_fields,
               **CollectionOptions.model_fields, **ChunkingOptions.model_fields, **ComposeOptions.model_fields,
               **TuneDataOptions.model_fields, **TuneOptions.model_fields, **IngestOptions.model_fields}
     for action in parser._actions:

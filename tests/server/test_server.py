@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from marginalia.options import WimOptions
+from marginalia.options import ROUTE_TOKENS, AutoOptions, LcOptions, RagOptions, WimOptions
 from marginalia.server import Settings
 from server_support import ANSWER, FACT, MARGIN, QUESTION, REPORT, make_client, parse_sse, respond, scripted, wait_for
 from wim_requests import is_margin
@@ -72,16 +72,36 @@ def test_other_patterns_read_a_text(pattern):
         assert any(FACT in r["quote"] for r in data["references"])
 
 
+def test_a_text_that_names_no_pattern_is_read_by_its_size():
+    client = make_client(Settings(embedder="hashing"))  # auto's RAG reading embeds the text's chunks
+    weather = "\n\n".join(f"Paragraph {i}: the weather in Ostervik stayed mild, with light rain."
+                          for i in range(160))
+    assert client.app.state.service.generator.tokenizer.count(REPORT) <= ROUTE_TOKENS
+    assert client.app.state.service.generator.tokenizer.count(REPORT + weather) > ROUTE_TOKENS
+    short = ask(client, reading={"segment_tokens": 24}).json()  # a short text: WiM, with the values given
+    assert short["pattern"] == "wim" and short["route"] is None and short["segments_total"] > 3
+    long = ask(client, text=REPORT + weather).json()
+    assert long["pattern"] == "auto" and long["route"]["taken"] == "rag" and long["answer"] == ANSWER
+    assert long["margins"] == [] and any(FACT in r["quote"] for r in long["references"])
+    # a pattern named is read as named, whatever the size
+    named = ask(client, reading={"pattern": "auto"}).json()
+    assert named["pattern"] == "auto" and named["route"]["taken"] == "rag"
+
+
 def test_the_body_reuses_the_records_defaults():
-    from marginalia.server.schemas import AskRequest, WimReading, record
+    from marginalia.server.schemas import AskRequest, DefaultReading, record
 
     body = AskRequest(question="q", text="t")
-    assert isinstance(body.reading, WimReading)
-    assert record(body.reading) == WimOptions()
-    schema = AskRequest.model_json_schema()["$defs"]["WimReading"]["properties"]
-    for name, info in WimOptions.model_fields.items():
-        assert schema[name]["default"] == info.default
-        assert schema[name]["description"] == info.description
+    assert isinstance(body.reading, DefaultReading) and body.by_size  # no pattern named: the route by size
+    assert record(body.reading) == AutoOptions()
+    schemas = AskRequest.model_json_schema()["$defs"]
+    for reading, options in [("AutoReading", AutoOptions), ("WimReading", WimOptions), ("RagReading", RagOptions),
+                             ("LcReading", LcOptions), ("DefaultReading", AutoOptions)]:
+        schema = schemas[reading]["properties"]
+        assert set(schema) == {"pattern", *options.model_fields}, reading
+        for name, info in options.model_fields.items():
+            assert schema[name]["default"] == info.default, (reading, name)
+            assert schema[name]["description"] == info.description, (reading, name)
 
 
 @pytest.mark.parametrize(("body", "field"), [

@@ -11,7 +11,19 @@ import pytest
 from marginalia.index.embedders import HashingEmbedder
 from marginalia.options import CollectionOptions
 from marginalia.server import Settings
-from server_support import ANSWER, FACT, QUESTION, REPORT, index_text, make_client, parse_sse, scripted, wait_for
+from server_support import (
+    ANSWER,
+    FACT,
+    MARGIN,
+    QUESTION,
+    REPORT,
+    index_text,
+    make_client,
+    parse_sse,
+    respond,
+    scripted,
+    wait_for,
+)
 from wim_requests import is_margin
 
 pytest.importorskip("lancedb")
@@ -236,6 +248,64 @@ def test_nothing_relevant_found_is_said_not_guessed(client):
                                          "collection_options": {"uncertain": 0.8, "certain": 0.9}})
     data = reply.json()
     assert data["retrieval"] == "none" and "No relevant references" in data["answer"]
+    # auto, the default, does not search again for WiM: the same search would find nothing again
+    assert data["pattern"] == "auto" and data["route"]["taken"] == "rag"
+    assert data["route"]["reason"] == "nothing in the collection is relevant to it: WiM would find nothing to read"
+
+
+def ask_stream(client, **body) -> list[tuple[str, dict]]:
+    reply = client.post("/v1/ask", json={"question": QUESTION, "collection": "docs", "stream": True, **body})
+    assert reply.status_code == 200, reply.text
+    return parse_sse(reply.text)
+
+
+def test_a_collection_with_no_pattern_answers_at_rags_cost_and_sends_the_route(client):
+    index_text(client, "docs", "report.md", REPORT)
+    whole = client.post("/v1/ask", json={"question": QUESTION, "collection": "docs"}).json()
+    rag = client.post("/v1/ask", json={"question": QUESTION, "collection": "docs",
+                                       "reading": {"pattern": "rag"}}).json()
+    assert whole["pattern"] == "auto" and whole["answer"] == ANSWER and whole["margins"] == []
+    assert whole["route"]["taken"] == "rag" and "stands on the retrieved passages" in whole["route"]["reason"]
+    assert whole["route"]["signals"]["support"] == 1.0
+    costs = ("prefilled_context_tokens", "prefilled_other_tokens", "generated_answer_tokens", "generated_margin_tokens")
+    assert [whole["stats"][k] for k in costs] == [rag["stats"][k] for k in costs]
+    events = ask_stream(client)
+    kinds = [k for k, _ in events]
+    assert kinds.count("retrieved") == kinds.count("started") == kinds.count("routed") == 1
+    assert [d["pattern"] for k, d in events if k == "started"] == ["rag"]
+    # the route is sent before the answer, which is sent only once it is known to stand
+    assert kinds.index("routed") < kinds.index("answer_delta")
+    routed = dict(events)["routed"]
+    assert {k: routed[k] for k in ("taken", "reason", "signals")} == whole["route"] and routed["elapsed"] >= 0
+    assert events[-1] == ("done", {**events[-1][1], "route": whole["route"]})
+
+
+def test_a_collection_reads_with_wim_where_rags_answer_does_not_stand(client):
+    def made_up(req):  # margins as the scripted model writes them; an answer no passage holds
+        return respond(req) if is_margin(req) else "Captain Ahab's pier."
+
+    client = make_client(generator=scripted(made_up))
+    index_text(client, "docs", "report.md", REPORT)
+    events = ask_stream(client)
+    kinds = [k for k, _ in events]
+    routed = dict(events)["routed"]
+    assert routed["taken"] == "wim" and "not in the retrieved passages" in routed["reason"]
+    assert [d["pattern"] for k, d in events if k == "started"] == ["rag", "wim"]
+    # WiM reads the retrieved sections after the route is sent; RAG's answer is never sent
+    at = kinds.index("routed")
+    assert "answer_delta" not in kinds[:at] and "margin_judged" in kinds[at:] and "retrieved" in kinds[at:]
+    done = events[-1][1]
+    assert done["pattern"] == "auto" and done["route"]["taken"] == "wim" and done["margins"]
+    assert done["answer"] == "Captain Ahab's pier."
+    assert any(m["relevant"] and m["text"] == MARGIN for m in done["margins"])
+
+
+def test_a_question_over_the_whole_collection_goes_to_wim_at_once(client):
+    index_text(client, "docs", "report.md", REPORT)
+    data = client.post("/v1/ask", json={"question": "List all the ships named in the report.",
+                                        "collection": "docs"}).json()
+    assert data["route"] == {"taken": "wim", "reason": "the question gathers over the whole document", "signals": {}}
+    assert data["margins"]
 
 
 def test_ask_one_document_of_a_collection(client):
@@ -274,6 +344,8 @@ def test_docqa_chat_answers_from_the_servers_collection():
     assert all({"source", "content"} <= set(r) for r in data["references"])
     assert any(FACT in r["content"] for r in data["references"])
     assert data["metadata"]["retrieval"] == "references" and data["metadata"]["model"] == "scripted"
+    # read with auto, the default over a collection: RAG's answer stood
+    assert data["metadata"]["pattern"] == "auto" and data["metadata"]["route"]["taken"] == "rag"
 
 
 def test_docqa_chat_checks_its_thresholds_and_needs_a_collection(client):

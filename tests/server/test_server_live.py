@@ -94,6 +94,27 @@ def test_the_openai_client_through_an_in_process_transport():
 
 
 
+def test_the_openai_route_reads_with_auto_and_says_which_reading_answered():
+    from marginalia.server.schemas import ChatCompletionRequest, DefaultReading
+
+    assert isinstance(ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "q"}]).marginalia.reading,
+                      DefaultReading)
+    client = make_client()
+    index_text(client, "docs", "report.md", REPORT)
+    oa = openai.OpenAI(base_url=f"{BASE_URL}/v1", api_key="none", http_client=client)
+    messages = [{"role": "user", "content": QUESTION}]
+    reply = oa.chat.completions.create(model="marginalia:docs", messages=messages)
+    assert reply.choices[0].message.content == ANSWER
+    route = reply.model_extra["marginalia"]["route"]
+    assert route["taken"] == "rag" and "stands on the retrieved passages" in route["reason"]
+    chunks = list(oa.chat.completions.create(model="marginalia:docs", stream=True, messages=messages))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ANSWER
+    assert chunks[-1].model_extra["marginalia"] == {"route": route}
+    named = oa.chat.completions.create(model="marginalia:docs", messages=messages,
+                                       extra_body={"marginalia": {"reading": {"pattern": "lc"}}})
+    assert named.model_extra["marginalia"]["route"] is None  # a pattern named reads as named
+
+
 def test_an_openai_reading_has_an_id_and_can_be_stopped():
     from marginalia.index.embedders import HashingEmbedder
 

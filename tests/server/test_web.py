@@ -118,6 +118,8 @@ def set_option(page: Any, pattern: str, name: str, value: str) -> None:
 
 
 def ask(page: Any, question: str = QUESTION, segment_tokens: int = 24) -> None:
+    """Ask with WiM, whose margins these tests watch (auto, the default, may answer with RAG alone)."""
+    page.click("label[for='pattern-wim']")
     set_option(page, "wim", "segment_tokens", str(segment_tokens))
     page.fill("#question", question)
     page.click("#ask-button")
@@ -242,6 +244,37 @@ def test_a_reference_highlights_its_exact_span(browser):
                                " return r.top >= 0 && r.bottom <= innerHeight; })()")
 
 
+@pytest.mark.browser
+def test_the_default_pattern_is_auto_and_the_page_shows_the_route_taken(browser):
+    with serve(0.02, {"report.md": REPORT}) as url, open_page(browser, url) as page:
+        radios = page.locator("#patterns input[name='pattern']")
+        assert radios.first.get_attribute("value") == "auto" and page.is_checked("#pattern-auto")
+        assert page.inner_text("#pattern-hint") == "RAG, then WiM when needed"
+        assert page.is_hidden("#route")
+        # a single-hop question over the collection: RAG's answer stands, no margin is written
+        page.select_option("#source", "collection")
+        page.fill("#question", QUESTION)
+        page.click("#ask-button")
+        wait_done(page)
+        assert page.inner_text("#answer") == ANSWER
+        route = page.locator("#route")
+        assert route.get_attribute("data-taken") == "rag"
+        assert route.inner_text() == "Answered by RAG: RAG's answer stands on the retrieved passages (support 1.00)."
+        assert page.is_hidden("#collection-margins")
+        # a question over the whole document: WiM reads it, its margins beside the text, and the page says why
+        page.select_option("#source", "document:report.md")
+        page.wait_for_selector("#doc .row.rest")
+        page.fill("#question", "List all the ships named in the report.")
+        page.click("#ask-button")
+        wait_done(page)
+        assert route.get_attribute("data-taken") == "wim"
+        assert route.inner_text() == "Answered by WiM: the question gathers over the whole document."
+        rows = page.locator("#doc .row[data-segment]")
+        assert rows.count() == page.evaluate("marginalia.asker.total") >= 1
+        assert page.locator("#doc .row .margin.kept, #doc .row .margin.dropped").count() == rows.count()
+        assert page.inner_text("#status").startswith("Done.")
+
+
 def tab_to(page: Any, check: str, limit: int = 40) -> None:
     """Press Tab until the focused element passes ``check`` (a JavaScript expression on ``el``)."""
     for _ in range(limit):
@@ -254,6 +287,9 @@ def tab_to(page: Any, check: str, limit: int = 40) -> None:
 @pytest.mark.browser
 def test_asking_with_the_keyboard_only(browser):
     with serve(0.25, {"report.md": REPORT}) as url, open_page(browser, url) as page:
+        tab_to(page, "el.name === 'pattern'")  # the chosen pattern, auto; the next is wim
+        page.keyboard.press("ArrowRight")
+        assert page.is_checked("#pattern-wim")
         tab_to(page, "el.id === 'question'")
         page.keyboard.type(QUESTION)
         tab_to(page, "el.tagName === 'SUMMARY'")  # the options open with Enter

@@ -2,8 +2,9 @@
 generate questions, compose. The CLI, the benchmark runner and the HTTP service only translate to and from these
 functions, and reach the layers below (index, ingest, patterns, models) through this package only.
 
-Every way of reading takes its options record (`WimOptions`, `LcOptions`, `RagOptions`, and
-`CollectionOptions` for what a collection contributes); long work reports progress through callbacks.
+Every way of reading takes its options record (`AutoOptions`, `WimOptions`, `LcOptions`, `RagOptions`, and
+`CollectionOptions` for what a collection contributes; none: the route by size, `default_options`); long work
+reports progress through callbacks.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .reading import (
     ask_text,
     check_question,
     collection_reader,
+    default_options,
     document_cache,
     document_sections,
     locate,
@@ -61,7 +63,7 @@ __all__ = [
     "demo", "load_embedder", "load_model", "model_server_command", "model_specs",
     # reading
     "DEFAULT_CACHE_BYTES", "ask_collection", "ask_file", "ask_text", "check_question", "collection_reader",
-    "document_cache", "document_sections", "locate", "pattern", "read_file", "reader",
+    "default_options", "document_cache", "document_sections", "locate", "pattern", "read_file", "reader",
     "text_document",
     # indexing
     "DocumentQuestions", "IndexReport", "Indexed", "Progress", "check_paths", "chunk_document", "collection_exists",

@@ -1,5 +1,6 @@
 """Asking: a text, a file or a collection, with the pattern an options record describes; WiM from a
-stored reading of the document when there is one.
+stored reading of the document when there is one. A reading that names no pattern takes the route by size
+(`default_options`): auto for a collection or a long text, WiM for a short one.
 """
 
 from __future__ import annotations
@@ -8,9 +9,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..models.base import Generator
+from ..models.base import CachingGenerator, Generator
 from ..models.snapshots import DEFAULT_MAX_BYTES
-from ..options import CollectionOptions, LcOptions, PatternOptions, RagOptions, RunSettings, WimOptions
+from ..options import (
+    ROUTE_TOKENS,
+    AutoOptions,
+    CollectionOptions,
+    LcOptions,
+    PatternOptions,
+    RagOptions,
+    RunSettings,
+    WimOptions,
+)
 from ..records import Answer, Document, Section
 from .indexing import open_collection
 
@@ -20,7 +30,7 @@ if TYPE_CHECKING:
     from ..index.store import Collection
     from ..models.snapshots import SnapshotStore
     from ..patterns import Pattern, Run
-    from ..patterns.collection import CollectionReader
+    from ..patterns.collection import CollectionReader, CollectionRouter
     from ..patterns.wim import WimReader
 
 #: the most disk the stored WiM readings take by default (`document_cache`)
@@ -35,10 +45,21 @@ def check_question(question: str) -> None:
 
 
 def pattern(options: PatternOptions | None, generator: Generator, embedder: Embedder | None = None) -> Pattern:
-    """The pattern an options record describes (WiM with its defaults when None)."""
+    """The pattern an options record describes (WiM with its defaults when None: a pattern is built before
+    it is given what it reads, so the route by size, `default_options`, is not its to take)."""
     from ..patterns import make_pattern
 
     return make_pattern(options if options is not None else WimOptions(), generator, embedder=embedder)
+
+
+def default_options(text: str | None, generator: Generator, options: AutoOptions | None = None) -> PatternOptions:
+    """The options of a reading that names no pattern, by the size of what it reads: ``options`` (auto's
+    defaults when None) for a collection (``text`` None) or a text of more than `ROUTE_TOKENS` of
+    ``generator``'s tokens; their WiM part for a shorter text, which WiM reads whole for a few margins."""
+    options = options if options is not None else AutoOptions()
+    if text is None or generator.tokenizer.count(text) > ROUTE_TOKENS:
+        return options
+    return options.wim_options()
 
 
 def document_cache(home: str | Path | None = None, max_bytes: int | None = None) -> SnapshotStore:
@@ -66,20 +87,28 @@ def ask_text(text: str, question: str, options: PatternOptions | None = None, *,
              temperature: float | None = None) -> Run:
     """Start reading ``text`` for ``question``; iterate the returned `Run` for events, `Run.stop()` to stop.
 
-    With ``cache`` (WiM only), the reading is taken from a stored one when there is one, and stored once
-    the whole document is read, so a later question prefills no document token. ``temperature`` samples
-    the answer (default: the pattern's, greedy).
+    With no ``options``, the route by size (`default_options`): auto for a text of more than a few WiM
+    segments, WiM for a shorter one. With ``cache`` (wim, and auto's WiM reading), the reading is taken from
+    a stored one when there is one, and stored once the whole document is read, so a later question
+    prefills no document token. ``temperature`` samples the answer (default: the pattern's, greedy).
 
     Raises:
         UserError: an empty question or text, options the model cannot serve (e.g. WiM without a KV cache).
         ContextOverflow: lc (or wim) and the text do not fit the model's window.
     """
-    wim = options if options is not None else WimOptions()
-    if cache is not None and isinstance(wim, WimOptions):  # from a stored reading when there is one
-        stored = reader(text, wim, generator=generator, source=source, cache=cache)
-        return stored.ask(question, RunSettings(temperature=temperature))
-    return pattern(options, generator, embedder).run(text, question, source=source,
-                                                     settings=RunSettings(temperature=temperature))
+    settings = RunSettings(temperature=temperature)
+    if options is None:
+        check_question(question)  # before counting a long text's tokens
+        options = default_options(text, generator)
+    if cache is not None and isinstance(options, AutoOptions) and isinstance(generator, CachingGenerator):
+        from ..patterns.auto import Auto
+
+        stored = reader(text, options.wim_options(), generator=generator, source=source, cache=cache)
+        routed = Auto(generator, options, embedder=embedder, second=stored.pattern())
+        return routed.run(text, question, source=source, settings=settings)
+    if cache is not None and type(options) is WimOptions:  # from a stored reading when there is one
+        return reader(text, options, generator=generator, source=source, cache=cache).ask(question, settings)
+    return pattern(options, generator, embedder).run(text, question, source=source, settings=settings)
 
 
 def read_file(path: str | Path) -> Document:
@@ -130,13 +159,30 @@ def locate(answer: Answer, doc: Document, sections: Sequence[Section]) -> Answer
 
 def collection_reader(collection: Collection | str, options: PatternOptions | None = None,
                       reading: CollectionOptions | None = None, *, generator: Generator,
-                      home: str | Path | None = None) -> CollectionReader:
+                      home: str | Path | None = None) -> CollectionReader | CollectionRouter:
     """A reader that answers from a collection: the retrieval policy gathers references, a pattern reads them.
 
     ``rag`` answers from the retrieved chunks (its ``top_k`` hits), ``lc`` and ``wim`` read the retrieved
-    sections (or what ``reading.scope`` says). For lc and rag, the references are cut to what fits the
-    window beside the prompt and the answer.
+    sections (or what ``reading.scope`` says); ``auto`` (the default) answers as rag does, then reads as wim
+    does where rag's answer does not stand. For lc and rag, the references are cut to what fits the window
+    beside the prompt and the answer.
     """
+    from ..patterns.collection import CollectionRouter
+
+    options = options if options is not None else default_options(None, generator)
+    reading = reading if reading is not None else CollectionOptions()
+    store = open_collection(collection, home=home) if isinstance(collection, str) else collection
+    if isinstance(options, AutoOptions):
+        second = (_reader(store, options.wim_options(), reading, generator)
+                  if isinstance(generator, CachingGenerator) else None)
+        return CollectionRouter(generator, options, first=_reader(store, options.rag_options(), reading, generator),
+                                second=second)
+    return _reader(store, options, reading, generator)
+
+
+def _reader(store: Collection, options: PatternOptions, reading: CollectionOptions,
+            generator: Generator) -> CollectionReader:
+    """One pattern's reader of a collection (see `collection_reader`)."""
     from dataclasses import replace
 
     from ..index.policy import RetrievalPolicy, piece_header, retrieve
@@ -144,9 +190,6 @@ def collection_reader(collection: Collection | str, options: PatternOptions | No
     from ..patterns.collection import CollectionReader
     from ..patterns.long_context import LongContext
 
-    options = options if options is not None else WimOptions()
-    reading = reading if reading is not None else CollectionOptions()
-    store = open_collection(collection, home=home) if isinstance(collection, str) else collection
     policy = RetrievalPolicy(
         certain=reading.certain, uncertain=reading.uncertain,
         k=options.top_k if isinstance(options, RagOptions) else reading.hits,
@@ -179,8 +222,8 @@ def collection_reader(collection: Collection | str, options: PatternOptions | No
 def ask_collection(collection: Collection | str, question: str, options: PatternOptions | None = None,
                    reading: CollectionOptions | None = None, *, generator: Generator,
                    home: str | Path | None = None, temperature: float | None = None) -> Run:
-    """Start answering ``question`` from a collection (see `collection_reader`; ``temperature`` as in
-    `ask_text`)."""
+    """Start answering ``question`` from a collection (see `collection_reader`: auto with no ``options``;
+    ``temperature`` as in `ask_text`)."""
     check_question(question)
     store = open_collection(collection, home=home) if isinstance(collection, str) else collection
     reader = collection_reader(store, options, reading, generator=generator)

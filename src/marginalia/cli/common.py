@@ -110,7 +110,7 @@ def own_fields(record: type[Options], base: type[Options]) -> list[str]:
     return [name for name in record.model_fields if name not in base.model_fields]
 
 
-_SCOPE = re.compile(r"^(?:wim|rag|lc)\b[^:]*?:\s+")  # "wim: ", "wim, grounded and separate judges: "
+_SCOPE = re.compile(r"^(?:wim|rag|lc|auto)\b[^:]*?:\s+")  # "wim: ", "wim, grounded and separate judges: "
 _ASIDE = re.compile(r"\s*\([^()]*\)")
 # a clause ends at a semicolon, a full stop, or a colon that does not introduce a quotation
 _CLAUSE_END = re.compile(r";\s|:\s(?![\"'])|(?<=[a-z0-9])\.\s+(?=[A-Z])")
@@ -251,6 +251,9 @@ class Reporter:
             self.log(f"retrieval: {outcome} (best similarity {event.best_similarity:.2f})")
             for ref in event.references[:8]:
                 self.log(f"  {ref.source} > {' > '.join(ref.section_path) or '(top)'} [{ref.start}:{ref.end}]")
+        elif kind == "routed":  # auto: before WiM reads, or before RAG's answer
+            then = "reading with WiM" if event.route.taken == "wim" else "answering with RAG"
+            self.log(f"route: {event.route.reason}: {then}")
         elif kind == "started":
             self.log(f"reading {event.context_tokens} tokens with {event.pattern} "
                      f"({event.segments_total} {'segments' if event.pattern == 'wim' else 'chunks'})")

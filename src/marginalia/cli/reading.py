@@ -13,7 +13,16 @@ import annotated_types
 
 from .. import app
 from ..errors import MarginaliaError, UserError
-from ..options import PATTERN_OPTIONS, PATTERNS, CollectionOptions, PatternOptions, RagOptions, WimOptions
+from ..options import (
+    PATTERN_OPTIONS,
+    PATTERNS,
+    ROUTE_TOKENS,
+    AutoOptions,
+    CollectionOptions,
+    PatternOptions,
+    RagOptions,
+    WimOptions,
+)
 from .common import (
     MODEL_NOTE,
     Formatter,
@@ -36,36 +45,43 @@ STOP_NOTE = ("Ctrl-C once while wim reads: stop reading and answer from what was
 METAVARS = {"top_k": "K", "certain": "SIM", "uncertain": "SIM"}
 
 
-def add_reading_options(parser: argparse.ArgumentParser, *, collection: bool = False) -> None:
-    """The reading patterns' options (wim, lc, rag), a group per pattern record, then (with ``collection``)
-    a collection's, then the output's."""
+def add_reading_options(parser: argparse.ArgumentParser, *, collection: bool = False,
+                        default: str | None = None) -> None:
+    """The reading patterns' options (auto, wim, lc, rag), a group per pattern record, then (with
+    ``collection``) a collection's, then the output's. ``default``: the pattern when none is given (None: the
+    route by size, `app.default_options`)."""
     reading = parser.add_argument_group("reading")
-    reading.add_argument("--pattern", choices=PATTERNS, default="wim",
-                         help="Writing in the Margins, long context or retrieval")
+    by_size = f"auto for a collection or a document of over {ROUTE_TOKENS} tokens, else wim"
+    reading.add_argument("--pattern", choices=PATTERNS, default=default,
+                         help="auto (rag, then wim where rag's answer does not stand), wim, lc or rag"
+                              + ("" if default else f" (default: {by_size})"))
     add_record_options(reading, PatternOptions, metavars=METAVARS)
-    wim = parser.add_argument_group("WiM (--pattern wim)")
+    wim = parser.add_argument_group("WiM (--pattern wim or auto)")
     add_record_options(wim, WimOptions, fields=own_fields(WimOptions, PatternOptions), metavars=METAVARS)
     wim.add_argument("--no-cache", action="store_true",
                      help="neither use nor keep a stored reading")
     wim.add_argument("--cache-size", type=_checked(float, [annotated_types.Gt(0)]),
                      default=app.DEFAULT_CACHE_BYTES / 2**30, metavar="GB",
                      help="the most disk stored readings take")
-    rag = parser.add_argument_group("retrieval (--pattern rag)")
+    rag = parser.add_argument_group("retrieval (--pattern rag or auto)")
     add_record_options(rag, RagOptions, fields=own_fields(RagOptions, PatternOptions), metavars=METAVARS)
     rag.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",
                      help="minilm, hashing or st:<folder>")
+    add_record_options(rag, AutoOptions, metavars=METAVARS,  # auto's own: when rag's answer stands
+                       fields=[f for f in own_fields(AutoOptions, RagOptions) if f not in WimOptions.model_fields])
     if collection:
         coll = parser.add_argument_group("collection (--collection NAME)")
         coll.add_argument("--collection", "-c", metavar="NAME", help="answer from this indexed collection")
         add_record_options(coll, CollectionOptions, metavars=METAVARS)
     output = parser.add_argument_group("output")
-    output.add_argument("--json", action="store_true", help="print the answer, margins and stats as JSON")
+    output.add_argument("--json", action="store_true", help="print the answer, margins, route and stats as JSON")
     output.add_argument("-q", "--quiet", action="store_true", help="no margins or progress on stderr")
 
 
 def pattern_from_args(args: argparse.Namespace) -> PatternOptions:
-    """The chosen pattern's options record, from the flags."""
-    result: PatternOptions = record_from_args(PATTERN_OPTIONS[args.pattern], args)
+    """The chosen pattern's options record, from the flags (auto's when no pattern is chosen: the route by
+    size picks from it once the text is known)."""
+    result: PatternOptions = record_from_args(PATTERN_OPTIONS[args.pattern or AutoOptions.pattern], args)
     return result
 
 
@@ -95,7 +111,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     demo.add_argument("--question", type=int, default=1, metavar="N",
                       help="which of the bundled questions to ask (see --list)")
     demo.add_argument("--list", action="store_true", help="list the bundled questions and exit")
-    add_reading_options(demo)
+    add_reading_options(demo, default="wim")  # the demo shows WiM reading
 
     models_cmd = sub.add_parser("models", parents=[common], formatter_class=Formatter,
                                 help="list the model spec forms", description=_model_help())
@@ -128,10 +144,12 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
     reading = record_from_args(CollectionOptions, args) if getattr(args, "collection", None) else None
     reporter = Reporter(args.quiet, err)
     generator = load_model(args, reporter)
+    if args.pattern is None and isinstance(options, AutoOptions):  # the route by size
+        options = app.default_options(None if reading is not None else text, generator, options)
     if reading is not None:
         run = app.ask_collection(args.collection, question, options, reading, generator=generator, home=args.home)
     else:
-        embedder = app.load_embedder(args.embedder) if args.pattern == "rag" else None
+        embedder = app.load_embedder(args.embedder) if options.pattern in ("rag", "auto") else None
         cache = None if args.no_cache else app.document_cache(args.home, int(args.cache_size * 2**30))
         run = app.ask_text(text, question, options, generator=generator, source=source, embedder=embedder,
                            cache=cache)
@@ -156,7 +174,7 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
         if args.json:  # what was read before the failure is not lost
             from dataclasses import asdict
 
-            json.dump({"error": str(exc), "question": question, "pattern": args.pattern,
+            json.dump({"error": str(exc), "question": question, "pattern": options.pattern,
                        "margins": [asdict(m) for m in margins], "complete": False},
                       out, ensure_ascii=False, indent=2)
             out.write("\n")
@@ -183,8 +201,9 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
                 extra += (f", {s.dropped_context_tokens} context tokens dropped to make room "
                           f"(the cache held {s.peak_cache_tokens} at most)")
             cached = f" ({s.cached_context_tokens} more from the stored reading)" if s.cached_context_tokens else ""
+            route = f" \u2192 {answer.route.taken}" if answer.route is not None else ""
             reporter.log(
-                f"{answer.pattern}: {s.prefilled_context_tokens} context{cached} + "
+                f"{answer.pattern}{route}: {s.prefilled_context_tokens} context{cached} + "
                 f"{s.prefilled_other_tokens} other tokens prefilled, "
                 f"{s.generated_margin_tokens + s.generated_answer_tokens + s.generated_other_tokens}"
                 f" generated, {s.total_seconds:.1f}s{extra}"

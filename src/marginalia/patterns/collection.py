@@ -1,8 +1,9 @@
 """Reading a collection: the retrieval policy gathers references, then a pattern reads them.
 
 ``rag`` answers from the retrieved chunks; ``lc`` and ``wim`` read the retrieved sections (or whole
-documents) as their context. Either way the answer's references point into the documents
-(source, section path, character span), not into the assembled context.
+documents) as their context; ``auto`` answers with rag's reader, then wim's where that answer does not
+stand. Either way the answer's references point into the documents (source, section path, character
+span), not into the assembled context.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from ..index.policy import Piece, Retrieval, piece_header
-from ..models.base import Clock
-from ..options import RunSettings
-from ..records import Answer, AnswerDelta, Done, Event, Reference, Retrieved, Started, Stats
+from ..models.base import Clock, Generator
+from ..options import AutoOptions, RunSettings
+from ..records import Answer, AnswerDelta, Done, Event, Reference, Retrieved, Route, Started, Stats
+from .auto import Auto
 from .base import Pattern, Run, check_question
 
 NO_REFERENCES = "No relevant references found in the collection, so there is no answer to give."
@@ -67,7 +69,20 @@ def map_reference(ref: Reference, context: Assembled) -> list[Reference]:
     return out
 
 
-class CollectionReader(Pattern):
+class _FromCollection(Pattern):
+    """A pattern whose context comes from a collection, not from the caller."""
+
+    def ask(self, question: str, source: str = "collection", settings: RunSettings | None = None) -> Run:
+        """Start a run for ``question`` (the context comes from the collection); ``settings``: its own."""
+        return self.run("", question, source, settings)
+
+    def run(self, context: str, question: str, source: str = "collection",
+            settings: RunSettings | None = None) -> Run:
+        check_question(question)
+        return Run(self, context, question, source, settings)
+
+
+class CollectionReader(_FromCollection):
     """Answer from a collection: ``retrieve`` applies the policy, ``inner`` reads what it gathered.
 
     Args:
@@ -81,15 +96,6 @@ class CollectionReader(Pattern):
         self.inner = inner
         self.retrieve = retrieve
         self.name = name or inner.name
-
-    def ask(self, question: str, source: str = "collection", settings: RunSettings | None = None) -> Run:
-        """Start a run for ``question`` (the context comes from the collection); ``settings``: its own."""
-        return self.run("", question, source, settings)
-
-    def run(self, context: str, question: str, source: str = "collection",
-            settings: RunSettings | None = None) -> Run:
-        check_question(question)
-        return Run(self, context, question, source, settings)
 
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
         clock = Clock()
@@ -119,3 +125,27 @@ class CollectionReader(Pattern):
                 yield replace(event, pattern=self.name)
             else:
                 yield event
+
+
+class CollectionRouter(Auto, _FromCollection):
+    """Routing over a collection (see `Auto`): ``first`` is rag's `CollectionReader` (the retrieved chunks),
+    ``second`` wim's (the retrieved sections), or None where the model cannot read with WiM.
+
+    A question the retrieval policy answers from the question bank (``direct``) or finds nothing for
+    (``none``) is not read again: the same search would decide the same for WiM's reader.
+    """
+
+    def __init__(self, generator: Generator, options: AutoOptions, *, first: CollectionReader,
+                 second: CollectionReader | None) -> None:
+        super().__init__(generator, options, first=first, second=second)
+        self.second = second  # not a WiM of Auto's own: it would read the caller's context, which is empty
+
+    def decide(self, question: str, answer: Answer) -> Route:
+        best = max((r.score for r in answer.references if r.score is not None), default=None)
+        if answer.retrieval == "direct":
+            return Route("rag", "a stored question of the collection matches it: its answer stands",
+                         {"retrieval": best})
+        if answer.retrieval == "none":
+            return Route("rag", "nothing in the collection is relevant to it: WiM would find nothing to read",
+                         {"retrieval": best})
+        return super().decide(question, answer)

@@ -307,7 +307,12 @@ class WimReader:
     def ask(self, question: str, settings: RunSettings | None = None) -> Run:
         """Start answering ``question``; iterate the `Run` for events (`Run.stop()` stops early).
         ``settings``: this run's own."""
-        return Run(_ReaderPattern(self), self.context, check_question(question), self.source, settings)
+        return Run(self.pattern(), self.context, check_question(question), self.source, settings)
+
+    def pattern(self) -> Pattern:
+        """A pattern whose runs answer from this reading, as `ask` does: the context a run is given is not
+        read, this reading's is (auto's WiM reading of a stored document)."""
+        return _ReaderPattern(self)
 
     def answer(self, question: str, settings: RunSettings | None = None) -> Answer:
         return self.ask(question, settings).answer()

@@ -37,6 +37,9 @@ from ..options import PATTERNS
 log = logging.getLogger("marginalia.server")
 #: the most problems a validation error lists; the rest are counted (a body may hold millions)
 MAX_PROBLEMS = 20
+#: the tags of the reading union (`schemas.Reading`) pydantic puts in an error's location: the patterns, and
+#: ``default`` for a reading that names none
+READING_TAGS = (*PATTERNS, "default")
 #: the error type of a body part that names more than `MAX_PROBLEMS` unknown fields (``names``: the first)
 UNKNOWN_FIELDS = "unknown_fields"
 
@@ -135,11 +138,12 @@ def error_response(exc: BaseException, **more: Any) -> JSONResponse:
 
 def field_name(loc: tuple[Any, ...] | list[Any]) -> str:
     """A validation error's location as a dotted field name: without FastAPI's leading ``body``, nor the
-    pattern name pydantic adds after ``reading`` (the tag of the union it chose)."""
+    pattern name pydantic adds after ``reading`` (the tag of the union it chose: ``default`` for a reading that
+    names none)."""
     parts = [str(p) for p in loc]
     if len(parts) > 1 and parts[0] in ("body", "query", "path", "header"):
         parts = parts[1:]
-    return ".".join(p for i, p in enumerate(parts) if not (i and parts[i - 1] == "reading" and p in PATTERNS))
+    return ".".join(p for i, p in enumerate(parts) if not (i and parts[i - 1] == "reading" and p in READING_TAGS))
 
 
 def shorten(name: str, most: int = 100) -> str:

@@ -1,6 +1,7 @@
 """What the service sends for each reading event and answer: plain JSON-ready dicts.
 
-Every step the Python API yields becomes one typed event (``started``, ``retrieved``, ``segment_read``,
+Every step the Python API yields becomes one typed event (``started``, ``retrieved``, ``routed`` (pattern
+auto: the reading it takes and why, before WiM reads or before retrieval's answer), ``segment_read``,
 ``segments_dropped`` (a long document: the oldest segments left the cache to make room),
 ``margin_written``, ``margin_judged``, ``reading_stopped`` (before the end: asked, or the answer was found),
 ``answer_delta``, ``done``). References are sent once, in ``done``;
@@ -24,6 +25,8 @@ from ..records import (
     ReadingStopped,
     Reference,
     Retrieved,
+    Route,
+    Routed,
     SegmentRead,
     SegmentsDropped,
     Started,
@@ -47,15 +50,20 @@ def margin_dict(margin: Margin) -> dict[str, Any]:
     return data
 
 
+def route_dict(route: Route | None) -> dict[str, Any] | None:
+    """Pattern auto's route: the reading that answered (``rag`` or ``wim``), why, and the signals it read."""
+    return None if route is None else {"taken": route.taken, "reason": route.reason, "signals": dict(route.signals)}
+
+
 def answer_dict(answer: Answer) -> dict[str, Any]:
-    """The whole answer: its text, references, margins, stats and how retrieval decided."""
+    """The whole answer: its text, references, margins, stats, how retrieval decided and (auto) the route."""
     return {
         "question": answer.question, "answer": answer.text, "pattern": answer.pattern, "model": answer.model,
         "references": [reference_dict(r) for r in answer.references],
         "margins": [margin_dict(m) for m in answer.margins], "stats": asdict(answer.stats),
         "segments_read": answer.segments_read, "segments_total": answer.segments_total,
         "stopped_early": answer.stopped_early, "stop_reason": answer.stop_reason or None,
-        "retrieval": answer.retrieval or None,
+        "retrieval": answer.retrieval or None, "route": route_dict(answer.route),
     }
 
 
@@ -67,6 +75,8 @@ def event_payload(event: Event) -> dict[str, Any]:
     if isinstance(event, Retrieved):
         return {"outcome": event.outcome, "best_similarity": event.best_similarity,
                 "references": len(event.references), "elapsed": event.elapsed}
+    if isinstance(event, Routed):
+        return {**(route_dict(event.route) or {}), "elapsed": event.elapsed}
     if isinstance(event, SegmentRead):
         seg = event.segment
         return {"index": seg.index, "total": event.total, "start": seg.start, "end": seg.end,

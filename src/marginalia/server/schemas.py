@@ -1,8 +1,10 @@
-"""Request bodies: the options records (`WimOptions`, `LcOptions`, `RagOptions`, `CollectionOptions`) as their
-parts, so each option's default, bounds and description come from the record and nowhere else.
+"""Request bodies: the options records (`AutoOptions`, `WimOptions`, `LcOptions`, `RagOptions`,
+`CollectionOptions`) as their parts, so each option's default, bounds and description come from the record and
+nowhere else.
 
 A body names its pattern in ``reading.pattern``; the records themselves keep the pattern as a class
-attribute, so each gets a request twin here that adds it as a field (`record` turns it back).
+attribute, so each gets a request twin here that adds it as a field (`record` turns it back). A reading that
+names no pattern (`DefaultReading`) takes auto's options and the route by size (`app.default_options`).
 
 Every part of a body is strict (`Part`): a value of the wrong JSON type is refused rather than converted
 (``"512"`` is not a number, ``"yes"`` not a boolean; a whole number is a number), so the records used in
@@ -23,6 +25,8 @@ from ..options import (
     MAX_TOKENS,
     PATTERN_OPTIONS,
     PATTERNS,
+    ROUTE_TOKENS,
+    AutoOptions,
     CollectionOptions,
     ComposeOptions,
     LcOptions,
@@ -62,6 +66,11 @@ class Part(BaseModel):
 with warnings.catch_warnings():  # the field shadows the records' ClassVar on purpose
     warnings.filterwarnings("ignore", message="Field name \"pattern\"")
 
+    class AutoReading(AutoOptions, Part):
+        """RAG, then WiM when needed (where RAG's answer does not stand on its passages), with its options."""
+
+        pattern: Literal["auto"] = "auto"  # type: ignore[misc]
+
     class WimReading(WimOptions, Part):
         """Writing in the Margins, with its options."""
 
@@ -76,6 +85,12 @@ with warnings.catch_warnings():  # the field shadows the records' ClassVar on pu
         """Retrieval over the text, with its options."""
 
         pattern: Literal["rag"] = "rag"  # type: ignore[misc]
+
+    class DefaultReading(AutoOptions, Part):
+        __doc__ = (f"No pattern named: auto over a collection or a text of more than {ROUTE_TOKENS} tokens, "
+                   "wim over a shorter text; auto's options.")
+
+        pattern: None = None  # type: ignore[misc, assignment]
 
 
 _CollectionRecord = CollectionOptions  # the module's names, which the nested classes below shadow
@@ -94,28 +109,34 @@ class Strict:
 
 
 def _pattern_of(value: Any) -> str | None:
-    """The pattern a reading names; WiM's when it names none (as `app.pattern` reads None)."""
+    """The pattern a reading names; ``default`` when it names none (the route by size)."""
     if isinstance(value, dict):
-        return str(value.get("pattern", WimOptions.pattern))
-    return getattr(value, "pattern", None)
+        named = value.get("pattern")
+        return "default" if named is None else str(named)
+    if isinstance(value, BaseModel):
+        return getattr(value, "pattern", None) or "default"
+    return None
 
 
+AnyReading = AutoReading | WimReading | LcReading | RagReading | DefaultReading
 Reading = Annotated[
-    Annotated[WimReading, Tag("wim")] | Annotated[LcReading, Tag("lc")] | Annotated[RagReading, Tag("rag")],
+    Annotated[AutoReading, Tag("auto")] | Annotated[WimReading, Tag("wim")] | Annotated[LcReading, Tag("lc")]
+    | Annotated[RagReading, Tag("rag")] | Annotated[DefaultReading, Tag("default")],
     Discriminator(_pattern_of, custom_error_type="unknown_pattern",
-                  custom_error_message=f"unknown pattern; choose one of {', '.join(PATTERNS)}"),
+                  custom_error_message=f"unknown pattern; choose one of {', '.join(PATTERNS)}, or name none "
+                                       "for the route by size"),
 ]
 
 
-def record(reading: WimReading | LcReading | RagReading) -> PatternOptions:
-    """The options record a request's reading stands for."""
-    cls = PATTERN_OPTIONS[reading.pattern]
+def record(reading: AnyReading) -> PatternOptions:
+    """The options record a request's reading stands for (auto's for one that names no pattern)."""
+    cls = PATTERN_OPTIONS[reading.pattern or AutoOptions.pattern]
     result: PatternOptions = cls.model_validate(reading.model_dump(exclude={"pattern"}))
     return result
 
 
-def _default_reading() -> WimReading:
-    return WimReading()
+def _default_reading() -> DefaultReading:
+    return DefaultReading()
 
 
 def lone_surrogate(value: Any) -> str | None:
@@ -182,7 +203,9 @@ class Target(Body):
     document: str | None = Field(
         default=None, description="with collection: read only this document of it, whole (its name or id)")
     reading: Reading = Field(default_factory=_default_reading,
-                             description="how to read: the pattern and its options")
+                             description="how to read: the pattern and its options (no pattern: auto over a "
+                                         f"collection or a text of more than {ROUTE_TOKENS} tokens, wim over a "
+                                         "shorter text)")
     collection_options: Strict.CollectionOptions = Field(
         default_factory=Strict.CollectionOptions,
         description="reading a collection: the retrieval policy and how much of what it finds is read")
@@ -200,6 +223,11 @@ class Target(Body):
     @property
     def options(self) -> PatternOptions:
         return record(self.reading)
+
+    @property
+    def by_size(self) -> bool:
+        """Whether the reading names no pattern, so that the route by size chooses one."""
+        return self.reading.pattern is None
 
     def describe(self) -> str:
         """The source in a few words (for logs and the session listing)."""

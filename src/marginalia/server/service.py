@@ -17,7 +17,7 @@ from .. import app
 from ..app import Generator
 from ..errors import NotFound, UserError
 from ..home import resolve_home
-from ..options import ChunkingOptions, PatternOptions
+from ..options import AutoOptions, ChunkingOptions, PatternOptions
 from ..records import Document, Section
 from .compose import ComposeSession, ComposeSessions, ModelPool
 from .errors import Conflict
@@ -227,35 +227,49 @@ class Service:
         """Check what can be checked at once (the question, the collection, the document) and return what
         starts the reading in the model's thread, and what places its references in their sections.
 
-        ``target`` is a pasted text, a document of a collection, or a collection.
+        ``target`` is a pasted text, a document of a collection, or a collection; a reading that names no
+        pattern takes the route by size (`app.default_options`), decided in the model's thread.
         """
         app.check_question(question)
         options = target.options
         if target.collection is None:
             doc = app.text_document(target.text or "", PASTED)
-            return self._read_document(doc, app.document_sections(doc), options, question, temperature)
+            return self._read_document(doc, app.document_sections(doc), options, target.by_size, question,
+                                       temperature)
         store = self.open_collection(target.collection, search=True)
         if target.document is not None:
             info = self.find_document(store, target.document)
             return self._read_document(store.document(info.doc_id), store.sections(info.doc_id), options,
-                                       question, temperature)
+                                       target.by_size, question, temperature)
         reading = target.collection_options
 
         def start() -> Run:
-            return app.ask_collection(store, question, options, reading, generator=self.generator,
-                                      home=self.settings.home, temperature=temperature)
+            return app.ask_collection(store, question, self._chosen(options, target.by_size, None), reading,
+                                      generator=self.generator, home=self.settings.home, temperature=temperature)
 
         return Prepared(start)
 
-    def _read_document(self, doc: Document, sections: list[Section], options: PatternOptions, question: str,
-                       temperature: float | None) -> Prepared:
-        embedder = self.embedder() if options.pattern == "rag" else None
+    def _read_document(self, doc: Document, sections: list[Section], options: PatternOptions, by_size: bool,
+                       question: str, temperature: float | None) -> Prepared:
+        """``by_size``: ``options`` are auto's, and the route by size chooses the pattern."""
+        retrieves = ("rag", "auto")
+        embedder = self.embedder() if not by_size and options.pattern in retrieves else None
 
         def start() -> Run:
-            return app.ask_text(doc.text, question, options, generator=self.generator, source=doc.source,
-                                embedder=embedder, cache=self.readings, temperature=temperature)
+            chosen = self._chosen(options, by_size, doc.text)
+            # chosen by size: the embedder loads (once) only where the route takes retrieval
+            loaded = self.embedder() if embedder is None and chosen.pattern in retrieves else embedder
+            return app.ask_text(doc.text, question, chosen, generator=self.generator, source=doc.source,
+                                embedder=loaded, cache=self.readings, temperature=temperature)
 
         return Prepared(start, partial(app.locate, doc=doc, sections=sections))
+
+    def _chosen(self, options: PatternOptions, by_size: bool, text: str | None) -> PatternOptions:
+        """The options a reading takes: ``options``, or with ``by_size`` the route by size with them (for a
+        collection, ``text`` None)."""
+        if by_size and isinstance(options, AutoOptions):
+            return app.default_options(text, self.generator, options)
+        return options
 
 
 def section_tree(sections: list[Section], doc: Document | None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from ...errors import UserError
 from ...records import Answer
 from ..common import answer, get_service
-from ..events import reference_dict
+from ..events import reference_dict, route_dict
 from ..schemas import AskRequest, DocqaChatRequest, Strict
 from ..service import Service
 from ..worker import Reading
@@ -28,8 +28,8 @@ def docqa_output(result: Answer) -> dict[str, Any]:
         del ref["quote"], ref["document"]  # said by content and source
     return {"answer": result.text, "references": references,
             "metadata": {"pattern": result.pattern, "model": result.model, "retrieval": result.retrieval or None,
-                         "segments_read": result.segments_read, "segments_total": result.segments_total,
-                         "stats": asdict(result.stats)}}
+                         "route": route_dict(result.route), "segments_read": result.segments_read,
+                         "segments_total": result.segments_total, "stats": asdict(result.stats)}}
 
 
 @router.post("/chat", summary="Answer a message from a collection (docqa's request and reply)")

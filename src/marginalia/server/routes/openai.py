@@ -1,7 +1,9 @@
-"""An OpenAI-compatible chat API over collections: ``model`` is ``marginalia:<collection>``; the answer's
-references travel in one extra field, ``references`` (in the reply, or once, in a stream's last chunk), and
-the reading's id in another, ``marginalia`` (in the reply, or in a stream's first chunk) and in the
-``Marginalia-Reading-Id`` header, so a client can stop it with ``POST /v1/readings/{id}/stop``."""
+"""An OpenAI-compatible chat API over collections: ``model`` is ``marginalia:<collection>``, read as
+``extra_body={"marginalia": {"reading": ...}}`` says (by default auto: retrieval, then WiM where retrieval's
+answer does not stand). The answer's references travel in one extra field, ``references`` (in the reply, or
+once, in a stream's last chunk), and the reading's id and route in another, ``marginalia`` (in the reply; in a
+stream, the id in the first chunk and the route in the last) and the id in the ``Marginalia-Reading-Id``
+header, so a client can stop it with ``POST /v1/readings/{id}/stop``."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from ...errors import NotFound
 from ...records import Answer, AnswerDelta, Done, Stats
 from ..common import CLIENT_CLOSED, READING_HEADER, STREAMED, get_service
 from ..errors import describe, error_body, error_response
-from ..events import reference_dict
+from ..events import reference_dict, route_dict
 from ..schemas import AskRequest, ChatCompletionRequest
 from ..service import Service
 from ..worker import ClientGone, Failed, Reading
@@ -55,7 +57,8 @@ def usage(stats: Stats) -> dict[str, int]:
 @router.post("/chat/completions", summary="Answer the last user message from a collection (OpenAI's format)",
              description="The reply (or a stream's first chunk) carries `marginalia: {reading_id}`, as does the "
                          "`Marginalia-Reading-Id` header: `POST /v1/readings/{id}/stop` stops the reading, "
-                         "which still answers from what it read. A stream's last chunk carries `references`.",
+                         "which still answers from what it read. The reply (or a stream's last chunk) carries "
+                         "`references` and `marginalia: {route}` (auto: the reading that answered and why).",
              responses=STREAMED)
 async def chat_completions(body: ChatCompletionRequest, request: Request, service: ServiceDep) -> Response:
     if not body.model.startswith(PREFIX) or len(body.model) == len(PREFIX):
@@ -96,7 +99,7 @@ def _completion(reply_id: str, created: int, model: str, answer: Answer, reading
             "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
                          "finish_reason": "stop", "logprobs": None}],
             "usage": usage(answer.stats), "references": [reference_dict(r) for r in answer.references],
-            "marginalia": {"reading_id": reading_id}}
+            "marginalia": {"reading_id": reading_id, "route": route_dict(answer.route)}}
 
 
 def _chunk(reply_id: str, created: int, model: str, delta: dict[str, Any], finish: str | None = None,
@@ -119,7 +122,8 @@ async def _chunks(reading: Reading, item: Any, reply_id: str, created: int, mode
             if isinstance(item, AnswerDelta) and item.text:
                 yield _chunk(reply_id, created, model, {"content": item.text})
             elif isinstance(item, Done):
-                more: dict[str, Any] = {"references": [reference_dict(r) for r in item.answer.references]}
+                more: dict[str, Any] = {"references": [reference_dict(r) for r in item.answer.references],
+                                        "marginalia": {"route": route_dict(item.answer.route)}}
                 if include_usage:
                     more["usage"] = usage(item.answer.stats)
                 yield _chunk(reply_id, created, model, {}, "stop", **more)

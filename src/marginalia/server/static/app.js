@@ -10,7 +10,7 @@ import { Writer } from "./write.js";
 const $ = (id) => document.getElementById(id);
 
 const view = new DocumentView($("doc"), $("doc-title"), $("doc-meta"));
-const options = new ReadingOptions($("patterns"), $("options"), $("options-summary"));
+const options = new ReadingOptions($("patterns"), $("options"), $("options-summary"), $("pattern-hint"));
 const documents = new Map(); // "collection/source/indexed_at" -> the document with its text
 let busy = false;
 
@@ -125,8 +125,8 @@ $("source").addEventListener("change", () => {
 const asker = new Asker({
   form: $("ask"), question: $("question"), paste: $("paste"), ask: $("ask-button"), stop: $("stop-button"),
   status: $("status"), progress: $("progress"), error: $("error"), answerBox: $("answer-box"),
-  answer: $("answer"), cost: $("cost"), references: $("references"), referencesTitle: $("references-title"),
-  marginList: $("margin-list"), collectionMargins: $("collection-margins"),
+  answer: $("answer"), route: $("route"), cost: $("cost"), references: $("references"),
+  referencesTitle: $("references-title"), marginList: $("margin-list"), collectionMargins: $("collection-margins"),
 }, view, options, {
   source: currentSource,
   open: (collection, source) => openDocument(collection, source),

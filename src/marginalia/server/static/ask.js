@@ -1,6 +1,8 @@
 // Asking: the question's source and options become one streamed POST /v1/ask; its events fill the document
 // view (a row per segment, its margin beside it), the status line and the answer. Stop asks the server to stop
 // that reading (POST /v1/readings/{id}/stop): it finishes the step in progress and answers from what was read.
+// Auto reads with rag, then with wim where rag's answer does not stand: its `routed` event says which and why,
+// and each reading's `started` says which pattern the events that follow come from.
 
 import { ApiError, call, part, stream } from "./api.js";
 import { fillMargin, renderInline } from "./reader.js";
@@ -12,6 +14,12 @@ const number = new Intl.NumberFormat("en");
 export function referencePlace(ref) {
   const parts = [ref.document, ...ref.section_path].filter(Boolean);
   return parts.join(" › ") + (ref.page ? ` · p. ${ref.page}` : "");
+}
+
+/** The route line of an auto answer: the reading that answered, and why. */
+export function routeLine(route) {
+  const taken = route.taken === "wim" ? "WiM" : "RAG";
+  return { taken: `Answered by ${taken}`, reason: `: ${route.reason}.` };
 }
 
 /** The cost line of an answer's stats: tokens read (and from cache), generated, seconds. */
@@ -124,7 +132,7 @@ export class Asker {
       let done = false;
       for await (const { event, data } of events) {
         if (event === "error") throw new ApiError(0, data.error.code, data.error.message);
-        this.handle(event, data, pattern, aligned);
+        this.handle(event, data, aligned);
         if (event === "done") done = true;
       }
       if (!done && !this.stopped) throw new Error("the reading ended without an answer");
@@ -142,6 +150,7 @@ export class Asker {
     this.stopped = false;
     this.read = 0;
     this.total = 0;
+    this.current = null; // the pattern whose events arrive (auto: rag, then maybe wim)
     this.els.ask.disabled = true;
     this.els.stop.disabled = false;
     this.els.progress.hidden = false;
@@ -181,15 +190,22 @@ export class Asker {
     }
   }
 
-  handle(event, data, pattern, aligned) {
+  handle(event, data, aligned) {
     const els = this.els;
+    const pattern = this.current;
     switch (event) {
       case "started":
+        if (aligned && data.pattern === "wim" && pattern !== "wim") this.view.reset(true); // auto's wim reading
+        this.current = data.pattern;
+        this.read = 0;
         this.total = data.segments_total;
         els.progress.max = Math.max(1, data.segments_total);
         els.progress.value = 0;
-        this.status(pattern === "wim" ? `Reading ${data.segments_total} segments…`
-          : pattern === "rag" ? `Retrieving from ${data.segments_total} chunks…` : "Reading the whole text…");
+        this.status(data.pattern === "wim" ? `Reading ${data.segments_total} segments…`
+          : data.pattern === "rag" ? `Retrieving from ${data.segments_total} chunks…` : "Reading the whole text…");
+        break;
+      case "routed":
+        this.status(data.taken === "wim" ? `${data.reason}: reading with WiM…` : `${data.reason}.`);
         break;
       case "retrieved":
         this.status(data.outcome === "none" ? "Nothing relevant found in the collection."
@@ -253,6 +269,8 @@ export class Asker {
     els.answer.textContent = "";
     delete els.answer.dataset.streaming;
     els.cost.textContent = "";
+    els.route.replaceChildren();
+    els.route.hidden = true;
     els.references.replaceChildren();
     els.referencesTitle.hidden = true;
   }
@@ -263,8 +281,17 @@ export class Asker {
     els.answer.textContent = data.answer;
     delete els.answer.dataset.streaming;
     els.cost.textContent = costLine(data.stats);
+    if (data.route) {
+      const line = routeLine(data.route);
+      const taken = document.createElement("span");
+      taken.className = "route-taken";
+      taken.textContent = line.taken;
+      els.route.replaceChildren(taken, line.reason);
+      els.route.dataset.taken = data.route.taken;
+      els.route.hidden = false;
+    }
     const total = data.segments_total;
-    const unit = data.pattern === "rag" ? "chunk" : "segment";
+    const unit = (data.route ? data.route.taken : data.pattern) === "rag" ? "chunk" : "segment";
     const read = total > 1 ? ` ${data.segments_read} of ${total} ${unit}s read.` : "";
     this.status((data.stopped_early ? "Stopped early; answered from what was read." : "Done.") + read);
     els.referencesTitle.hidden = !data.references.length;

@@ -25,7 +25,7 @@ function label(name) {
 
 /** A description without the record's "wim: " prefix (the pattern is chosen already). */
 function hint(spec) {
-  return (spec.description || "").replace(/^(wim|lc|rag)(?=[:,])[:,]?\s*/, "");
+  return (spec.description || "").replace(/^(wim|lc|rag|auto)(?=[:,])[:,]?\s*/, "");
 }
 
 class Field {
@@ -120,8 +120,9 @@ export function collect(fields) {
 }
 
 export class ReadingOptions {
-  constructor(patternsEl, optionsEl, summaryEl) {
+  constructor(patternsEl, optionsEl, summaryEl, hintEl) {
     this.patternsEl = patternsEl;
+    this.hintEl = hintEl; // the chosen pattern's description, in a few words
     this.optionsEl = optionsEl;
     this.summaryEl = summaryEl;
     this.patterns = new Map(); // name -> {description, group}
@@ -136,8 +137,11 @@ export class ReadingOptions {
     for (const spec of ask.properties.reading.oneOf) {
       const reading = deref(schema, spec);
       const name = reading.properties.pattern.const;
+      if (!name) continue; // the reading that names no pattern: the page always names one
       const description = (reading.description || name).replace(/, with its options\.?$/, "");
-      this.patterns.set(name, { description, ...group(name, `${name}: ${description}`, reading, ["pattern"]) });
+      const short = description.replace(/ \(.*$/, ""); // without the aside in parentheses
+      this.patterns.set(name, { description, short,
+                                ...group(name, `${name}: ${description}`, reading, ["pattern"]) });
     }
     this.general = group("ask", "Answer", { properties: { temperature: ask.properties.temperature } }, []);
     this.collection = group("collection", "Reading a collection",
@@ -175,13 +179,14 @@ export class ReadingOptions {
 
   get pattern() {
     const checked = this.patternsEl.querySelector("input:checked");
-    return checked ? checked.value : "wim";
+    return checked ? checked.value : "auto";
   }
 
   select(name) {
     const radio = this.patternsEl.querySelector(`input[value="${name}"]`);
     if (radio) radio.checked = true;
     for (const [other, p] of this.patterns) p.fieldset.hidden = other !== name;
+    if (this.hintEl && this.patterns.has(name)) this.hintEl.textContent = this.patterns.get(name).short;
     this.summarise();
   }
 
