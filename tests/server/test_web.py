@@ -273,6 +273,14 @@ def test_the_default_pattern_is_auto_and_the_page_shows_the_route_taken(browser)
         assert rows.count() == page.evaluate("marginalia.asker.total") >= 1
         assert page.locator("#doc .row .margin.kept, #doc .row .margin.dropped").count() == rows.count()
         assert page.inner_text("#status").startswith("Done.")
+        # a short pasted text, auto still chosen: the route by size reads it with WiM, no route to show
+        page.select_option("#source", "paste")
+        page.fill("#paste", REPORT)
+        page.fill("#question", QUESTION)
+        page.click("#ask-button")
+        wait_done(page)
+        assert page.is_checked("#pattern-auto") and page.is_hidden("#route")
+        assert page.locator("#doc .row[data-segment]").count() == page.evaluate("marginalia.asker.total") >= 1
 
 
 def tab_to(page: Any, check: str, limit: int = 40) -> None:

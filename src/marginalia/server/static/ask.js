@@ -101,6 +101,8 @@ export class Asker {
           return;
         }
         body.text = text;
+        // auto on a pasted text takes the route by size: WiM reads a short text whole, a long one routes
+        if (pattern === "auto") delete body.reading.pattern;
         this.view.show("text", text, "Pasted text", `${number.format(text.length)} characters`);
       } else {
         body.collection = source.collection;
