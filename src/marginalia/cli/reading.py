@@ -183,15 +183,20 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
                 extra += (f", {s.dropped_context_tokens} context tokens dropped to make room "
                           f"(the cache held {s.peak_cache_tokens} at most)")
             cached = f" ({s.cached_context_tokens} more from the stored reading)" if s.cached_context_tokens else ""
+            if s.prefilled_context_tokens is None or s.prefilled_other_tokens is None:
+                prefilled = f"tokens prefilled not reported by the server{cached}"
+            else:
+                prefilled = (f"{s.prefilled_context_tokens} context{cached} + "
+                             f"{s.prefilled_other_tokens} other tokens prefilled")
             reporter.log(
-                f"{answer.pattern}: {s.prefilled_context_tokens} context{cached} + "
-                f"{s.prefilled_other_tokens} other tokens prefilled, "
+                f"{answer.pattern}: {prefilled}, "
                 f"{s.generated_margin_tokens + s.generated_answer_tokens + s.generated_other_tokens}"
                 f" generated, {s.total_seconds:.1f}s{extra}"
             )
             if s.prompt_cache_unreported:
                 reporter.log(f"  ({s.prompt_cache_unreported} of the server's replies did not say what its prompt "
-                             "cache saved: their prompts are counted as prefilled in full)")
+                             "cache saved; vLLM says so when started with --enable-prompt-tokens-details, "
+                             "SGLang with --enable-cache-report)")
     return answer
 
 

@@ -55,7 +55,12 @@ class GenerationParams:
 
 @dataclass
 class Usage:
-    """Running token counters of a generator (prompt tokens actually evaluated)."""
+    """Running token counters of a generator (prompt tokens actually evaluated).
+
+    Over HTTP the prompt tokens evaluated and those taken from the server's cache are the server's own
+    counts; a request whose reply gave neither is in ``cache_unreported`` and in neither count, so while
+    ``cache_unreported`` is above 0 those two are unknown (not a lower bound to read as a total).
+    """
 
     prefilled_tokens: int = 0
     generated_tokens: int = 0
@@ -67,7 +72,7 @@ class Usage:
     prompt_tokens_sent: int = 0
     prompt_tokens_cached: int = 0
     #: HTTP requests whose server said nothing of its prompt cache (neither cached nor
-    #: evaluated prompt tokens): their prompts count as evaluated in full
+    #: evaluated prompt tokens): counted in neither, which are then unknown
     cache_unreported: int = 0
     #: where a pattern is told which of its context tokens the backend evaluated, and how often (attached
     #: for a run; not a counter: snapshots leave it out)

@@ -372,29 +372,29 @@ class OpenAIGenerator(CachingGenerator):
 
     def _book(self, ids: list[int], usage: UsageReport | None, timings: Timings | None, text: str,
               t0: float, first: float | None) -> None:
-        """Add one request to the usage account, trusting the server's counts when it gives them.
+        """Add one request to the usage account, with the server's own counts of its prompt cache.
 
         The prompt tokens the server evaluated are taken to be its last ones (a prefix cache serves a
         prefix); in chat mode the server's own tokens may differ from ours, so their positions are ours.
+        A reply that says neither how many prompt tokens the server took from its cache nor how many it
+        evaluated leaves both unknown: the request is counted in ``cache_unreported`` and in neither
+        count (nor in the ledger), never as a prompt evaluated in full.
         """
         sent = len(ids)
-        cached = timings.cache_n if timings else None
-        if cached is None and usage and usage.prompt_tokens_details:
-            cached = usage.prompt_tokens_details.cached_tokens
-        evaluated = timings.prompt_n if timings else None
-        unreported = cached is None and evaluated is None  # neither count: the prompt is booked in full
-        if evaluated is None and usage and usage.prompt_tokens is not None:
-            evaluated = usage.prompt_tokens - (cached or 0)
+        counts = server_counts(usage, timings, sent)
         end = time.perf_counter()
         generated = self._tokenizer.count(text) if text else 0
         with self._lock:
             u = self.usage
             u.requests += 1
             u.prompt_tokens_sent += sent
-            u.prompt_tokens_cached += cached or 0
-            u.cache_unreported += unreported
-            u.prefilled_tokens += evaluated if evaluated is not None else sent
-            u.evaluated(ids, sent - (sent if evaluated is None else min(max(evaluated, 0), sent)), sent)
+            if counts is None:
+                u.cache_unreported += 1
+            else:
+                cached, evaluated = counts
+                u.prompt_tokens_cached += cached
+                u.prefilled_tokens += evaluated
+                u.evaluated(ids, sent - min(evaluated, sent), sent)
             u.generated_tokens += generated
             u.prefill_seconds += (first or end) - t0
             u.decode_seconds += end - (first or end)
@@ -525,6 +525,30 @@ def check_server(base_url: str, mode: str) -> None:
         raise UserError(f"the server URL {base_url!r} must start with http:// or https://")
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r} for {base_url}; choose one of {', '.join(MODES)}")
+
+
+def server_counts(usage: UsageReport | None, timings: Timings | None, sent: int) -> tuple[int, int] | None:
+    """``(cached, evaluated)``: the prompt tokens a server says it took from its prefix cache and those it
+    evaluated, or None when its reply says neither.
+
+    llama.cpp's server gives both in ``timings`` (``cache_n``, ``prompt_n``); vLLM (with
+    ``--enable-prompt-tokens-details``), SGLang and OpenAI give ``usage.prompt_tokens_details.cached_tokens``
+    beside ``usage.prompt_tokens``. Where a reply gives one of the two, the other is the rest of the prompt
+    (its length as the server counts it, else ``sent``, the tokens sent). A bare ``usage.prompt_tokens``
+    says how long the prompt was, not what the server computed of it: None.
+    """
+    cached = timings.cache_n if timings else None
+    if cached is None and usage is not None and usage.prompt_tokens_details is not None:
+        cached = usage.prompt_tokens_details.cached_tokens
+    evaluated = timings.prompt_n if timings else None
+    if cached is None and evaluated is None:
+        return None
+    whole = usage.prompt_tokens if usage is not None and usage.prompt_tokens is not None else None
+    if evaluated is None:
+        evaluated = (sent if whole is None else whole) - (cached or 0)
+    if cached is None:
+        cached = (sent if whole is None else whole) - evaluated
+    return max(cached, 0), max(evaluated, 0)
 
 
 def window_of(models: Sequence[ModelEntry], model: str) -> int | None:

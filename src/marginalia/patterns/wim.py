@@ -425,6 +425,7 @@ class WimReader:
             ledger_before = (self.ledger.evaluated, self.ledger.repeated)
             self._load()
             yield Started(name, 1, n_context)
+            held = sum(s.n_tokens for s in segments[:self.read])  # in the kept reading: not read by this run
             worker, end = self.worker, self.ends[-1]
             if self.read < len(segments):  # read the rest (a reading stopped early), then keep it
                 if worker.length == 0 and self.full is None:
@@ -443,7 +444,9 @@ class WimReader:
                                reprefilled_context=self.ledger.repeated - ledger_before[1],
                                answer_tokens=used.generated_tokens, answer_seconds=used.decode_seconds,
                                time_to_first_answer_token=first)
-        stats = replace(stats, cached_context_tokens=n_context - prefilled,
+        # the backend's account where it has one (a server may have lost part of what we kept), else ours
+        cached = n_context - stats.prefilled_context_tokens if stats.prefilled_context_tokens is not None else held
+        stats = replace(stats, cached_context_tokens=cached,
                         peak_cache_tokens=min(end + len(suffix) + stats.generated_answer_tokens, gen.context_window))
         yield Done(Answer(
             question=question, text=text.strip(), pattern=name, model=gen.name,
