@@ -221,3 +221,24 @@ def test_counts_a_server_did_not_report_are_unknown_not_guessed(doc, monkeypatch
     summary = next(line for line in err.splitlines() if line.startswith("wim:"))
     assert "tokens prefilled not reported by the server" in summary
     assert not any(ch.isdigit() for ch in summary.split(",")[0])  # no count of prefilled tokens
+
+
+def test_model_folder_prints_the_converted_folder_of_a_gguf_model(tmp_path, monkeypatch):
+    from marginalia.models import loaders
+
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF")
+    converted = []
+
+    def convert(path, home, log=None):
+        converted.append((path, home))
+        return home / "models" / "tiny"
+
+    monkeypatch.setattr(loaders, "convert_gguf", convert)
+    code, out, _ = run_cli("model-folder", f"gguf:{gguf}", "--home", str(tmp_path / "home"))
+    assert code == 0 and out == f"{tmp_path / 'home' / 'models' / 'tiny'}\n"
+    assert converted == [(gguf, tmp_path / "home")]
+    code, _, err = run_cli("model-folder", f"hf:{tmp_path}")
+    assert code == 2 and "give 'smollm2' or 'gguf:<file>'" in err
+    code, _, err = run_cli("model-folder", f"gguf:{tmp_path / 'missing.gguf'}")
+    assert code == 2 and "no GGUF file" in err

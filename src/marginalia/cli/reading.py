@@ -1,4 +1,4 @@
-"""Reading one document: ask, demo, models and serve-model."""
+"""Reading one document: ask, demo, models, serve-model and model-folder."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def pattern_from_args(args: argparse.Namespace) -> PatternOptions:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ask, demo, models and serve-model."""
+    """Add ask, demo, models, serve-model and model-folder."""
     models = model_options()
     ask = sub.add_parser(
         "ask", parents=[common, models], formatter_class=Formatter,
@@ -116,9 +116,19 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     serve.add_argument("--port", type=port_number, default=8080, help="port to listen on")
     serve.add_argument("--n-ctx", type=positive_int, default=8192, metavar="N",
                        help="context window to allocate, in tokens")
+    folder = sub.add_parser(
+        "model-folder", parents=[common], formatter_class=Formatter,
+        help="print the Hugging Face folder of a GGUF model (default: the embedded one), for vLLM or SGLang",
+        description="De-quantize a GGUF model once into a Hugging Face folder (config, safetensors weights, "
+                    "tokenizer) under the home directory, and print its path: what a serving engine loads, e.g. "
+                    "`vllm serve $(marginalia model-folder) --served-model-name smollm2`. `make vllm-serve` "
+                    "serves the embedded model so on vLLM's CPU build.",
+    )
+    folder.add_argument("model", nargs="?", default="smollm2", metavar="SPEC", help="'smollm2' or 'gguf:<file>'")
     ask.set_defaults(handler=cmd_ask)
     demo.set_defaults(handler=cmd_demo)
     serve.set_defaults(handler=cmd_serve_model)
+    folder.set_defaults(handler=cmd_model_folder)
 
 
 def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
@@ -253,6 +263,13 @@ def serve_command(args: argparse.Namespace, log: Callable[[str], None] | None = 
     model's Q8_0 copy says, the first time)."""
     return app.model_server_command(args.model, host=args.host, port=args.port, n_ctx=args.n_ctx,
                                     verbose=args.verbose, log=log)
+
+
+def cmd_model_folder(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    path = app.model_folder(args.model, home=args.home, log=lambda line: print(f"marginalia: {line}", file=err,
+                                                                              flush=True))
+    out.write(f"{path}\n")
+    return 0
 
 
 def cmd_serve_model(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
