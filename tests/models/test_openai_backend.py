@@ -749,6 +749,25 @@ def test_wim_pipelines_margin_requests_when_the_server_allows(
     assert answer.stats.generated_margin_tokens == sequential.stats.generated_margin_tokens > 0
 
 
+def test_wim_sends_a_reading_one_request_at_a_time_to_a_server_with_a_prompt_per_slot(
+        server: FakeServer, make_gen: Callable[..., Any], doc: str) -> None:
+    server.respond = reader()
+    server.pace = 0.01
+    server.models = [{"id": "tiny", "object": "model", "owned_by": "llamacpp", "meta": {"n_ctx_train": 8192}}]
+    gen = make_gen(concurrency=3)
+    assert not gen.shares_prefixes
+    answer = WiM(gen, segment_tokens=SEGMENT_TOKENS).answer(doc, QUESTION)
+    assert answer.text == ANSWER
+    assert in_flight(server.spans) == 1  # each request finds the one before it in the slot that read it
+    assert [s.method for s in server.seen].count("GET") == 1  # asked once
+    # a server that shares its prefix cache across requests, or one that says nothing of itself: side by side
+    server.models = [{"id": "tiny", "owned_by": "vllm"}]
+    assert make_gen(concurrency=3).shares_prefixes
+    server.models = []
+    assert make_gen(concurrency=3).shares_prefixes
+    assert not make_gen(concurrency=3, shares_prefixes=False).shares_prefixes
+
+
 def test_lc_and_rag(server: FakeServer, make_gen: Callable[..., Any], doc: str) -> None:
     server.respond = reader()
     gen = make_gen()

@@ -152,6 +152,10 @@ class Generator(ABC):
     concurrency: int = 1
     #: Whether requests go to a server whose prefix cache decides what a request costs (HTTP backends)
     remote: bool = False
+    #: Whether requests in flight side by side find each other's prompts in the prefix cache: a cache shared
+    #: by every request (vLLM's, SGLang's blocks). A server that keeps a prompt per slot (llama.cpp's
+    #: llama-server) reuses it only in the slot that read it, so a reading's requests go one at a time there.
+    shares_prefixes: bool = True
     #: Whether `GenerationParams.copy_from` and ``no_repeat_ngram`` are enforced (patterns that need them
     #: check this when they are made; a backend without it refuses such requests)
     supports_copy: bool = False

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import logging
 import os
 import re
 import threading
@@ -48,6 +49,8 @@ DEFAULT_WINDOW = 4096
 BACKOFF = (0.5, 1.0, 2.0)  # seconds before retry 1, 2, 3
 MAX_RETRY_AFTER = 60.0  # a server asking to wait longer gets an error, not a hang
 KEY_VARS = ("MARGINALIA_API_KEY", "OPENAI_API_KEY")
+#: the ``owned_by`` of llama.cpp's llama-server in ``GET /models``: a server that keeps a prompt per slot
+PER_SLOT_OWNER = "llamacpp"
 START_HINT = ("start one with e.g. `llama-server -m model.gguf --port 8080` "
               "(then use openai:http://127.0.0.1:8080/v1#<model>) or `vllm serve <model>`")
 _SYS = "\u2063MARGINALIA-SYSTEM\u2063"
@@ -62,6 +65,7 @@ _CONNECTION_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemotePr
                         httpx.ReadError, httpx.WriteError)
 
 RenderChat = Callable[[Sequence[Message], bool], str]
+log = logging.getLogger(__name__)
 
 
 class _StreamFault(Exception):
@@ -124,6 +128,10 @@ class OpenAIGenerator(CachingGenerator):
             requests and keep a block prefix cache (vLLM, SGLang); keep 1 for a one-slot
             server such as llama-cpp-python's, which queues them anyway (or, started
             without ``--interrupt_requests false``, cuts the running stream off).
+        shares_prefixes: whether requests side by side find each other's prompts in the server's prefix
+            cache; None asks ``GET /models`` once, when it matters: llama.cpp's llama-server (``owned_by``
+            "llamacpp") keeps a prompt per slot, so WiM sends a reading's requests one at a time there
+            (``concurrency`` then serves readings side by side, each on a slot of its own).
     """
 
     remote = True
@@ -148,6 +156,7 @@ class OpenAIGenerator(CachingGenerator):
         name: str | None = None,
         extra_body: dict[str, Any] | None = None,
         concurrency: int = 1,
+        shares_prefixes: bool | None = None,
     ) -> None:
         super().__init__()
         if concurrency < 1:
@@ -178,6 +187,7 @@ class OpenAIGenerator(CachingGenerator):
             headers={"Authorization": f"Bearer {key}"} if key else {},
         )
         self._ids: list[int] = []
+        self._shares = shares_prefixes
 
     # -- Generator ---------------------------------------------------------
 
@@ -198,6 +208,18 @@ class OpenAIGenerator(CachingGenerator):
     @context_window.setter
     def context_window(self, value: int) -> None:
         self._window = value
+
+    @property  # type: ignore[override]
+    def shares_prefixes(self) -> bool:
+        """Given, else from ``GET /models`` (asked once): False for llama.cpp's llama-server."""
+        if self._shares is None:
+            entries = self.list_models()
+            entry = next((m for m in entries if m.id == self.model), entries[0] if len(entries) == 1 else None)
+            self._shares = not (entry is not None and entry.owned_by == PER_SLOT_OWNER)
+            if not self._shares and self.concurrency > 1:
+                log.info("%s keeps a prompt per slot: a reading's requests go one at a time; concurrency=%d "
+                         "serves readings side by side", self.base_url, self.concurrency)
+        return self._shares
 
     def stream_prompt(self, prompt_ids: Sequence[int], params: GenerationParams) -> Iterator[str]:
         """One stateless request with just ``prompt_ids``; the local prefix is untouched."""

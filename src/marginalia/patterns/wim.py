@@ -10,7 +10,9 @@ question appended. Every context token is prefilled once.
 A generator that allows several requests in flight (``concurrency`` > 1: a server
 that batches) gets the margins pipelined: segment k+1's margin request is sent once
 segment k's has been taken in, so margins decode side by side while each request
-still extends the prompt before it.
+still extends the prompt before it. Not on a server that keeps a prompt per slot
+(``shares_prefixes`` false): side by side, the requests would land on slots that hold
+another segment's prefix and read the difference again.
 """
 
 from __future__ import annotations
@@ -499,7 +501,8 @@ class WimReader:
         cached_tokens = 0
         first_margin: float | None = None
         margin_seconds = 0.0
-        write = wim._pipelined if gen.concurrency > 1 else wim._sequential
+        # side by side only where each request still finds the one before it in the server's prefix cache
+        write = wim._pipelined if gen.concurrency > 1 and gen.shares_prefixes else wim._sequential
         steps: Iterator[SegmentRead | _Written]
         batched = wim.batch_margins and gen.max_branches > 1  # batched margins stay as written (no copy)
         if batched and held_before and self.full is not None:
