@@ -22,6 +22,8 @@ REPLIES = Path(__file__).parent.parent / "data" / "server_replies"
 EXPECTED: dict[str, list[tuple[int, int]] | None] = {
     "vllm-prompt-tokens-details": [(137, 0), (138, 128)],
     "vllm": None,
+    "llama-server": [(137, 0), (138, 135)],  # in its timings, and in usage as vLLM's
+    "llama-cpp-python": None,  # no usage at all
 }
 
 
