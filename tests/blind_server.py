@@ -19,6 +19,8 @@ def blind_generator(respond: Callable[[str], str], name: str = "blind") -> OpenA
     tok = borrowed.tokenizer
 
     def handle(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":  # the model list: a server that shares its prefix cache, as vLLM's
+            return httpx.Response(200, json={"object": "list", "data": [{"id": name, "owned_by": "vllm"}]})
         body = json.loads(request.content)
         prompt = body["prompt"]
         text = respond(tok.decode(prompt) if isinstance(prompt, list) else prompt)

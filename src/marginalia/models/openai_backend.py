@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import logging
 import os
 import re
 import threading
@@ -32,6 +31,7 @@ from .base import (
     StopScanner,
     Tokenizer,
 )
+from .llama_slots import ServerSlots
 from .openai_replies import Chunk, ErrorBody, MalformedReply, ModelEntry, ModelList, Timings, UsageReport, parse
 from .openai_spec import MODES, OPTIONS
 from .openai_spec import OPENAI_SPEC_FORM as SPEC_FORM
@@ -49,8 +49,6 @@ DEFAULT_WINDOW = 4096
 BACKOFF = (0.5, 1.0, 2.0)  # seconds before retry 1, 2, 3
 MAX_RETRY_AFTER = 60.0  # a server asking to wait longer gets an error, not a hang
 KEY_VARS = ("MARGINALIA_API_KEY", "OPENAI_API_KEY")
-#: the ``owned_by`` of llama.cpp's llama-server in ``GET /models``: a server that keeps a prompt per slot
-PER_SLOT_OWNER = "llamacpp"
 START_HINT = ("start one with e.g. `llama-server -m model.gguf --port 8080` "
               "(then use openai:http://127.0.0.1:8080/v1#<model>) or `vllm serve <model>`")
 _SYS = "\u2063MARGINALIA-SYSTEM\u2063"
@@ -65,7 +63,6 @@ _CONNECTION_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemotePr
                         httpx.ReadError, httpx.WriteError)
 
 RenderChat = Callable[[Sequence[Message], bool], str]
-log = logging.getLogger(__name__)
 
 
 class _StreamFault(Exception):
@@ -187,7 +184,12 @@ class OpenAIGenerator(CachingGenerator):
             headers={"Authorization": f"Bearer {key}"} if key else {},
         )
         self._ids: list[int] = []
-        self._shares = shares_prefixes
+        #: what the server says of itself and of its slots (shared with every fork)
+        self._slots = ServerSlots(self.client, self.base_url, self.list_models, model,
+                                  per_slot=None if shares_prefixes is None else not shares_prefixes)
+        self._slot: int | None = None  # the llama-server slot this generator's requests go to (None: any)
+        self._own_slot = False  # a fork for a reading of its own: pinned to a slot on a per-slot server
+        self._sent: list[int] = []  # the prompt of the last request (what its slot holds, then what it generated)
 
     # -- Generator ---------------------------------------------------------
 
@@ -209,17 +211,11 @@ class OpenAIGenerator(CachingGenerator):
     def context_window(self, value: int) -> None:
         self._window = value
 
-    @property  # type: ignore[override]
-    def shares_prefixes(self) -> bool:
-        """Given, else from ``GET /models`` (asked once): False for llama.cpp's llama-server."""
-        if self._shares is None:
-            entries = self.list_models()
-            entry = next((m for m in entries if m.id == self.model), entries[0] if len(entries) == 1 else None)
-            self._shares = not (entry is not None and entry.owned_by == PER_SLOT_OWNER)
-            if not self._shares and self.concurrency > 1:
-                log.info("%s keeps a prompt per slot: a reading's requests go one at a time; concurrency=%d "
-                         "serves readings side by side", self.base_url, self.concurrency)
-        return self._shares
+    @property
+    def shares_prefixes(self) -> bool:  # type: ignore[override]
+        """Given, else from ``GET /models`` (asked once for this generator and its forks): False for llama.cpp's
+        llama-server."""
+        return not self._slots.per_slot
 
     def stream_prompt(self, prompt_ids: Sequence[int], params: GenerationParams) -> Iterator[str]:
         """One stateless request with just ``prompt_ids``; the local prefix is untouched."""
@@ -255,14 +251,27 @@ class OpenAIGenerator(CachingGenerator):
         del self._ids[start:end]
 
     def snapshot(self) -> CacheSnapshot:
-        return CacheSnapshot(tuple(self._ids))  # the server caches the prefix itself
+        """The prefix; the server caches it itself. On a llama-server slot that has just read it, the slot's
+        state is also saved to a file on the server, for `restore` to put back."""
+        if self._slot is not None and self._ids and self._sent[:len(self._ids)] == self._ids:
+            self._slots.save(self._slot, self._ids)
+        return CacheSnapshot(tuple(self._ids))
 
     def restore(self, snapshot: CacheSnapshot) -> None:
+        """Take the snapshot's prefix; on a llama-server slot whose file holds it, put it back into the slot, so
+        that the next request finds it (a slot keeps only the last prompt's prefix)."""
         self._ids = list(snapshot.ids)
+        if self._slot is not None:
+            self._slots.restore(self._slot, snapshot.ids)
 
     def fork(self, keep_cache: bool = True) -> OpenAIGenerator:
-        other = copy.copy(self)  # shares the client, the tokenizer and the usage account
+        """A copy sharing the client, the tokenizer, the usage account and what the server said of itself. An
+        empty one is a reading of its own: on a server with a prompt per slot, its requests go to a slot of
+        their own (chosen at its first request)."""
+        other = copy.copy(self)
         other._ids = list(self._ids) if keep_cache else []
+        if not keep_cache:
+            other._slot, other._own_slot, other._sent = None, True, []
         return other
 
     def _decode_from_cache(self, params: GenerationParams, commit: bool = False) -> Iterator[str]:
@@ -293,6 +302,8 @@ class OpenAIGenerator(CachingGenerator):
             body["stop"] = list(params.stop)
         if params.seed is not None:
             body["seed"] = params.seed
+        if self._slot is not None:
+            body["id_slot"] = self._slot  # llama-server: the slot that holds this reading's prefix
         return {**body, **self.extra_body}
 
     def messages_of(self, ids: Sequence[int]) -> list[Message]:
@@ -328,6 +339,8 @@ class OpenAIGenerator(CachingGenerator):
         usage: UsageReport | None = None
         timings: Timings | None = None
         scanner = StopScanner(params.stop)
+        if self._own_slot and self._slot is None and self._slots.per_slot:
+            self._slot = self._slots.next_slot()
         response = self._open("/chat/completions" if chat else "/completions",
                               self._body(ids, params))
         received = ""
@@ -369,6 +382,7 @@ class OpenAIGenerator(CachingGenerator):
                                "still running and serving this API?") from fault.__cause__
         finally:
             response.close()
+            self._sent = ids
             self._book(ids, usage, timings, scanner.text[:scanner.emitted], t0, first)
 
     @staticmethod
