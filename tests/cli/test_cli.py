@@ -208,7 +208,7 @@ def test_counts_a_server_did_not_report_are_unknown_not_guessed(doc, monkeypatch
 
     monkeypatch.setitem(registry._NAMED, "blind", (lambda arg, ctx: blind_generator(respond), "test"))
     ask = ("ask", str(doc), "Which pier does the night ferry leave from?", "--model", "blind",
-           "--segment-tokens", "200")
+           "--pattern", "wim", "--segment-tokens", "200")
     code, out, _ = run_cli(*ask, "--json", "-q")
     assert code == 0
     stats = json.loads(out)["stats"]
@@ -218,7 +218,7 @@ def test_counts_a_server_did_not_report_are_unknown_not_guessed(doc, monkeypatch
         assert stats[key] is None, key
     code, out, err = run_cli(*ask)
     assert code == 0 and FACT in out
-    summary = next(line for line in err.splitlines() if line.startswith("wim:"))
+    summary = next(line for line in err.splitlines() if line.startswith("wim") and " generated, " in line)
     assert "tokens prefilled not reported by the server" in summary
     assert not any(ch.isdigit() for ch in summary.split(",")[0])  # no count of prefilled tokens
 
