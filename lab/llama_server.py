@@ -18,6 +18,7 @@ Writes the ``llama_server`` section of lab/findings/llama_server.md.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import shutil
 import socket
@@ -80,9 +81,12 @@ def start(binary: Path, gguf: Path, slots: int, window: int, cache_ram: int, log
     import httpx
 
     port = free_port()
+    files = tempfile.mkdtemp(prefix="llama-slots-")  # slot files: a later question puts its reading back
+    atexit.register(shutil.rmtree, files, ignore_errors=True)
     command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
                "--parallel", str(slots), "--kv-unified", "-c", str(window * slots),
-               "--cache-ram", str(cache_ram), "-t", str(os.cpu_count() or 2), "--no-webui"]
+               "--cache-ram", str(cache_ram), "-t", str(os.cpu_count() or 2), "--no-webui",
+               "--slot-save-path", files + os.sep]
     with log.open("w") as err:
         proc = subprocess.Popen(command, stdout=err, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -130,17 +130,20 @@ class Stats:
 
     context_tokens: int = 0
     #: context tokens the backend evaluated (by its own account: what it passed to prefill, or over HTTP
-    #: what the server reports it did not take from its cache), repeats included
-    prefilled_context_tokens: int = 0
-    #: of those, evaluations of a context token evaluated before in the same reading (0 when each is read once)
-    reprefilled_context_tokens: int = 0
+    #: what the server reports it did not take from its cache), repeats included; None when a server's
+    #: reply did not say (`prompt_cache_unreported`)
+    prefilled_context_tokens: int | None = 0
+    #: of those, evaluations of a context token evaluated before in the same reading (0 when each is read
+    #: once; None when unknown, as above)
+    reprefilled_context_tokens: int | None = 0
     #: context tokens taken from a kept or stored cache of the document instead of prefilled (WiM)
     cached_context_tokens: int = 0
     #: context tokens dropped from the cache to make room for the rest of a long document (WiM)
     dropped_context_tokens: int = 0
     #: the most tokens the cache held at once: the document part, a prompt and what it generated (WiM)
     peak_cache_tokens: int = 0
-    prefilled_other_tokens: int = 0
+    #: prompt tokens evaluated that are not context (instructions, questions, margin prompts; None: unknown)
+    prefilled_other_tokens: int | None = 0
     generated_margin_tokens: int = 0
     generated_answer_tokens: int = 0
     generated_other_tokens: int = 0
@@ -151,10 +154,12 @@ class Stats:
     total_seconds: float = 0.0
     time_to_first_margin: float | None = None
     time_to_first_answer_token: float | None = None
-    #: over HTTP: prompt tokens sent, and those the server reported taking from its cache
+    #: over HTTP: prompt tokens sent, and those the server reported taking from its cache (None when a
+    #: reply did not say)
     prompt_tokens_sent: int = 0
-    prompt_tokens_cached: int = 0
-    #: requests whose server did not say what its prompt cache saved (counted as evaluated in full)
+    prompt_tokens_cached: int | None = 0
+    #: requests whose server did not say what its prompt cache saved; while above 0, the counts that rest
+    #: on it (prefilled, re-prefilled, cached prompt tokens) are None: unknown, not guessed
     prompt_cache_unreported: int = 0
 
 

@@ -388,3 +388,15 @@ def test_run_machines_counts_a_run_held_to_all_its_cores_as_the_same_machine() -
     info = {"invocations": [{"machine": old}, {"machine": new}, {"machine": pinned}, {"machine": None}, {}]}
     assert run_machines(info) == [old, pinned]
     assert run_machines({}) == []
+
+
+def test_a_count_the_server_did_not_report_is_unknown_in_the_cost(tmp_path: Path) -> None:
+    records = lexical_records()
+    for r in records:  # wim ran on a model server that did not say what it took from its prompt cache
+        if r["pattern"] == "wim" and r.get("stats"):
+            r["stats"].update(prefilled_context_tokens=None, prefilled_other_tokens=None)
+    files = write_report(fixture_run(tmp_path / "run", records))
+    text = files.report.read_text()
+    assert "| wim | 2 | – | – | 150.0 | 7.00 | – | 0 | 1 |" in text  # unknown, not 0 and not a crash
+    assert "| lc | 6 | 1000 | 50 | 10.0 | 2.67 | – | 1 | 0 |" in text
+    assert (tmp_path / "run" / "cost.png").read_bytes()[:8] == PNG

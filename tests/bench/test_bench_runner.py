@@ -961,3 +961,17 @@ def test_a_carried_run_is_judged_where_its_texts_are(tmp_path: Path) -> None:
     other = ModelJudge(ScriptedGenerator(lambda req: '{"correct": false}', name="strict"))
     with pytest.raises(UserError, match="4 answers of .* were imported without their texts and not judged by strict"):
         rejudge(second, other, err=io.StringIO())
+
+
+def test_voting_sums_stats_and_an_unknown_count_stays_unknown() -> None:
+    from marginalia.records import Stats
+
+    known = Stats(context_tokens=10, prefilled_context_tokens=10, prefilled_other_tokens=5, prompt_tokens_sent=20,
+                  prompt_tokens_cached=4, total_seconds=1.5, time_to_first_margin=0.5)
+    blind = dataclasses.replace(known, prefilled_context_tokens=None, prefilled_other_tokens=None,
+                                prompt_tokens_cached=None, prompt_cache_unreported=2, time_to_first_margin=0.7)
+    total = runner_module._sum_stats([known, blind])
+    assert (total.context_tokens, total.prompt_tokens_sent, total.prompt_cache_unreported) == (20, 40, 2)
+    assert total.prefilled_context_tokens is None and total.prompt_tokens_cached is None
+    assert total.total_seconds == 3.0 and total.time_to_first_margin == 0.5
+    assert runner_module._sum_stats([known, known]).prefilled_context_tokens == 20

@@ -200,3 +200,48 @@ def test_negative_retries_are_refused_before_a_model_loads(command, capsys):
     assert exc.value.code == 2
     assert "--retries: must be 0 or more, got -1" in capsys.readouterr().err
     assert build_parser().parse_args([*command, "--retries", "0"]).retries == 0
+
+
+def test_counts_a_server_did_not_report_are_unknown_not_guessed(doc, monkeypatch):
+    from blind_server import blind_generator
+    from marginalia.models import registry
+
+    def respond(prompt: str) -> str:  # a margin quotes the fact once it has been read; the answer names it
+        return FACT if FACT in prompt else "Nothing about ferries here."
+
+    monkeypatch.setitem(registry._NAMED, "blind", (lambda arg, ctx: blind_generator(respond), "test"))
+    ask = ("ask", str(doc), "Which pier does the night ferry leave from?", "--model", "blind",
+           "--pattern", "wim", "--segment-tokens", "200")
+    code, out, _ = run_cli(*ask, "--json", "-q")
+    assert code == 0
+    stats = json.loads(out)["stats"]
+    assert stats["prompt_cache_unreported"] > 0 and stats["prompt_tokens_sent"] > stats["context_tokens"]
+    for key in ("prefilled_context_tokens", "reprefilled_context_tokens", "prefilled_other_tokens",
+                "prompt_tokens_cached"):
+        assert stats[key] is None, key
+    code, out, err = run_cli(*ask)
+    assert code == 0 and FACT in out
+    summary = next(line for line in err.splitlines() if line.startswith("wim") and " generated, " in line)
+    assert "tokens prefilled not reported by the server" in summary
+    assert not any(ch.isdigit() for ch in summary.split(",")[0])  # no count of prefilled tokens
+
+
+def test_model_folder_prints_the_converted_folder_of_a_gguf_model(tmp_path, monkeypatch):
+    from marginalia.models import loaders
+
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF")
+    converted = []
+
+    def convert(path, home, log=None):
+        converted.append((path, home))
+        return home / "models" / "tiny"
+
+    monkeypatch.setattr(loaders, "convert_gguf", convert)
+    code, out, _ = run_cli("model-folder", f"gguf:{gguf}", "--home", str(tmp_path / "home"))
+    assert code == 0 and out == f"{tmp_path / 'home' / 'models' / 'tiny'}\n"
+    assert converted == [(gguf, tmp_path / "home")]
+    code, _, err = run_cli("model-folder", f"hf:{tmp_path}")
+    assert code == 2 and "give 'smollm2' or 'gguf:<file>'" in err
+    code, _, err = run_cli("model-folder", f"gguf:{tmp_path / 'missing.gguf'}")
+    assert code == 2 and "no GGUF file" in err

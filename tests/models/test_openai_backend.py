@@ -83,7 +83,14 @@ class FakeServer:
         self.reported: list[tuple[int, int]] = []  # (prompt_tokens, cached) per generated stream
         self.pace = 0.0  # seconds between the streamed events of a reply (0: all at once)
         self.spans: list[tuple[float, float]] = []  # (received, finished) per answered POST
-        self._last: list[Any] = []
+        #: llama-server's slots: how many (/props; None: no /props), whether it keeps slot files (else a
+        #: save is refused), what each slot's file holds; a request's ``id_slot`` picks the slot whose prompt
+        #: it is compared with (one slot when it names none)
+        self.total_slots: int | None = None
+        self.slot_files = False
+        self.files: dict[int, list[Any]] = {}
+        self.slot_actions: list[tuple[int, str]] = []
+        self._held: dict[int, list[Any]] = {}
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -94,11 +101,26 @@ class FakeServer:
                 fake.seen.append(Seen("GET", self.path, {}, dict(self.headers)))
                 if self.path.endswith("/models"):
                     self._json(200, {"object": "list", "data": fake.models})
+                elif self.path == "/props" and fake.total_slots:
+                    self._json(200, {"total_slots": fake.total_slots})
                 else:
                     self._json(404, {"error": {"message": "no such route"}})
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path.startswith("/slots/"):
+                    slot, _, action = self.path[len("/slots/"):].partition("?action=")
+                    fake.slot_actions.append((int(slot), action))
+                    if not fake.slot_files:
+                        self._json(501, error("This server does not support slots action. Start it with "
+                                              "`--slot-save-path`", type="not_supported_error"))
+                        return
+                    if action == "save":
+                        fake.files[int(slot)] = list(fake._held.get(int(slot), []))
+                    elif int(slot) in fake.files:
+                        fake._held[int(slot)] = list(fake.files[int(slot)])
+                    self._json(200, {"id_slot": int(slot), "filename": body["filename"]})
+                    return
                 received = time.monotonic()
                 fake.seen.append(Seen("POST", self.path, body, dict(self.headers)))
                 reply = fake.script.pop(0) if fake.script else Reply()
@@ -181,10 +203,11 @@ class FakeServer:
             for stop in body.get("stop", []):
                 reply = reply.split(stop)[0]
         pieces = _PIECE.findall(reply)[: body["max_tokens"]]
+        last = self._held.get(body.get("id_slot", -1), [])
         cached = 0
-        while cached < min(len(units), len(self._last)) and units[cached] == self._last[cached]:
+        while cached < min(len(units), len(last)) and units[cached] == last[cached]:
             cached += 1
-        self._last = units
+        self._held[body.get("id_slot", -1)] = units
         self.reported.append((len(units), cached))
         chat = path.endswith("/chat/completions")
         events = [json.dumps({"choices": [{"index": 0, "finish_reason": None,
@@ -352,7 +375,7 @@ def test_usage_counts_what_the_server_reports(server: FakeServer, make_gen: Call
 
 
 @pytest.mark.parametrize("style", ["llamacpp", "plain", "none"])
-def test_usage_from_llamacpp_timings_or_from_what_was_sent(
+def test_usage_from_llamacpp_timings_or_unknown(
         server: FakeServer, make_gen: Callable[..., Any], style: str) -> None:
     server.usage_style = style
     gen = make_gen()
@@ -360,10 +383,14 @@ def test_usage_from_llamacpp_timings_or_from_what_was_sent(
     for q in (" one", " two"):
         list(gen.generate_from_cache(gen.tokenizer.encode(q)))
     sent = sum(p for p, _ in server.reported)
-    cached = sum(c for _, c in server.reported) if style == "llamacpp" else 0
-    assert gen.usage.prompt_tokens_sent == sent and gen.usage.prompt_tokens_cached == cached
-    assert gen.usage.prefilled_tokens == sent - cached
-    assert gen.usage.cache_unreported == (0 if style == "llamacpp" else 2)
+    assert gen.usage.prompt_tokens_sent == sent
+    if style == "llamacpp":
+        cached = sum(c for _, c in server.reported)
+        assert cached > 0 and gen.usage.prompt_tokens_cached == cached
+        assert gen.usage.prefilled_tokens == sent - cached and gen.usage.cache_unreported == 0
+    else:  # a bare prompt_tokens, or nothing: what the server computed is unknown, and counted nowhere
+        assert gen.usage.cache_unreported == 2
+        assert gen.usage.prompt_tokens_cached == 0 and gen.usage.prefilled_tokens == 0
 
 
 def test_context_window_from_the_server(server: FakeServer, make_gen: Callable[..., Any]) -> None:
@@ -745,6 +772,51 @@ def test_wim_pipelines_margin_requests_when_the_server_allows(
     assert answer.stats.generated_margin_tokens == sequential.stats.generated_margin_tokens > 0
 
 
+def test_wim_sends_a_reading_one_request_at_a_time_to_a_server_with_a_prompt_per_slot(
+        server: FakeServer, make_gen: Callable[..., Any], doc: str) -> None:
+    server.respond = reader()
+    server.pace = 0.01
+    server.models = [{"id": "tiny", "object": "model", "owned_by": "llamacpp", "meta": {"n_ctx_train": 8192}}]
+    gen = make_gen(concurrency=3)
+    assert not gen.shares_prefixes
+    answer = WiM(gen, segment_tokens=SEGMENT_TOKENS).answer(doc, QUESTION)
+    assert answer.text == ANSWER
+    assert in_flight(server.spans) == 1  # each request finds the one before it in the slot that read it
+    assert [s.path for s in server.seen if s.method == "GET"] == ["/v1/models", "/props"]  # asked once
+    assert all("id_slot" not in s.body for s in server.posts())  # a server that says no number of slots
+    # a server that shares its prefix cache across requests, or one that says nothing of itself: side by side
+    server.models = [{"id": "tiny", "owned_by": "vllm"}]
+    assert make_gen(concurrency=3).shares_prefixes
+    server.models = []
+    assert make_gen(concurrency=3).shares_prefixes
+    assert not make_gen(concurrency=3, shares_prefixes=False).shares_prefixes
+
+
+@pytest.mark.parametrize("files", [True, False])
+def test_a_reading_on_llama_server_keeps_its_slot_and_a_second_question_its_file(
+        server: FakeServer, make_gen: Callable[..., Any], doc: str, files: bool) -> None:
+    server.respond = reader()
+    server.models = [{"id": "tiny", "object": "model", "owned_by": "llamacpp"}]
+    server.total_slots, server.slot_files = 4, files
+    gen = make_gen(concurrency=4)
+    reading = WiM(gen, segment_tokens=SEGMENT_TOKENS).reader(doc)
+    first = reading.answer(QUESTION)
+    assert first.text == ANSWER
+    assert first.stats.prefilled_context_tokens == first.stats.context_tokens  # read once, in one slot
+    assert server.slot_actions == [(0, "save")]  # the full reading's slot, once it had read it all
+    server.respond = reader()
+    second = reading.answer(QUESTION)
+    assert second.text == ANSWER
+    assert {s.body.get("id_slot") for s in server.posts()} == {0}  # every request of the reading
+    restores = [a for a in server.slot_actions if a[1] == "restore"]
+    if files:  # each margin request and the answer found the reading in the slot put back from its file
+        assert second.stats.prefilled_context_tokens == 0
+        assert restores == [(0, "restore")] * (len(reading.segments) - 1)  # the first is still in the slot
+    else:  # refused once: the slot keeps only the last prompt, and the document is read again
+        assert restores == [] and server.slot_actions == [(0, "save")]
+        assert second.stats.prefilled_context_tokens > 0.8 * second.stats.context_tokens
+
+
 def test_lc_and_rag(server: FakeServer, make_gen: Callable[..., Any], doc: str) -> None:
     server.respond = reader()
     gen = make_gen()
@@ -765,13 +837,18 @@ def test_wim_over_http_counts_the_context_the_server_evaluated(server: FakeServe
     # the server reported its cache hits: each context token was evaluated once, by its account
     assert answer.stats.prefilled_context_tokens == answer.stats.context_tokens
     assert answer.stats.reprefilled_context_tokens == 0
-    # a server that says nothing of its cache: every prompt counts as evaluated in full, re-reads included
+    assert answer.stats.prompt_tokens_cached is not None and answer.stats.prompt_tokens_cached > 0
+    # a server that says nothing of its cache: what it evaluated is unknown, not a count of re-reads
     server.usage_style = "plain"
     server.respond = reader()
     blind = WiM(make_gen(), segment_tokens=SEGMENT_TOKENS).answer(doc, QUESTION)
-    assert blind.stats.prompt_cache_unreported > 0
-    assert blind.stats.reprefilled_context_tokens == blind.stats.prefilled_context_tokens - blind.stats.context_tokens
-    assert blind.stats.reprefilled_context_tokens > blind.stats.context_tokens
+    assert blind.text == answer.text
+    assert blind.stats.prompt_cache_unreported == len(server.posts()) // 2
+    assert blind.stats.prompt_tokens_sent == answer.stats.prompt_tokens_sent
+    s = blind.stats
+    assert (s.prefilled_context_tokens, s.reprefilled_context_tokens, s.prefilled_other_tokens,
+            s.prompt_tokens_cached) == (None, None, None, None)
+    assert blind.to_dict()["stats"]["reprefilled_context_tokens"] is None
 
 
 def test_a_loop_guard_is_refused_not_ignored(server: FakeServer, make_gen: Callable[..., Any]) -> None:

@@ -361,3 +361,14 @@ def test_the_page_asks_for_the_servers_key_and_uses_it(browser):
             assert page.is_hidden("#key-form") and page.is_visible("#new-collection-name")
         finally:
             page.close()
+
+
+@pytest.mark.browser
+def test_the_cost_line_says_when_the_model_server_did_not_report_what_it_read(browser):
+    stats = {"prefilled_context_tokens": 1200, "cached_context_tokens": 300, "generated_margin_tokens": 10,
+             "generated_answer_tokens": 5, "generated_other_tokens": 0, "total_seconds": 2.0}
+    show = "async (stats) => (await import('/static/ask.js')).costLine(stats)"
+    with serve() as url, open_page(browser, url) as page:
+        assert page.evaluate(show, stats) == "Read 1,500 tokens (300 from cache) · generated 15 · 2.0 s"
+        blind = page.evaluate(show, {**stats, "prefilled_context_tokens": None})
+        assert blind == "Tokens read not reported by the model server (300 from cache) · generated 15 · 2.0 s"

@@ -32,7 +32,15 @@ from .indexing import (
     section_outline,
     upload_suffix,
 )
-from .loading import DEFAULT_EMBEDDER, demo, load_embedder, load_model, model_server_command, model_specs
+from .loading import (
+    DEFAULT_EMBEDDER,
+    demo,
+    load_embedder,
+    load_model,
+    model_folder,
+    model_server_command,
+    model_specs,
+)
 from .reading import (
     DEFAULT_CACHE_BYTES,
     ask_collection,
@@ -60,7 +68,7 @@ if TYPE_CHECKING:  # types the front ends name in annotations (``as``: re-export
 __all__ = [
     # loading
     "BACKENDS", "DEFAULT_EMBEDDER", "DEVICES", "CachingGenerator", "GenerationParams", "Generator", "close_stream",
-    "demo", "load_embedder", "load_model", "model_server_command", "model_specs",
+    "demo", "load_embedder", "load_model", "model_folder", "model_server_command", "model_specs",
     # reading
     "DEFAULT_CACHE_BYTES", "ask_collection", "ask_file", "ask_text", "check_question", "collection_reader",
     "default_options", "document_cache", "document_sections", "locate", "pattern", "read_file", "reader",

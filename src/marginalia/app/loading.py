@@ -1,5 +1,5 @@
-"""Loading what reads: language models by spec, embedders, the bundled demo, and the command that serves a
-GGUF model over HTTP.
+"""Loading what reads: language models by spec, embedders, the bundled demo, the command that serves a
+GGUF model over HTTP, and the model folder a serving engine loads.
 """
 
 from __future__ import annotations
@@ -52,6 +52,30 @@ def model_server_command(model: str = "smollm2", *, host: str = "127.0.0.1", por
     from ..models.llamacpp_server import server_command
 
     return server_command(model, host=host, port=port, n_ctx=n_ctx, verbose=verbose, log=log)
+
+
+def model_folder(spec: str = "smollm2", *, home: str | Path | None = None,
+                 log: Callable[[str], None] | None = None) -> Path:
+    """A Hugging Face model folder (config, safetensors weights, tokenizer) of a GGUF model (``smollm2`` or
+    ``gguf:<file>``), de-quantized once into the home directory: what a serving engine such as vLLM or SGLang
+    loads (``--model FOLDER``). ``log``: what the conversion says, the first time.
+
+    Raises:
+        UserError: a spec that is not a GGUF model, a missing file.
+        MissingDependency: transformers or gguf is not installed.
+    """
+    from ..errors import UserError
+    from ..home import resolve_home
+    from ..models import gguf_file
+    from ..models.loaders import convert_gguf
+
+    path = gguf_file(spec)
+    if path is None:
+        raise UserError(f"a model folder is made from a GGUF model: give 'smollm2' or 'gguf:<file>', not {spec!r} "
+                        "(an hf: folder is one already)")
+    if not path.is_file():
+        raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
+    return convert_gguf(path, resolve_home(home), log=log)
 
 
 def load_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:

@@ -279,8 +279,13 @@ def task_tables(records: list[dict[str, Any]], patterns: Sequence[str]) -> tuple
     return detail, summary, [label, pos_name]
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+def _mean(values: Sequence[float | None]) -> float | None:
+    """The mean, or None when there is nothing to average or one value is unknown (a count the model server
+    did not report: the mean of the rest would pass for the whole)."""
+    if not values or any(v is None for v in values):
+        return None
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known)
 
 
 @dataclass
@@ -797,6 +802,8 @@ def plot_cost(records: list[dict[str, Any]], patterns: Sequence[str], out: Path)
     bottom = [0.0] * len(costs)
     for key, text in (("prefilled_context", "prefilled context"), ("prefilled_other", "prefilled other"),
                       ("generated", "generated")):
+        if any(c[key] is None for c in costs):  # a model server that did not say: no bar, not a zero
+            text += " (not reported by the server for some)"
         vals = [c[key] or 0.0 for c in costs]
         tokens.bar(xs, vals, bottom=bottom, label=text)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]

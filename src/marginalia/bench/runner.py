@@ -162,10 +162,15 @@ def share_readings(built: list[tuple[str, PatternConfig, Pattern]],
 
 
 def _sum_stats(stats: Sequence[Stats]) -> Stats:
-    """Counts and times added up over sampled runs (first-token times from the first run)."""
+    """Counts and times added up over sampled runs (first-token times from the first run); a count that one
+    run does not know (None: the server did not say) is not known for the sum."""
     first = asdict(stats[0])
-    total = {k: (sum(getattr(s, k) for s in stats) if k not in ("time_to_first_margin",
-                                                                "time_to_first_answer_token") else v)
+
+    def total_of(key: str) -> Any:
+        values = [getattr(s, key) for s in stats]
+        return None if any(v is None for v in values) else sum(values)
+
+    total = {k: (total_of(k) if k not in ("time_to_first_margin", "time_to_first_answer_token") else v)
              for k, v in first.items()}
     total = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in total.items()}
     return Stats(**total)

@@ -1,4 +1,4 @@
-"""Reading one document: ask, demo, models and serve-model."""
+"""Reading one document: ask, demo, models, serve-model and model-folder."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def pattern_from_args(args: argparse.Namespace) -> PatternOptions:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ask, demo, models and serve-model."""
+    """Add ask, demo, models, serve-model and model-folder."""
     models = model_options()
     ask = sub.add_parser(
         "ask", parents=[common, models], formatter_class=Formatter,
@@ -132,9 +132,19 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     serve.add_argument("--port", type=port_number, default=8080, help="port to listen on")
     serve.add_argument("--n-ctx", type=positive_int, default=8192, metavar="N",
                        help="context window to allocate, in tokens")
+    folder = sub.add_parser(
+        "model-folder", parents=[common], formatter_class=Formatter,
+        help="print the Hugging Face folder of a GGUF model (default: the embedded one), for vLLM or SGLang",
+        description="De-quantize a GGUF model once into a Hugging Face folder (config, safetensors weights, "
+                    "tokenizer) under the home directory, and print its path: what a serving engine loads, e.g. "
+                    "`vllm serve $(marginalia model-folder) --served-model-name smollm2`. `make vllm-serve` "
+                    "serves the embedded model so on vLLM's CPU build.",
+    )
+    folder.add_argument("model", nargs="?", default="smollm2", metavar="SPEC", help="'smollm2' or 'gguf:<file>'")
     ask.set_defaults(handler=cmd_ask)
     demo.set_defaults(handler=cmd_demo)
     serve.set_defaults(handler=cmd_serve_model)
+    folder.set_defaults(handler=cmd_model_folder)
 
 
 def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
@@ -201,16 +211,21 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
                 extra += (f", {s.dropped_context_tokens} context tokens dropped to make room "
                           f"(the cache held {s.peak_cache_tokens} at most)")
             cached = f" ({s.cached_context_tokens} more from the stored reading)" if s.cached_context_tokens else ""
+            if s.prefilled_context_tokens is None or s.prefilled_other_tokens is None:
+                prefilled = f"tokens prefilled not reported by the server{cached}"
+            else:
+                prefilled = (f"{s.prefilled_context_tokens} context{cached} + "
+                             f"{s.prefilled_other_tokens} other tokens prefilled")
             route = f" \u2192 {answer.route.taken}" if answer.route is not None else ""
             reporter.log(
-                f"{answer.pattern}{route}: {s.prefilled_context_tokens} context{cached} + "
-                f"{s.prefilled_other_tokens} other tokens prefilled, "
+                f"{answer.pattern}{route}: {prefilled}, "
                 f"{s.generated_margin_tokens + s.generated_answer_tokens + s.generated_other_tokens}"
                 f" generated, {s.total_seconds:.1f}s{extra}"
             )
             if s.prompt_cache_unreported:
                 reporter.log(f"  ({s.prompt_cache_unreported} of the server's replies did not say what its prompt "
-                             "cache saved: their prompts are counted as prefilled in full)")
+                             "cache saved; vLLM says so when started with --enable-prompt-tokens-details, "
+                             "SGLang with --enable-cache-report)")
     return answer
 
 
@@ -267,6 +282,13 @@ def serve_command(args: argparse.Namespace, log: Callable[[str], None] | None = 
     model's Q8_0 copy says, the first time)."""
     return app.model_server_command(args.model, host=args.host, port=args.port, n_ctx=args.n_ctx,
                                     verbose=args.verbose, log=log)
+
+
+def cmd_model_folder(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    path = app.model_folder(args.model, home=args.home, log=lambda line: print(f"marginalia: {line}", file=err,
+                                                                              flush=True))
+    out.write(f"{path}\n")
+    return 0
 
 
 def cmd_serve_model(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -300,7 +300,8 @@ class CompletionClient:
         ids = self.encode(text) if ids is None else list(ids)
         healed = text[len(strip_trailing(text)):]  # trailing blanks the prompt left out
         out, raw, first = "", "", None
-        prefilled = generated = 0
+        prefilled: int | None = 0
+        generated = 0
         version = 0
         stopped = False
         with self._fg:
@@ -337,7 +338,9 @@ class CompletionClient:
                     finally:
                         close_stream(stream)  # rolls the cache back to the prompt
                 used = cache.gen.usage.since(before)
-                prefilled, generated = used.prefilled_tokens, used.generated_tokens
+                # unknown when a model server did not say what it took from its prompt cache
+                prefilled = None if used.cache_unreported else used.prefilled_tokens
+                generated = used.generated_tokens
             finally:
                 self._fg_idle.set()
                 completion.result = Suggested(

@@ -119,13 +119,14 @@ class Suggested:
     """A completion ended: its text, and what it cost.
 
     ``prefilled_tokens`` counts the tokens evaluated before the first new one (the text typed since the
-    last completion, nothing more when the cache could be reused); ``cancelled`` means newer typing
+    last completion, nothing more when the cache could be reused; None when a model server did not say
+    what it took from its prompt cache); ``cancelled`` means newer typing
     closed it, and ``text`` is then what had been written so far.
     """
 
     context_chars: int
     text: str
-    prefilled_tokens: int
+    prefilled_tokens: int | None
     generated_tokens: int
     first_token_seconds: float | None
     seconds: float

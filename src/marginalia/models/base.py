@@ -55,7 +55,12 @@ class GenerationParams:
 
 @dataclass
 class Usage:
-    """Running token counters of a generator (prompt tokens actually evaluated)."""
+    """Running token counters of a generator (prompt tokens actually evaluated).
+
+    Over HTTP the prompt tokens evaluated and those taken from the server's cache are the server's own
+    counts; a request whose reply gave neither is in ``cache_unreported`` and in neither count, so while
+    ``cache_unreported`` is above 0 those two are unknown (not a lower bound to read as a total).
+    """
 
     prefilled_tokens: int = 0
     generated_tokens: int = 0
@@ -67,7 +72,7 @@ class Usage:
     prompt_tokens_sent: int = 0
     prompt_tokens_cached: int = 0
     #: HTTP requests whose server said nothing of its prompt cache (neither cached nor
-    #: evaluated prompt tokens): their prompts count as evaluated in full
+    #: evaluated prompt tokens): counted in neither, which are then unknown
     cache_unreported: int = 0
     #: where a pattern is told which of its context tokens the backend evaluated, and how often (attached
     #: for a run; not a counter: snapshots leave it out)
@@ -147,6 +152,10 @@ class Generator(ABC):
     concurrency: int = 1
     #: Whether requests go to a server whose prefix cache decides what a request costs (HTTP backends)
     remote: bool = False
+    #: Whether requests in flight side by side find each other's prompts in the prefix cache: a cache shared
+    #: by every request (vLLM's, SGLang's blocks). A server that keeps a prompt per slot (llama.cpp's
+    #: llama-server) reuses it only in the slot that read it, so a reading's requests go one at a time there.
+    shares_prefixes: bool = True
     #: Whether `GenerationParams.copy_from` and ``no_repeat_ngram`` are enforced (patterns that need them
     #: check this when they are made; a backend without it refuses such requests)
     supports_copy: bool = False

@@ -31,6 +31,7 @@ from .base import (
     StopScanner,
     Tokenizer,
 )
+from .llama_slots import ServerSlots
 from .openai_replies import Chunk, ErrorBody, MalformedReply, ModelEntry, ModelList, Timings, UsageReport, parse
 from .openai_spec import MODES, OPTIONS
 from .openai_spec import OPENAI_SPEC_FORM as SPEC_FORM
@@ -124,6 +125,10 @@ class OpenAIGenerator(CachingGenerator):
             requests and keep a block prefix cache (vLLM, SGLang); keep 1 for a one-slot
             server such as llama-cpp-python's, which queues them anyway (or, started
             without ``--interrupt_requests false``, cuts the running stream off).
+        shares_prefixes: whether requests side by side find each other's prompts in the server's prefix
+            cache; None asks ``GET /models`` once, when it matters: llama.cpp's llama-server (``owned_by``
+            "llamacpp") keeps a prompt per slot, so WiM sends a reading's requests one at a time there
+            (``concurrency`` then serves readings side by side, each on a slot of its own).
     """
 
     remote = True
@@ -148,6 +153,7 @@ class OpenAIGenerator(CachingGenerator):
         name: str | None = None,
         extra_body: dict[str, Any] | None = None,
         concurrency: int = 1,
+        shares_prefixes: bool | None = None,
     ) -> None:
         super().__init__()
         if concurrency < 1:
@@ -178,6 +184,12 @@ class OpenAIGenerator(CachingGenerator):
             headers={"Authorization": f"Bearer {key}"} if key else {},
         )
         self._ids: list[int] = []
+        #: what the server says of itself and of its slots (shared with every fork)
+        self._slots = ServerSlots(self.client, self.base_url, self.list_models, model,
+                                  per_slot=None if shares_prefixes is None else not shares_prefixes)
+        self._slot: int | None = None  # the llama-server slot this generator's requests go to (None: any)
+        self._own_slot = False  # a fork for a reading of its own: pinned to a slot on a per-slot server
+        self._sent: list[int] = []  # the prompt of the last request (what its slot holds, then what it generated)
 
     # -- Generator ---------------------------------------------------------
 
@@ -198,6 +210,12 @@ class OpenAIGenerator(CachingGenerator):
     @context_window.setter
     def context_window(self, value: int) -> None:
         self._window = value
+
+    @property
+    def shares_prefixes(self) -> bool:  # type: ignore[override]
+        """Given, else from ``GET /models`` (asked once for this generator and its forks): False for llama.cpp's
+        llama-server."""
+        return not self._slots.per_slot
 
     def stream_prompt(self, prompt_ids: Sequence[int], params: GenerationParams) -> Iterator[str]:
         """One stateless request with just ``prompt_ids``; the local prefix is untouched."""
@@ -233,14 +251,27 @@ class OpenAIGenerator(CachingGenerator):
         del self._ids[start:end]
 
     def snapshot(self) -> CacheSnapshot:
-        return CacheSnapshot(tuple(self._ids))  # the server caches the prefix itself
+        """The prefix; the server caches it itself. On a llama-server slot that has just read it, the slot's
+        state is also saved to a file on the server, for `restore` to put back."""
+        if self._slot is not None and self._ids and self._sent[:len(self._ids)] == self._ids:
+            self._slots.save(self._slot, self._ids)
+        return CacheSnapshot(tuple(self._ids))
 
     def restore(self, snapshot: CacheSnapshot) -> None:
+        """Take the snapshot's prefix; on a llama-server slot whose file holds it, put it back into the slot, so
+        that the next request finds it (a slot keeps only the last prompt's prefix)."""
         self._ids = list(snapshot.ids)
+        if self._slot is not None:
+            self._slots.restore(self._slot, snapshot.ids)
 
     def fork(self, keep_cache: bool = True) -> OpenAIGenerator:
-        other = copy.copy(self)  # shares the client, the tokenizer and the usage account
+        """A copy sharing the client, the tokenizer, the usage account and what the server said of itself. An
+        empty one is a reading of its own: on a server with a prompt per slot, its requests go to a slot of
+        their own (chosen at its first request)."""
+        other = copy.copy(self)
         other._ids = list(self._ids) if keep_cache else []
+        if not keep_cache:
+            other._slot, other._own_slot, other._sent = None, True, []
         return other
 
     def _decode_from_cache(self, params: GenerationParams, commit: bool = False) -> Iterator[str]:
@@ -271,6 +302,8 @@ class OpenAIGenerator(CachingGenerator):
             body["stop"] = list(params.stop)
         if params.seed is not None:
             body["seed"] = params.seed
+        if self._slot is not None:
+            body["id_slot"] = self._slot  # llama-server: the slot that holds this reading's prefix
         return {**body, **self.extra_body}
 
     def messages_of(self, ids: Sequence[int]) -> list[Message]:
@@ -306,6 +339,8 @@ class OpenAIGenerator(CachingGenerator):
         usage: UsageReport | None = None
         timings: Timings | None = None
         scanner = StopScanner(params.stop)
+        if self._own_slot and self._slot is None and self._slots.per_slot:
+            self._slot = self._slots.next_slot()
         response = self._open("/chat/completions" if chat else "/completions",
                               self._body(ids, params))
         received = ""
@@ -347,6 +382,7 @@ class OpenAIGenerator(CachingGenerator):
                                "still running and serving this API?") from fault.__cause__
         finally:
             response.close()
+            self._sent = ids
             self._book(ids, usage, timings, scanner.text[:scanner.emitted], t0, first)
 
     @staticmethod
@@ -372,29 +408,29 @@ class OpenAIGenerator(CachingGenerator):
 
     def _book(self, ids: list[int], usage: UsageReport | None, timings: Timings | None, text: str,
               t0: float, first: float | None) -> None:
-        """Add one request to the usage account, trusting the server's counts when it gives them.
+        """Add one request to the usage account, with the server's own counts of its prompt cache.
 
         The prompt tokens the server evaluated are taken to be its last ones (a prefix cache serves a
         prefix); in chat mode the server's own tokens may differ from ours, so their positions are ours.
+        A reply that says neither how many prompt tokens the server took from its cache nor how many it
+        evaluated leaves both unknown: the request is counted in ``cache_unreported`` and in neither
+        count (nor in the ledger), never as a prompt evaluated in full.
         """
         sent = len(ids)
-        cached = timings.cache_n if timings else None
-        if cached is None and usage and usage.prompt_tokens_details:
-            cached = usage.prompt_tokens_details.cached_tokens
-        evaluated = timings.prompt_n if timings else None
-        unreported = cached is None and evaluated is None  # neither count: the prompt is booked in full
-        if evaluated is None and usage and usage.prompt_tokens is not None:
-            evaluated = usage.prompt_tokens - (cached or 0)
+        counts = server_counts(usage, timings, sent)
         end = time.perf_counter()
         generated = self._tokenizer.count(text) if text else 0
         with self._lock:
             u = self.usage
             u.requests += 1
             u.prompt_tokens_sent += sent
-            u.prompt_tokens_cached += cached or 0
-            u.cache_unreported += unreported
-            u.prefilled_tokens += evaluated if evaluated is not None else sent
-            u.evaluated(ids, sent - (sent if evaluated is None else min(max(evaluated, 0), sent)), sent)
+            if counts is None:
+                u.cache_unreported += 1
+            else:
+                cached, evaluated = counts
+                u.prompt_tokens_cached += cached
+                u.prefilled_tokens += evaluated
+                u.evaluated(ids, sent - min(evaluated, sent), sent)
             u.generated_tokens += generated
             u.prefill_seconds += (first or end) - t0
             u.decode_seconds += end - (first or end)
@@ -525,6 +561,30 @@ def check_server(base_url: str, mode: str) -> None:
         raise UserError(f"the server URL {base_url!r} must start with http:// or https://")
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r} for {base_url}; choose one of {', '.join(MODES)}")
+
+
+def server_counts(usage: UsageReport | None, timings: Timings | None, sent: int) -> tuple[int, int] | None:
+    """``(cached, evaluated)``: the prompt tokens a server says it took from its prefix cache and those it
+    evaluated, or None when its reply says neither.
+
+    llama.cpp's server gives both in ``timings`` (``cache_n``, ``prompt_n``); vLLM (with
+    ``--enable-prompt-tokens-details``), SGLang and OpenAI give ``usage.prompt_tokens_details.cached_tokens``
+    beside ``usage.prompt_tokens``. Where a reply gives one of the two, the other is the rest of the prompt
+    (its length as the server counts it, else ``sent``, the tokens sent). A bare ``usage.prompt_tokens``
+    says how long the prompt was, not what the server computed of it: None.
+    """
+    cached = timings.cache_n if timings else None
+    if cached is None and usage is not None and usage.prompt_tokens_details is not None:
+        cached = usage.prompt_tokens_details.cached_tokens
+    evaluated = timings.prompt_n if timings else None
+    if cached is None and evaluated is None:
+        return None
+    whole = usage.prompt_tokens if usage is not None and usage.prompt_tokens is not None else None
+    if evaluated is None:
+        evaluated = (sent if whole is None else whole) - (cached or 0)
+    if cached is None:
+        cached = (sent if whole is None else whole) - evaluated
+    return max(cached, 0), max(evaluated, 0)
 
 
 def window_of(models: Sequence[ModelEntry], model: str) -> int | None:

@@ -129,6 +129,8 @@ class ModelEntry(WindowKeys):
     """One entry of ``GET /models``; llama.cpp puts the window keys under ``meta``."""
 
     id: str
+    #: who serves it: "llamacpp" for llama.cpp's llama-server, "vllm", "sglang", ...
+    owned_by: str | None = None
     meta: WindowKeys | None = None
 
 

@@ -201,18 +201,20 @@ def make_stats(
     **timings: float | None,
 ) -> Stats:
     """Stats from the generator's usage over a run (``used``: its counters' delta; ``prefilled_context`` and
-    ``reprefilled_context`` from the backend's `PrefillLedger`)."""
+    ``reprefilled_context`` from the backend's `PrefillLedger`). When a server did not say what it took
+    from its cache for some request of the run, the counts that rest on it are None."""
+    known = not used.cache_unreported
     return Stats(
         context_tokens=context_tokens,
-        prefilled_context_tokens=prefilled_context,
-        reprefilled_context_tokens=reprefilled_context,
-        prefilled_other_tokens=used.prefilled_tokens - prefilled_context,
+        prefilled_context_tokens=prefilled_context if known else None,
+        reprefilled_context_tokens=reprefilled_context if known else None,
+        prefilled_other_tokens=used.prefilled_tokens - prefilled_context if known else None,
         generated_margin_tokens=margin_tokens,
         generated_answer_tokens=answer_tokens,
         generated_other_tokens=used.generated_tokens - margin_tokens - answer_tokens,
         prefill_seconds=round(used.prefill_seconds, 4),
         prompt_tokens_sent=used.prompt_tokens_sent,
-        prompt_tokens_cached=used.prompt_tokens_cached,
+        prompt_tokens_cached=used.prompt_tokens_cached if known else None,
         prompt_cache_unreported=used.cache_unreported,
         total_seconds=round(clock(), 4),
         **{k: (round(v, 4) if v is not None else None) for k, v in timings.items()},  # type: ignore[arg-type]

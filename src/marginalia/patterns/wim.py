@@ -10,7 +10,9 @@ question appended. Every context token is prefilled once.
 A generator that allows several requests in flight (``concurrency`` > 1: a server
 that batches) gets the margins pipelined: segment k+1's margin request is sent once
 segment k's has been taken in, so margins decode side by side while each request
-still extends the prompt before it.
+still extends the prompt before it. Not on a server that keeps a prompt per slot
+(``shares_prefixes`` false): side by side, the requests would land on slots that hold
+another segment's prefix and read the difference again.
 """
 
 from __future__ import annotations
@@ -430,6 +432,7 @@ class WimReader:
             ledger_before = (self.ledger.evaluated, self.ledger.repeated)
             self._load()
             yield Started(name, 1, n_context)
+            held = sum(s.n_tokens for s in segments[:self.read])  # in the kept reading: not read by this run
             worker, end = self.worker, self.ends[-1]
             if self.read < len(segments):  # read the rest (a reading stopped early), then keep it
                 if worker.length == 0 and self.full is None:
@@ -448,7 +451,9 @@ class WimReader:
                                reprefilled_context=self.ledger.repeated - ledger_before[1],
                                answer_tokens=used.generated_tokens, answer_seconds=used.decode_seconds,
                                time_to_first_answer_token=first)
-        stats = replace(stats, cached_context_tokens=n_context - prefilled,
+        # the backend's account where it has one (a server may have lost part of what we kept), else ours
+        cached = n_context - stats.prefilled_context_tokens if stats.prefilled_context_tokens is not None else held
+        stats = replace(stats, cached_context_tokens=cached,
                         peak_cache_tokens=min(end + len(suffix) + stats.generated_answer_tokens, gen.context_window))
         yield Done(Answer(
             question=question, text=text.strip(), pattern=name, model=gen.name,
@@ -501,7 +506,8 @@ class WimReader:
         cached_tokens = 0
         first_margin: float | None = None
         margin_seconds = 0.0
-        write = wim._pipelined if gen.concurrency > 1 else wim._sequential
+        # side by side only where each request still finds the one before it in the server's prefix cache
+        write = wim._pipelined if gen.concurrency > 1 and gen.shares_prefixes else wim._sequential
         steps: Iterator[SegmentRead | _Written]
         batched = wim.batch_margins and gen.max_branches > 1  # batched margins stay as written (no copy)
         if batched and held_before and self.full is not None:

@@ -49,7 +49,12 @@ def _epoch(iso: str) -> int:
 
 
 def usage(stats: Stats) -> dict[str, int]:
-    prompt = stats.prefilled_context_tokens + stats.prefilled_other_tokens
+    """OpenAI's usage: the prompt tokens evaluated, or those sent to a model server that did not say what it
+    evaluated (OpenAI's own ``prompt_tokens`` counts a prompt whole, cached tokens included)."""
+    if stats.prefilled_context_tokens is None or stats.prefilled_other_tokens is None:
+        prompt = stats.prompt_tokens_sent
+    else:
+        prompt = stats.prefilled_context_tokens + stats.prefilled_other_tokens
     completion = stats.generated_answer_tokens + stats.generated_margin_tokens + stats.generated_other_tokens
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 

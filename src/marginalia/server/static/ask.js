@@ -22,13 +22,15 @@ export function routeLine(route) {
   return { taken: `Answered by ${taken}`, reason: `: ${route.reason}.` };
 }
 
-/** The cost line of an answer's stats: tokens read (and from cache), generated, seconds. */
+/** The cost line of an answer's stats: tokens read (and from cache), generated, seconds. A model server that
+ * did not say what it took from its prompt cache leaves the tokens read unknown (null), not zero. */
 export function costLine(stats) {
-  const read = stats.prefilled_context_tokens + stats.cached_context_tokens;
   const generated = stats.generated_margin_tokens + stats.generated_answer_tokens + stats.generated_other_tokens;
   const cached = stats.cached_context_tokens ? ` (${number.format(stats.cached_context_tokens)} from cache)` : "";
-  return `Read ${number.format(read)} tokens${cached} · generated ${number.format(generated)} · `
-    + `${stats.total_seconds.toFixed(1)} s`;
+  const read = stats.prefilled_context_tokens === null
+    ? `Tokens read not reported by the model server${cached}`
+    : `Read ${number.format(stats.prefilled_context_tokens + stats.cached_context_tokens)} tokens${cached}`;
+  return `${read} · generated ${number.format(generated)} · ${stats.total_seconds.toFixed(1)} s`;
 }
 
 export class Asker {
