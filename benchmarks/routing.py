@@ -4,7 +4,8 @@ Two steps.
 
 ``signals``: RAG answers every QA item of a quality run's config (the same items, model and options), and the
 router's measures are taken on each answer (`Auto.decide`: support and topicality of the answer in its
-passages, the best retrieval score, the model's P(YES) that the passages answer). One text-free line per item
+passages, the best retrieval score), with one the router does not use: the model's P(YES) that the passages
+answer. One text-free line per item
 goes to benchmarks/measurements/routing/signals.jsonl (resumable: done items are skipped).
 
 ``report``: the router worked out offline. For each threshold on each signal, auto's score on an item is RAG's
@@ -41,6 +42,27 @@ METRIC = {"qa": "contains", "set": "f1"}
 TASKS = ("hotpotqa", "multihop", "squad", "cwe")
 
 
+#: the question put after the passages for the model's own judgement (a measure the router does not use:
+#: it did not separate the answers RAG got right from those it got wrong)
+SUFFICIENT = "\n\n=====\nQuestion: {question}\nDo the passages above hold the answer to this question? Reply YES or NO."
+
+
+def passages_answer(generator: Any, question: str, passages: list[str]) -> float | None:
+    """The model's probability of YES against NO that ``passages`` answer ``question``, where the backend gives
+    next-token probabilities (None where it does not, or the prompt does not fit)."""
+    if not getattr(generator, "supports_choice_probabilities", False):
+        return None
+    frame = generator.chat_frame("You answer questions about documents.")
+    tok = generator.tokenizer
+    prompt = (tok.encode(frame.head, allow_special=True)
+              + tok.encode("Read the following passages from a document.\n\n" + "\n\n[...]\n\n".join(passages)
+                           + SUFFICIENT.format(question=question))
+              + tok.encode(frame.tail, allow_special=True))
+    if len(prompt) + 1 > generator.context_window:
+        return None
+    return round(generator.fork(keep_cache=False).choice_probabilities(prompt, ["YES", "NO"])["YES"], 4)
+
+
 def collect(config_path: str, out: Path, limit: int | None) -> None:
     config = bench.load_config(config_path)
     rag_table = next(p for p in config.patterns if p.kind == "rag")
@@ -67,14 +89,16 @@ def collect(config_path: str, out: Path, limit: int | None) -> None:
                 seconds = time.perf_counter() - t0
                 t1 = time.perf_counter()
                 route = auto.decide(item.question, answer)
+                signals = {**route.signals, "passages_answer": passages_answer(
+                    generator, item.question, [r.text for r in answer.references])}
                 line = {"task": spec.name, "item_id": item.id, "scores": bench.score_item(item, answer.text),
-                        "signals": route.signals, "abstains": abstains(answer.text),
+                        "signals": signals, "abstains": abstains(answer.text),
                         "gathers": gathers_whole(item.question), "route": route.taken,
                         "rag_seconds": round(seconds, 3), "decide_seconds": round(time.perf_counter() - t1, 3)}
                 sink.write(json.dumps(line) + "\n")
                 sink.flush()
                 print(f"{spec.name} {n + 1}/{len(items)} contains={line['scores']['contains']:.0f} "
-                      f"support={route.signals['support']} p={route.signals['passages_answer']} "
+                      f"support={signals['support']} p={signals['passages_answer']} "
                       f"{seconds:.1f}s", file=sys.stderr)
 
 

@@ -169,8 +169,7 @@ class Route:
 
     ``taken`` is ``rag`` (its answer stood) or ``wim`` (WiM read after RAG, or at once for a question that
     gathers over the whole document); ``signals`` are the measures the decision read (support and topicality
-    of the RAG answer in its passages, the best retrieval score, the model's P(YES) that the passages answer
-    where the backend gives probabilities), None where not measured.
+    of the RAG answer in its passages, and the best retrieval score), None where not measured.
     """
 
     taken: str

@@ -20,7 +20,7 @@ from typing import Any
 from ..models.base import CachingGenerator, Clock, Generator
 from ..options import AutoOptions
 from ..records import Answer, AnswerDelta, Done, Event, Route, Routed, Stats
-from .base import Framing, Pattern, Run, resolve_options
+from .base import Pattern, Run, resolve_options
 from .grounding import find_evidence
 
 #: a question that gathers over the whole text: counts, frequencies, every instance
@@ -68,21 +68,6 @@ def answer_support(question: str, answer: str, passages: list[str]) -> tuple[flo
         says = set(re.findall(r"\w+", answer.lower())) - set(re.findall(r"\w+", question.lower()))
         return (1.0, 1.0) if not says - {"yes", "no", "the", "a", "an", "is", "was", "are", "were"} else (0.0, 0.0)
     return round(evidence.support, 4), round(evidence.topic, 4)
-
-
-def passages_answer(generator: Generator, question: str, passages: list[str]) -> float | None:
-    """The model's probability that ``passages`` answer ``question`` (YES against NO), where the backend gives
-    next-token probabilities; None where it does not."""
-    if not (isinstance(generator, CachingGenerator) and generator.supports_choice_probabilities):
-        return None
-    framing = Framing.build(generator, intro="passages_intro")
-    tok = generator.tokenizer
-    body = tok.encode("\n\n[...]\n\n".join(passages))
-    prompt = framing.head + body + framing.suffix(generator, "passages_answer", question=question)
-    if len(prompt) + 1 > generator.context_window:
-        return None
-    worker = generator.fork(keep_cache=False)
-    return round(worker.choice_probabilities(prompt, ["YES", "NO"])["YES"], 4)
 
 
 def combined(first: Stats, second: Stats) -> Stats:
@@ -137,7 +122,6 @@ class Auto(Pattern):
         signals: dict[str, float | None] = {
             "support": support, "topic": topic,
             "retrieval": max((r.score for r in answer.references if r.score is not None), default=None),
-            "passages_answer": passages_answer(self.generator, question, passages),
         }
         if abstains(answer.text):
             return Route("wim", "the retrieved passages do not answer it, by RAG's own answer", signals)
