@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="marginalia",
         description="Answer questions over long documents with language models, reading them "
-                    "with Writing in the Margins (wim), long context (lc) or retrieval (rag).",
+                    "with Writing in the Margins (wim), long context (lc), retrieval (rag), or retrieval first and "
+                    "WiM where it is not enough (auto, the default over collections and long texts).",
         formatter_class=Formatter,
         epilog="Press Ctrl-C once while wim reads to stop reading and answer from what was "
                "read so far; twice to abort.",

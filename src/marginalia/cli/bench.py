@@ -43,7 +43,7 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
 
     bench = subparsers.add_parser(
         "bench", formatter_class=formatter_class,
-        help="benchmark ways of reading (lc, rag, wim) on built long-context tasks",
+        help="benchmark ways of reading (lc, rag, wim, auto) on built long-context tasks",
         description="Run a benchmark from a TOML config (resumable: run it again to continue after a "
                     "crash or Ctrl-C), and render its report.",
     )

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 BODY_SLACK = 1024 * 1024
 
 DESCRIPTION = """Answer questions over long documents with language models: Writing in the Margins (wim),
-long context (lc) or retrieval (rag), over a pasted text, a document of a collection, or a collection.
+long context (lc), retrieval (rag), or retrieval first and WiM where it is not enough (auto), over a pasted
+text, a document of a collection, or a collection.
 Suggest the next words of a text being written, from a memory drawn from a collection (compose).
 
 Every route but `/v1/health` and the web page needs the server's key when it has one, this schema
