@@ -679,7 +679,7 @@ def routing_section(m: Record) -> list[str]:
         seconds = " · ".join(num(by[p]["seconds"], 0) if p in by else "–" for p in ("rag", "wim"))
         rows.append([f"{task} ({auto.get('items', '–')})", *cells, num(auto.get("score"), 2),
                      f"{num(100 * auto.get('escalated', 0), 0)}%",
-                     f"{num(lv['score'], 2)} ({lv['items']})" if lv else "–",
+                     f"{num(lv['score'], 2)} ({lv['items']}) · {num(lv['seconds'], 0)} s" if lv else "–",
                      f"{seconds} · {num(auto.get('seconds'), 0)}"])
     g = n["goals"]
     missed = [f"{t} {num(v['auto'], 2)} against {v['best']}'s {num(v['best_score'], 2)} (short by "
@@ -712,7 +712,8 @@ def routing_section(m: Record) -> list[str]:
             + ("met" if g["cost_met"] else "missed")
             + f"; over the QA tasks alone {num(g['qa_cost_ratio'], 2)}x.", "",
             (lambda t: t[:1].upper() + t[1:])("; ".join(best))
-            + " (passages_answer: the model's P(YES), measured, not used).", "",
+            + (" (passages_answer: the model's P(YES), measured, not used)" if "passages_answer" in n["sweeps"] else "")
+            + ".", "",
             "![routing: score against seconds per answer as the threshold varies](benchmarks/measurements/routing.png)"]
 
 
