@@ -667,6 +667,17 @@ def routing_summary(m: Record) -> list[list[str]]:
              f"score {tasks}; {num(g['cost_ratio'], 2)}x WiM's seconds per answer", made_by(m)]]
 
 
+def live_line(live: dict[str, Any]) -> str:
+    """Live auto against the best single pattern of the stored run, on the same items."""
+    parts = []
+    for task, v in live.items():
+        by = v["patterns"]
+        best = max((k for k in by if k in ("rag", "wim", "lc-own")), key=lambda k: by[k]["score"])
+        parts.append(f"{task} {num(by['auto']['score'], 2)} against {best}'s {num(by[best]['score'], 2)}")
+    return ("Live, on the same items, auto against the best single pattern: " + ", ".join(parts)
+            + "; the live answers were today's code's, the others the stored run's.")
+
+
 def routing_section(m: Record) -> list[str]:
     n = m["numbers"]
     d = n["default"]
@@ -711,6 +722,10 @@ def routing_section(m: Record) -> list[str]:
             f"{num(g['auto_seconds'], 0)} s against {num(g['wim_seconds'], 0)} s ({num(g['cost_ratio'], 2)}x): "
             + ("met" if g["cost_met"] else "missed")
             + f"; over the QA tasks alone {num(g['qa_cost_ratio'], 2)}x.", "",
+            *([live_line(live), ""] if live else []),
+            "Made with `python benchmarks/routing.py signals configs/bench/quality.toml` (the signals step) and, after "
+            "`marginalia bench import benchmarks/measurements/quality`, `marginalia bench run "
+            "configs/bench/quality.toml --patterns auto --limit 30` (the live run; squad's 50, the stored items).", "",
             (lambda t: t[:1].upper() + t[1:])("; ".join(best))
             + (" (passages_answer: the model's P(YES), measured, not used)" if "passages_answer" in n["sweeps"] else "")
             + ".", "",
@@ -743,9 +758,9 @@ def section(m: Record) -> str:
     return "\n".join([f"## {title}{name}", "", provenance(m), "", *body(m)]) + "\n"
 
 
-QUALITY_ORDER = ("quality", "aggregation-lists-8k", "quality-smollm2", "quality-smollm2-4k")
-#: quality runs shown in their sections only, not in the summary (another length of a run the summary shows)
-NOT_IN_SUMMARY = ("quality-smollm2-4k",)
+QUALITY_ORDER = ("quality", "aggregation-lists-8k", "quality-smollm2")
+#: quality runs shown in their sections only, not in the summary
+NOT_IN_SUMMARY: tuple[str, ...] = ()
 
 
 def render(records: list[Record]) -> str:

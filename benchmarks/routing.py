@@ -211,7 +211,9 @@ def goals(singles_: dict[str, dict[str, Any]], autos: dict[str, dict[str, Any]])
 
 
 def report(run: Path, live: Path | None, plot: bool, aggregate: str) -> None:
-    lines = live_signals(live) if live is not None else [json.loads(x) for x in SIGNALS.read_text().splitlines()]
+    # the signals step's lines where there are some (every QA item of the run), else the live run's
+    lines = ([json.loads(x) for x in SIGNALS.read_text().splitlines()] if SIGNALS.is_file() or live is None
+             else live_signals(live))
     runs = stored(run)
     base = singles(lines, runs)
     sweeps: dict[str, list[dict[str, Any]]] = {}
@@ -228,7 +230,7 @@ def report(run: Path, live: Path | None, plot: bool, aggregate: str) -> None:
         base["cwe"] = cwe["singles"]
         at_default["cwe"] = cwe["auto"]
     numbers: dict[str, Any] = {"singles": base, "sweeps": sweeps, "items": len(lines),
-                               "signals_from": "live" if live is not None else "signals",
+                               "signals_from": "signals" if SIGNALS.is_file() or live is None else "live",
                                "default": {"signal": "support", "threshold": default, "tasks": at_default},
                                "cwe_from": aggregate if cwe is not None else None,
                                "goals": goals(base, at_default)}
@@ -248,6 +250,8 @@ def live_numbers(live: Path, runs: dict[tuple[str, str], dict[str, Any]]) -> dic
     routes: dict[str, list[str]] = defaultdict(list)
     for r in autos:
         key = (r["task"], r["item_id"])
+        if not {"rag", "wim"} <= set(runs.get(key, {})):
+            continue  # an item the stored run did not answer: not the same items
         per[r["task"]]["auto"].append((score_of(r), float(r["seconds"])))
         routes[r["task"]].append((r.get("route") or {}).get("taken", "?"))
         for name in ("rag", "wim", "lc-own"):
@@ -293,7 +297,8 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--limit", type=int, default=None, help="items per task (default: the config's)")
     r = sub.add_parser("report", help="the router worked out offline, and the live run beside it")
     r.add_argument("run", type=Path, help="a run folder (or its text-free export) holding rag and wim answers")
-    r.add_argument("--live", type=Path, default=None, help="a run folder holding auto's answers")
+    r.add_argument("--live", default=None,
+                   help="a run holding auto's answers: its folder, or its name under <home>/bench/runs")
     r.add_argument("--aggregate", default="aggregation-lists-8k",
                    help="the stored aggregation run whose CWE summary stands for auto on CWE (WiM's reading)")
     r.add_argument("--no-plot", action="store_true")
@@ -301,7 +306,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.step == "signals":
         collect(args.config, SIGNALS, args.limit)
     else:
-        report(args.run, args.live, not args.no_plot, args.aggregate)
+        live = None if args.live is None else Path(args.live) if Path(args.live).is_dir() else bench.runs_dir() / args.live
+        report(args.run, live, not args.no_plot, args.aggregate)
 
 
 if __name__ == "__main__":

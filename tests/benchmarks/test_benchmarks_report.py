@@ -191,4 +191,4 @@ def test_benchmarks_md_is_what_the_stored_measurements_give() -> None:
     # every kept benchmark script has its measurement, and the quality runs theirs
     assert {m["benchmark"] for m in records} == set(report.BENCHMARKS) | {"quality"}
     assert {m["name"] for m in records if m["benchmark"] == "quality"} >= {
-        "quality", "quality-smollm2", "quality-smollm2-4k", "aggregation-lists-8k"}
+        "quality", "quality-smollm2", "aggregation-lists-8k"}
