@@ -40,6 +40,8 @@ SIGNALS = MEASUREMENTS / "routing" / "signals.jsonl"
 #: the score a task is read by: `contains` for QA, set F1 for an aggregate list
 METRIC = {"qa": "contains", "set": "f1"}
 TASKS = ("hotpotqa", "multihop", "squad", "cwe")
+#: the single readings auto is set against
+SINGLES = ("rag", "wim", "lc-own")
 
 
 #: the question put after the passages for the model's own judgement (a measure the router does not use: see
@@ -152,7 +154,8 @@ def singles(lines: list[dict[str, Any]], runs: dict[tuple[str, str], dict[str, A
         if "wim" not in rec or "rag" not in rec:
             continue
         for name, r in rec.items():
-            per[line["task"]][name].append((score_of(r), float(r["seconds"])))
+            if name in SINGLES:
+                per[line["task"]][name].append((score_of(r), float(r["seconds"])))
     return {task: {name: {"score": statistics.mean(s for s, _ in v), "seconds": statistics.mean(c for _, c in v),
                           "items": len(v)} for name, v in by.items()} for task, by in per.items()}
 
