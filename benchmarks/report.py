@@ -720,7 +720,8 @@ def routing_section(m: Record) -> list[str]:
             + ("met." if not missed else f"missed on {'; '.join(missed)}.")
             + " Goal, at most half of WiM's seconds per answer over the tasks (each task's mean): "
             f"{num(g['auto_seconds'], 0)} s against {num(g['wim_seconds'], 0)} s ({num(g['cost_ratio'], 2)}x): "
-            + ("met" if g["cost_met"] else "missed")
+            + ("met" if g["cost_met"] else "missed"
+               + (", as CWE's questions go to WiM, its costliest reading, at once" if "cwe" in g["tasks"] else ""))
             + f"; over the QA tasks alone {num(g['qa_cost_ratio'], 2)}x.", "",
             *([live_line(live), ""] if live else []),
             "Made with `python benchmarks/routing.py signals configs/bench/quality.toml` (the signals step) and, after "
