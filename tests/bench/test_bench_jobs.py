@@ -218,3 +218,14 @@ def test_workers_stop_themselves_when_their_parent_is_killed(tmp_path: Path) -> 
     assert not alive, "a worker went on answering after its parent was killed"
     lines = (tmp_path / "run" / "results.jsonl").read_text(encoding="utf-8").splitlines()
     assert 2 <= len(lines) < 6000
+
+
+def test_a_run_served_over_http_may_have_more_jobs_than_cores(tmp_path: Path) -> None:
+    served = CONFIG.replace('model = "scripted:The words are apple, pear and plum."',
+                            'model = "openai:http://127.0.0.1:9/v1#smollm2"')
+    config_path = tmp_path / "jobs.toml"
+    config_path.write_text(served, encoding="utf-8")
+    assert jobs_module.worker_cores(load_config(config_path), [0, 1], 5) == [[0, 1]] * 5
+    config_path.write_text(served + '\n[judge]\nmodel = "scripted:yes"\n', encoding="utf-8")
+    with pytest.raises(UserError, match="serve the model over HTTP"):  # the judge runs in the workers
+        jobs_module.worker_cores(load_config(config_path), [0, 1], 5)

@@ -1,5 +1,8 @@
 """``bench run --jobs N``: one run answered by N worker processes, each held to its own share of the cores.
 
+(A run whose models are served over HTTP gives every worker all the cores, and may have more workers than
+cores: they wait on the server, which batches what they send side by side.)
+
 On a CPU, llama.cpp gains little from a second thread on a small model, so N one-core workers answer more
 per hour than one process on N cores. The parent holds the run folder's lock, drops errored lines for
 ``--retry-errors``, splits its cores into N groups and spawns the workers. Each worker loads its own models
@@ -45,6 +48,29 @@ def available_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+def served_over_http(config: RunConfig) -> bool:
+    """Whether every model the run generates with is a server's (``openai:``): its workers then mostly wait on
+    that server, so any number of them may share this process's cores, each with items in flight."""
+    specs = [config.model] + ([config.judge.model] if config.judge is not None else [])
+    return all(spec.startswith("openai:") for spec in specs)
+
+
+def worker_cores(config: RunConfig, cores: Sequence[int], jobs: int) -> list[list[int]]:
+    """The cores each of ``jobs`` workers is held to: a share each (`core_groups`), or all of them for a run
+    served over HTTP.
+
+    Raises:
+        UserError: more jobs than cores, for a run whose models run in the workers.
+    """
+    if served_over_http(config):
+        return [list(cores)] * jobs
+    if jobs > len(cores):
+        raise UserError(f"--jobs {jobs}: this process may use {len(cores)} core{'s' * (len(cores) != 1)} and "
+                        f"each job needs one; give --jobs {len(cores)} or fewer (or serve the model over HTTP, "
+                        "where workers need no core of their own)")
+    return core_groups(cores, jobs)
+
+
 def core_groups(cores: Sequence[int], jobs: int) -> list[list[int]]:
     """``cores`` split into ``jobs`` runs of neighbours, as even as they go (the first take any extra)."""
     size, extra = divmod(len(cores), jobs)
@@ -79,8 +105,8 @@ def run_jobs(config: RunConfig, jobs: int, *, home: str | Path | None = None, ou
     loads the config's models and builds its datasets itself.
 
     Raises:
-        UserError: as `run_benchmark`; also more jobs than this process has cores, a system that cannot hold
-            a process to its cores, or a worker's own `UserError`.
+        UserError: as `run_benchmark`; also more jobs than this process has cores (for models run in the
+            workers), a system that cannot hold a process to its cores, or a worker's own `UserError`.
         MarginaliaError: a worker failed (the answers written so far are kept: run again to resume).
         KeyboardInterrupt: passed on once the workers have stopped, every finished answer on disk.
     """
@@ -88,10 +114,7 @@ def run_jobs(config: RunConfig, jobs: int, *, home: str | Path | None = None, ou
     say = sayer(log, progress, stream)
     if not hasattr(os, "sched_setaffinity"):
         raise UserError("--jobs needs Linux, where each worker can be held to its own cores; run without it")
-    cores = available_cores()
-    if jobs > len(cores):
-        raise UserError(f"--jobs {jobs}: this process may use {len(cores)} core{'s' * (len(cores) != 1)} and "
-                        f"each job needs one; give --jobs {len(cores)} or fewer")
+    groups = worker_cores(config, available_cores(), jobs)
     _, folder, _ = prepare(config, home, out, patterns, tasks)
     t_start = time.perf_counter()
     with locked(folder):
@@ -99,7 +122,6 @@ def run_jobs(config: RunConfig, jobs: int, *, home: str | Path | None = None, ou
         records = read_results(results_path, repair=True, log=say)
         if retry_errors:
             drop_errors(results_path, records, say)
-        groups = core_groups(cores, jobs)
         say(f"{jobs} jobs, on cores {' | '.join(','.join(map(str, g)) for g in groups)}; each loads its own models")
         ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
         counter = ctx.Value("q", 0)

@@ -76,7 +76,8 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
                      help="do not write report.md and the plots when the run ends")
     run.add_argument("--jobs", type=positive_int, default=1, metavar="N",
                      help="answer with N worker processes, each on its own share of the cores with its own "
-                          "copy of the models: faster than one process on N cores on a CPU (Linux only)")
+                          "copy of the models: faster than one process on N cores on a CPU (Linux only); over an "
+                          "HTTP model (openai:), N readings in flight at once, any N")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
     report = sub.add_parser(
