@@ -709,7 +709,15 @@ def routing_section(m: Record) -> list[str]:
                         + ", ".join(f"{t} {num(100 * v['escalated'], 0)}%" for t, v in cheapest["tasks"].items()))
     if none:
         best.append(f"no threshold of {' or '.join(none)} holds every QA task's goal")
-    cwe = f" CWE: `{n['cwe_from']}`'s WiM, where such a question goes at once." if n.get("cwe_from") else ""
+    cwe = ""
+    if n.get("cwe_from"):
+        source = n["cwe_from"].removesuffix(" (live auto)")
+        cwe = (f" CWE: each question gathers over the whole document and goes to WiM at once, so the live auto run "
+               f"(`{source}`) stands for WiM too; LC from that run's stored summary." if n["cwe_from"] != source else
+               f" CWE: `{source}`'s WiM, where such a question goes at once.")
+    check = n.get("timing_check")
+    timing = (f" The stored run's WiM seconds were {num(check['ratio'], 2)}x a fresh WiM run's on {check['items']} of "
+              f"its items (median), timed beside the live CWE run." if check else "")
     return [f"`auto` keeps RAG's answer where a sentence of its passages supports it (support ≥ {d['threshold']:g}) "
             "and it does not say they are silent; else WiM reads the document. Offline: the router's signals per "
             f"item ({n['signals_from']} step), the stored run's rag or WiM score and seconds.{cwe} Score: contains "
@@ -722,15 +730,98 @@ def routing_section(m: Record) -> list[str]:
             f"{num(g['auto_seconds'], 0)} s against {num(g['wim_seconds'], 0)} s ({num(g['cost_ratio'], 2)}x): "
             + ("met" if g["cost_met"] else "missed"
                + (", as CWE's questions go to WiM, its costliest reading, at once" if "cwe" in g["tasks"] else ""))
-            + f"; over the QA tasks alone {num(g['qa_cost_ratio'], 2)}x.", "",
+            + f"; over the QA tasks alone {num(g['qa_cost_ratio'], 2)}x.{timing}", "",
             *([live_line(live), ""] if live else []),
             "Made with `python benchmarks/routing.py signals configs/bench/quality.toml` (the signals step) and, after "
             "`marginalia bench import benchmarks/measurements/quality`, `marginalia bench run "
-            "configs/bench/quality.toml --patterns auto --limit 30` (the live run; squad's 50, the stored items).", "",
+            "configs/bench/quality.toml --patterns auto --limit 30` (the live run; squad's 50, the stored items)"
+            + ("; the same with `aggregation-lists-8k` for CWE" if (n.get("cwe_from") or "").endswith("(live auto)") else "")
+            + ("; then `python benchmarks/routing.py report benchmarks/measurements/quality --live "
+               "benchmarks/measurements/quality" + (f" --check {check['run']}`" if check and check.get("run") else "`"))
+            + ".", "",
             (lambda t: t[:1].upper() + t[1:])("; ".join(best))
             + (" (passages_answer: the model's P(YES), measured, not used)" if "passages_answer" in n["sweeps"] else "")
             + ".", "",
             "![routing: score against seconds per answer as the threshold varies](benchmarks/measurements/routing.png)"]
+
+
+def _best(settings: list[Record], question: str) -> Record:
+    """The concurrency setting whose question's margin phase took the least time."""
+    return min(settings, key=lambda r: r[question]["margin_phase_s"])
+
+
+def vllm_serving_summary(m: Record) -> list[list[str]]:
+    n, out = m["numbers"], []
+    if "margins" in n:
+        a = n["margins"]
+        doc, one = a["document_tokens"], a["settings"][0]
+        bf, bs = _best(a["settings"], "first"), _best(a["settings"], "second")
+        out.append(["WiM over vLLM (CPU build): prompt tokens computed; margins side by side",
+                    f"first question {ratio(one['first']['computed'], doc)} the document, second "
+                    f"{ratio(one['second']['computed'], doc)}; margin phase "
+                    f"{ratio(bf['first']['margin_phase_s'], one['first']['margin_phase_s'])} the one-at-a-time time "
+                    f"at concurrency {bf['concurrency']} (second question "
+                    f"{ratio(bs['second']['margin_phase_s'], one['second']['margin_phase_s'])} at "
+                    f"{bs['concurrency']})", made_by(m)])
+    if "serve" in n:
+        b = n["serve"]
+        asked = b["clients"]
+        out.append([f"`marginalia serve` over vLLM: {asked} chat sessions at once, two questions each",
+                    f"{sum(t['right'] for t in b['turns'])} of {2 * asked} right, "
+                    f"{sum(t['misdelivered'] for t in b['turns'])} with another client's answer; tokens computed "
+                    f"per question {ratio(b['turns'][0]['computed_per_question'], b['document_tokens'])} then "
+                    f"{ratio(b['turns'][1]['computed_per_question'], b['document_tokens'])} the document", made_by(m)])
+    if "bench" in n:
+        c = n["bench"]
+        out.append(["`bench run` over vLLM against in process (llama.cpp), SmolLM2",
+                    f"{num(c['per_hour_vllm'], 0)} answers/h against {num(c['per_hour_in_process'], 0)} "
+                    f"({ratio(c['per_hour_vllm'], c['per_hour_in_process'])})", made_by(m)])
+    return out
+
+
+def vllm_serving_section(m: Record) -> list[str]:
+    n = m["numbers"]
+    lines = [f"{n['server']}, SmolLM2-135M; {n['load']}. Tokens computed are vLLM's own counts."]
+    if "margins" in n:
+        a = n["margins"]
+        doc, one = a["document_tokens"], a["settings"][0]
+        rows = [[str(r["concurrency"]), *(x for q in ("first", "second") for x in (
+                    num(r[q]["margin_phase_s"]), ratio(r[q]["margin_phase_s"], one[q]["margin_phase_s"]),
+                    num(r[q]["wall_s"]), ratio(r[q]["computed"], doc), ratio(r[q]["document_computed"], doc))),
+                 "yes" if all(len(r[q]["answers"]) == 1 and r[q]["answers"] == one[q]["answers"]
+                              for q in ("first", "second")) else "no"] for r in a["settings"]]
+        lines += ["", f"**(a) WiM on the demo report** ({num(doc, 0)} tokens), a first question with vLLM's prefix "
+                  f"cache emptied, then a second; `concurrency` margin requests in flight; medians of {a['rounds']} "
+                  "interleaved rounds. Margins: the margin phase in seconds (the reading, before the answer), and "
+                  "against one at a time; whole: with the answer. Computed: every prompt token vLLM computed; "
+                  "document: of them, the document's (the rest: margin prompts, question, answer prompt).", "",
+                  *table(["concurrency", "1st: margins", "vs 1", "whole", "computed / doc", "document / doc",
+                          "2nd: margins", "vs 1", "whole", "computed / doc", "document / doc", "same answers"],
+                         rows), ""]
+    if "serve" in n:
+        b = n["serve"]
+        t1, t2 = b["turns"]
+        lines += [f"**(b) `marginalia serve` over vLLM**: {b['clients']} clients at once, each a chat session (WiM) "
+                  f"over a document of its own (a SQuAD article, about {num(b['document_tokens'], 0)} tokens, with two "
+                  "facts planted whose names and numbers are its own), two questions each; all the first questions, "
+                  f"then all the second. Right: {t1['right']} then {t2['right']} of {b['clients']}; errors "
+                  f"{t1['errors'] + t2['errors']}; answers naming another client's fact "
+                  f"{t1['misdelivered'] + t2['misdelivered']}. Computed per question "
+                  f"{ratio(t1['computed_per_question'], b['document_tokens'])} then "
+                  f"{ratio(t2['computed_per_question'], b['document_tokens'])} the document; the slowest client "
+                  f"{num(t1['wall_s'])} s then {num(t2['wall_s'])} s (median {num(t1['median_s'])} · "
+                  f"{num(t2['median_s'])}).", ""]
+    if "bench" in n:
+        c = n["bench"]
+        rows = [[task, p, str(v["n"]), num(v["in_process"], 2), num(v["vllm"], 2), str(v["same"])]
+                for task, by in c["tasks"].items() for p, v in by.items()]
+        lines += [f"**(c) `bench run`** of `quality-smollm2.toml` over vLLM ({c['items']} items of hotpotqa and "
+                  f"squad, rag, wim and lc; `--jobs {c['jobs']}`): {num(c['per_hour_vllm'], 0)} answers per hour "
+                  f"against {num(c['per_hour_in_process'], 0)} for the stored run in process (llama.cpp, "
+                  f"{c['stored_jobs']} one-core jobs, at {c['stored_commit']}; its answers' own times); "
+                  f"{c['errors']} errors. Score (contains) on the same items:", "",
+                  *table(["task", "pattern", "items", "in process", "vLLM", "same score"], rows, "llrrrr"), ""]
+    return lines
 
 
 #: each benchmark: its section's title, the summary rows it gives, and its section's body
@@ -744,6 +835,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Record], list[list[str]]] | None, Cal
     "server_fuzz": ("Fuzzing the service", server_fuzz_summary, server_fuzz_section),
     "judge_speed": ("The grounded judge's speed", judge_speed_summary, judge_speed_section),
     "routing": ("Routing: RAG first, WiM where RAG's answer does not stand", routing_summary, routing_section),
+    "vllm_serving": ("At scale: WiM, the service and the benchmark over vLLM", vllm_serving_summary,
+                     vllm_serving_section),
     "compose_latency": ("Composition latency", compose_latency_summary, compose_latency_section),
     "compose_utility": ("Composition utility", compose_utility_summary, compose_utility_section),
     "compose_tuning": ("Instruction tuning of the composition client", compose_tuning_summary, compose_tuning_section),

@@ -15,7 +15,8 @@ whole document goes to WiM at once); its cost, RAG's seconds plus WiM's where it
 stored rag, wim and lc-own. Writes benchmarks/measurements/routing.json and routing.png.
 
     python benchmarks/routing.py signals configs/bench/quality.toml
-    python benchmarks/routing.py report benchmarks/measurements/quality [--live benchmarks/measurements/routing-live]
+    python benchmarks/routing.py report benchmarks/measurements/quality [--live benchmarks/measurements/quality]
+        [--check RUN]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from _common import MEASUREMENTS, measurement, show, write_measurement
+from _common import MEASUREMENTS, ROOT, measurement, show, write_measurement
 
 from marginalia import app, bench
 from marginalia.options import AutoOptions, RagOptions
@@ -175,20 +176,49 @@ def live_signals(live: Path) -> list[dict[str, Any]]:
 
 
 def aggregate_task(name: str) -> dict[str, Any] | None:
-    """CWE from a stored aggregation run's summary (benchmarks/measurements/NAME.json): auto reads a question
-    that gathers over the whole document with WiM at once, so its score and cost there are WiM's."""
+    """CWE: a question that gathers over the whole document goes to WiM at once, so auto's reading there is
+    WiM's. Its score and seconds come from the live auto answers of the aggregation run's export
+    (benchmarks/measurements/NAME/, each checked to have gone to WiM at once), standing for WiM's too; long
+    context's from the run's stored summary (benchmarks/measurements/NAME.json). Without live answers, the
+    summary's WiM stands for both."""
     path = MEASUREMENTS / f"{name}.json"
     if not path.is_file():
         return None
     numbers = json.loads(path.read_text("utf-8"))["numbers"]
     task = next(t for t in numbers["tasks"] if t["task"] == "cwe")
     wim, lc = task["patterns"][numbers["wim"]], task["patterns"][numbers["lc"]]
+    stored_lc = {"score": lc["score"]["mean"], "seconds": lc["cost"]["seconds"], "items": lc["n"]}
+    export = MEASUREMENTS / name / bench.RESULTS
+    autos = [r for r in bench.read_results(export) if r.get("kind") == "auto" and r.get("status") == "ok"
+             and r["task"] == "cwe"] if export.is_file() else []
+    if autos:
+        routes = {(r["route"]["taken"], r["route"]["reason"].startswith("the question gathers")) for r in autos}
+        if routes != {("wim", True)}:
+            raise SystemExit(f"{export}: not every CWE question went to WiM at once ({sorted(routes)})")
+        reading = {"score": statistics.mean(score_of(r) for r in autos),
+                   "seconds": statistics.mean(float(r["seconds"]) for r in autos), "items": len(autos)}
+        return {"items": len(autos), "source": f"{name} (live auto)", "singles": {"wim": reading, "lc-own": stored_lc},
+                "auto": {**reading, "escalated": 1.0}}
     n = wim["n"]
-    return {"items": n, "source": name,
-            "singles": {"wim": {"score": wim["score"]["mean"], "seconds": wim["cost"]["seconds"], "items": n},
-                        "lc-own": {"score": lc["score"]["mean"], "seconds": lc["cost"]["seconds"], "items": n}},
-            "auto": {"score": wim["score"]["mean"], "seconds": wim["cost"]["seconds"], "escalated": 1.0,
-                     "items": n}}
+    reading = {"score": wim["score"]["mean"], "seconds": wim["cost"]["seconds"], "items": n}
+    return {"items": n, "source": name, "singles": {"wim": reading, "lc-own": stored_lc},
+            "auto": {**reading, "escalated": 1.0}}
+
+
+def timing_check(check: Path, runs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any] | None:
+    """The stored run's WiM seconds against a fresh WiM run's on the same items (``check``: a run folder or
+    export made on the machine the live CWE answers were timed on), so that the QA tasks' stored seconds and
+    CWE's live ones can be set side by side."""
+    pairs = [(float(runs[(r["task"], r["item_id"])]["wim"]["seconds"]), float(r["seconds"]))
+             for r in bench.read_results(check / bench.RESULTS)
+             if r.get("kind") == "wim" and r.get("status") == "ok" and "wim" in runs.get((r["task"], r["item_id"]), {})]
+    if not pairs:
+        return None
+    where = check.resolve()
+    return {"run": str(where.relative_to(ROOT)) if where.is_relative_to(ROOT) else where.name, "items": len(pairs),
+            "stored_seconds": statistics.mean(a for a, _ in pairs),
+            "fresh_seconds": statistics.mean(b for _, b in pairs),
+            "ratio": statistics.median(a / b for a, b in pairs)}
 
 
 def goals(singles_: dict[str, dict[str, Any]], autos: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -213,7 +243,7 @@ def goals(singles_: dict[str, dict[str, Any]], autos: dict[str, dict[str, Any]])
             "qa_cost_ratio": round(qa_auto / qa_wim, 3)}
 
 
-def report(run: Path, live: Path | None, plot: bool, aggregate: str) -> None:
+def report(run: Path, live: Path | None, plot: bool, aggregate: str, check: Path | None = None) -> None:
     # the signals step's lines where there are some (every QA item of the run), else the live run's
     lines = ([json.loads(x) for x in SIGNALS.read_text().splitlines()] if SIGNALS.is_file() or live is None
              else live_signals(live))
@@ -235,10 +265,12 @@ def report(run: Path, live: Path | None, plot: bool, aggregate: str) -> None:
     numbers: dict[str, Any] = {"singles": base, "sweeps": sweeps, "items": len(lines),
                                "signals_from": "signals" if SIGNALS.is_file() or live is None else "live",
                                "default": {"signal": "support", "threshold": default, "tasks": at_default},
-                               "cwe_from": aggregate if cwe is not None else None,
+                               "cwe_from": cwe["source"] if cwe is not None else None,
                                "goals": goals(base, at_default)}
     if live is not None:
         numbers["live"] = live_numbers(live, runs)
+    if check is not None:
+        numbers["timing_check"] = timing_check(check, runs)
     result = measurement("routing", numbers)
     write_measurement(result)
     if plot:
@@ -303,14 +335,18 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--live", default=None,
                    help="a run holding auto's answers: its folder, or its name under <home>/bench/runs")
     r.add_argument("--aggregate", default="aggregation-lists-8k",
-                   help="the stored aggregation run whose CWE summary stands for auto on CWE (WiM's reading)")
+                   help="the aggregation run on CWE: its export's live auto answers (WiM's reading there) stand for "
+                        "auto and WiM, else its summary's WiM; long context from its summary")
+    r.add_argument("--check", type=Path, default=None,
+                   help="a run (folder or export) holding fresh WiM answers to some of the same QA items, made on "
+                        "the machine the live CWE answers were timed on: the stored seconds are set against them")
     r.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)
     if args.step == "signals":
         collect(args.config, SIGNALS, args.limit)
     else:
         live = None if args.live is None else Path(args.live) if Path(args.live).is_dir() else bench.runs_dir() / args.live
-        report(args.run, live, not args.no_plot, args.aggregate)
+        report(args.run, live, not args.no_plot, args.aggregate, args.check)
 
 
 if __name__ == "__main__":

@@ -67,17 +67,20 @@ def main() -> None:
             ok = [r for r in rs if r["status"] == "ok"]
             k = sum(right(r) for r in rs)
             lo, hi = wilson(k, len(rs))
-            tokens = statistics.median(r["stats"]["prefilled_context_tokens"] for r in ok) if ok else 0
+            known = [r["stats"]["prefilled_context_tokens"] for r in ok
+                     if r["stats"]["prefilled_context_tokens"] is not None]  # None: a server that did not say
+            tokens = f"{statistics.median(known):.0f}" if known else "–"
             read = statistics.mean(r["segments_read"] / max(1, r["segments_total"]) for r in ok) if ok else 0
             stopped = sum(r["segments_read"] < r["segments_total"] for r in ok)
             seconds = statistics.median(r["seconds"] for r in ok) if ok else 0
-            rows.append(f"| {task} | {name} | {k}/{len(rs)} ({lo:.2f}–{hi:.2f}) | {tokens:.0f} | {read:.2f} | "
+            rows.append(f"| {task} | {name} | {k}/{len(rs)} ({lo:.2f}–{hi:.2f}) | {tokens} | {read:.2f} | "
                         f"{stopped} | {seconds:.0f} |")
         lost = sum(right(full[i]) and not right(early[i]) for i in items)
         gained = sum(right(early[i]) and not right(full[i]) for i in items)
         saved = [1 - early[i]["stats"]["prefilled_context_tokens"] / full[i]["stats"]["prefilled_context_tokens"]
                  for i in items if full[i]["status"] == "ok" and early[i]["status"] == "ok"
-                 and full[i]["stats"]["prefilled_context_tokens"]]
+                 and full[i]["stats"]["prefilled_context_tokens"]
+                 and early[i]["stats"]["prefilled_context_tokens"] is not None]
         notes.append(f"- {task}, {len(items)} items: early exit read {statistics.mean(saved) * 100 if saved else 0:.0f}% "
                      f"fewer context tokens on average; answers right with full reading and wrong with early exit: "
                      f"{lost}; the other way round: {gained}.")

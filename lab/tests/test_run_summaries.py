@@ -64,6 +64,14 @@ def test_early_exit_compares_full_and_stopped_readings(load_script: Any, tmp_pat
     assert "| niah | 0.90 | 2/2 | 2/2 | 0.50 |" in out
     assert "| niah | 0.50 | 2/2 | 2/2 | 0.50 |" in out
 
+    # over a server that did not say what its prompt cache saved, the token counts are unknown, not a crash
+    for r in records:
+        r["stats"]["prefilled_context_tokens"] = None
+    write_run(tmp_path / "unreported", records, info)
+    out = run_main(early_exit, [str(tmp_path / "unreported"), "--no-write"], monkeypatch, capsys)
+    assert "| niah | wim | 2/2 (" in out and "| – |" in out
+    assert "early exit read 0% fewer context tokens" in out
+
 
 def test_long_documents_sets_wim_against_the_window(load_script: Any, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch,

@@ -60,3 +60,48 @@ def test_the_section_says_which_goal_was_missed_and_by_how_much():
     assert "missed on t 0.50 against wim's 0.75 (short by 0.23" in text
     assert "Support ≥ 0.5 holds every QA task's goal, escalating t 50%." in text
     assert "| t (4) | 0.50 | 0.75 | 0.50 | 0.50 | 25% | – |" in text
+
+
+def test_cwe_comes_from_the_live_auto_run_where_its_export_holds_one(tmp_path, monkeypatch):
+    import json
+
+    import pytest
+
+    routing = load("routing")
+    monkeypatch.setattr(routing, "MEASUREMENTS", tmp_path)
+    summary = {"wim": "wim", "lc": "lc-own", "tasks": [{"task": "cwe", "patterns": {
+        "wim": {"n": 12, "score": {"mean": 0.36}, "cost": {"seconds": 447.0}},
+        "lc-own": {"n": 12, "score": {"mean": 0.05}, "cost": {"seconds": 161.0}}}}]}
+    (tmp_path / "agg.json").write_text(json.dumps({"numbers": summary}))
+    stored = routing.aggregate_task("agg")  # no export: the summary's WiM stands for both
+    assert stored["auto"]["seconds"] == 447.0 and stored["singles"]["lc-own"]["score"] == 0.05
+
+    def auto(item: str, f1: float, seconds: float, taken: str = "wim",
+             reason: str = "the question gathers over the whole document") -> dict:
+        return {"schema": 2, "task": "cwe", "item_id": item, "pattern": "auto", "kind": "auto", "status": "ok",
+                "scoring": "set", "scores": {"f1": f1}, "seconds": seconds,
+                "route": {"taken": taken, "reason": reason, "signals": {}}}
+
+    (tmp_path / "agg").mkdir()
+    results = tmp_path / "agg" / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in (auto("a", 0.4, 150), auto("b", 0.2, 160))))
+    live = routing.aggregate_task("agg")
+    assert live["auto"]["score"] == pytest.approx(0.3) and live["auto"]["seconds"] == 155
+    assert live["singles"]["wim"]["seconds"] == 155 and live["singles"]["lc-own"]["seconds"] == 161.0
+    assert live["source"] == "agg (live auto)"
+    with results.open("a") as f:  # an answer RAG kept is not WiM's reading: refused, not averaged in
+        f.write(json.dumps(auto("c", 0.0, 5, taken="rag", reason="RAG's answer stands")) + "\n")
+    with pytest.raises(SystemExit, match="not every CWE question went to WiM at once"):
+        routing.aggregate_task("agg")
+
+
+def test_the_timing_check_sets_the_stored_wim_seconds_against_fresh_ones(tmp_path):
+    import json
+
+    routing = load("routing")
+    fresh = [{"task": "t", "item_id": i, "pattern": "wim", "kind": "wim", "status": "ok", "scoring": "qa",
+              "scores": {"contains": 1}, "seconds": s} for i, s in (("a", 50), ("b", 25))]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in fresh))
+    check = routing.timing_check(tmp_path, RUNS)
+    assert check["items"] == 2 and check["ratio"] == (100 / 50 + 100 / 25) / 2
+    assert check["stored_seconds"] == 100 and check["fresh_seconds"] == 37.5
