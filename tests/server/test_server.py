@@ -23,7 +23,8 @@ def test_health_needs_no_key_and_names_the_model():
     assert reply.status_code == 200
     data = reply.json()
     assert data["status"] == "ok" and data["model"] == "scripted"
-    assert data["queue"] == {"running": 0, "waiting": 0, "queue_size": Settings().queue_size}
+    assert data["queue"] == {"running": 0, "waiting": 0, "queue_size": Settings().queue_size,
+                             "parallel": 1}
 
 
 def test_ask_a_text_answers_with_references_in_sections():

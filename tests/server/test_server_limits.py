@@ -104,7 +104,8 @@ def test_clients_that_left_the_queue_free_their_places_at_once():
             wait_for(lambda: http.get("/v1/health").json()["queue"]["waiting"] == 8)
             assert http.post("/v1/ask", json=LC).status_code == 429  # the queue is full
         # the eight clients have gone while the first reading still runs: their places are free
-        wait_for(lambda: http.get("/v1/health").json()["queue"] == {"running": 1, "waiting": 0, "queue_size": 8},
+        wait_for(lambda: http.get("/v1/health").json()["queue"] == {"running": 1, "waiting": 0, "queue_size": 8,
+                                                                  "parallel": 1},
                  timeout=5)
         ninth: dict[str, httpx.Response] = {}
         waiting = threading.Thread(target=lambda: ninth.setdefault("reply", http.post("/v1/ask", json=LC)),

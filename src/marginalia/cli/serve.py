@@ -40,7 +40,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                     "as server-sent events, one per reading step), hold chat sessions, and answer OpenAI clients "
                     "(model 'marginalia:<collection>') and docqa clients (POST /chat), and suggest what comes next "
                     "in a text being written (compose sessions; the page's Write view). One model per process "
-                    "reads one request at a time; the others wait in a bounded queue. The API is described at "
+                    "reads one request at a time (over vLLM or SGLang, as many as the spec's concurrency=<n>); "
+                    "the others wait in a bounded queue. The API is described at "
                     "/docs once it runs. It listens on 127.0.0.1 only, unless --host says otherwise; any other "
                     f"address needs a key (--server-key or ${ENV_SERVER_KEY}) or --no-auth. An uploaded PDF is "
                     "converted in a process of its own, stopped at the document limits.",

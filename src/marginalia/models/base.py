@@ -166,6 +166,18 @@ class Generator(ABC):
         self.usage = Usage()
 
     @property
+    def parallel_readings(self) -> int:
+        """How many readings may run side by side on this model, each on a `fork_reading` of its own: 1 (one
+        at a time, on the generator itself) unless a backend says more (a server that batches requests)."""
+        return 1
+
+    def fork_reading(self) -> Generator:
+        """A generator for one of `parallel_readings` readings side by side: the same model, with a usage
+        account (and a cache) of its own, so that a reading's stats count its own requests only. One reading
+        at a time (the base) reads on the generator itself."""
+        return self
+
+    @property
     @abstractmethod
     def tokenizer(self) -> Tokenizer:
         """The model's own tokenizer."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -22,19 +23,25 @@ _TOKEN = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
 class WordTokenizer(Tokenizer):
     """Whitespace runs, words and single punctuation marks, each one token.
 
-    The vocabulary grows as text is seen, so ids are stable within one instance.
+    The vocabulary grows as text is seen, so ids are stable within one instance (and unique across the
+    threads that share it: readings side by side).
     """
 
     def __init__(self) -> None:
         self.vocab: dict[str, int] = {}
         self.inverse: list[str] = []
+        self._growing = threading.Lock()
 
     def _id(self, piece: str, special: bool = False) -> int:
         key = ("\x00" if special else "") + piece
-        if key not in self.vocab:
-            self.vocab[key] = len(self.inverse)
-            self.inverse.append(piece)
-        return self.vocab[key]
+        found = self.vocab.get(key)
+        if found is not None:
+            return found
+        with self._growing:
+            if key not in self.vocab:
+                self.inverse.append(piece)  # first: an id is never handed out before `decode` knows it
+                self.vocab[key] = len(self.inverse) - 1
+            return self.vocab[key]
 
     def encode_with_offsets(
         self, text: str, allow_special: bool = False

@@ -30,6 +30,7 @@ from .base import (
     Message,
     StopScanner,
     Tokenizer,
+    Usage,
 )
 from .llama_slots import ServerSlots
 from .openai_replies import Chunk, ErrorBody, MalformedReply, ModelEntry, ModelList, Timings, UsageReport, parse
@@ -129,6 +130,9 @@ class OpenAIGenerator(CachingGenerator):
             cache; None asks ``GET /models`` once, when it matters: llama.cpp's llama-server (``owned_by``
             "llamacpp") keeps a prompt per slot, so WiM sends a reading's requests one at a time there
             (``concurrency`` then serves readings side by side, each on a slot of its own).
+
+    Where the server shares prefixes, ``concurrency`` is also how many readings a service runs side by side
+    (`parallel_readings`), each on a `fork_reading` of its own.
     """
 
     remote = True
@@ -179,9 +183,12 @@ class OpenAIGenerator(CachingGenerator):
         self.backoff = tuple(backoff) or (0.0,)
         self.sleep = sleep
         key = api_key or next((os.environ[v] for v in KEY_VARS if os.environ.get(v)), None)
+        # in flight at once: a reading's margins (plus a judge's request) in each of as many readings
+        in_flight = concurrency * (concurrency + 1)
         self.client = client or httpx.Client(
             timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
             headers={"Authorization": f"Bearer {key}"} if key else {},
+            limits=httpx.Limits(max_connections=max(100, in_flight), max_keepalive_connections=max(20, in_flight)),
         )
         self._ids: list[int] = []
         #: what the server says of itself and of its slots (shared with every fork)
@@ -216,6 +223,21 @@ class OpenAIGenerator(CachingGenerator):
         """Given, else from ``GET /models`` (asked once for this generator and its forks): False for llama.cpp's
         llama-server."""
         return not self._slots.per_slot
+
+    @property
+    def parallel_readings(self) -> int:
+        """``concurrency`` on a server whose prefix cache every request shares (vLLM, SGLang): it batches
+        readings as it batches a reading's margins. 1 on llama.cpp's llama-server, where a reading's requests
+        go one at a time to a slot that keeps its prompt."""
+        return self.concurrency if self.shares_prefixes else 1
+
+    def fork_reading(self) -> OpenAIGenerator:
+        """An empty fork (``fork(keep_cache=False)``: a prefix, a last prompt and a slot of its own) whose
+        usage account, and the lock over it, are its own too."""
+        other = self.fork(keep_cache=False)
+        other.usage = Usage()
+        other._lock = threading.Lock()
+        return other
 
     def stream_prompt(self, prompt_ids: Sequence[int], params: GenerationParams) -> Iterator[str]:
         """One stateless request with just ``prompt_ids``; the local prefix is untouched."""

@@ -8,6 +8,7 @@ documents, and rollback is exact (`DynamicCache.crop`).
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -30,28 +31,36 @@ def import_torch() -> Any:
 
 
 class HFTokenizer(Tokenizer):
-    """Adapter over a Hugging Face fast tokenizer."""
+    """Adapter over a Hugging Face fast tokenizer, safe to share between threads.
+
+    A call that encodes sets whether special-token strings are parsed on the shared Rust tokenizer before it
+    encodes, so two threads' calls must not interleave: one encoding a document's text would meet the other's
+    setting and parse a forged turn boundary in it (readings side by side, an upload indexed beside a reading).
+    """
 
     def __init__(self, tok: Any) -> None:
         self.hf = tok
+        self._lock = threading.Lock()
 
     def encode_with_offsets(
         self, text: str, allow_special: bool = False
     ) -> tuple[list[int], list[tuple[int, int]]]:
         if not text:
             return [], []
-        enc = self.hf(
-            text,
-            add_special_tokens=False,
-            return_offsets_mapping=True,
-            split_special_tokens=not allow_special,
-        )
+        with self._lock:
+            enc = self.hf(
+                text,
+                add_special_tokens=False,
+                return_offsets_mapping=True,
+                split_special_tokens=not allow_special,
+            )
         return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return str(
-            self.hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        )
+        with self._lock:  # not while an encoding call changes the tokenizer's settings
+            return str(
+                self.hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            )
 
 
 def pick_device(device: str = "auto") -> tuple[str, Any]:

@@ -2,8 +2,9 @@
 model's worker, indexing jobs, chat and compose sessions, and how a request's target becomes a reading.
 
 Everything a request sets (its options, its temperature) lands on objects built for that request. The
-model is shared and used by one reading at a time (see `worker`); the embedders and the model's tokenizer
-are shared by that reading and the one indexing job that may run beside it (see `jobs`).
+model is shared and used by one reading at a time, or, served by an engine that batches requests, by as
+many side by side as it allows, each on a view of its own (see `worker`); the embedders and the model's
+tokenizer are shared by those readings and the one indexing job that may run beside them (see `jobs`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Service:
         self.settings = settings
         self._generator = generator
         self._model_lock = threading.Lock()
+        self._sized = False  # whether the worker runs as many readings at once as the model allows
         self._embedders: dict[str, Embedder] = {embedder.name: embedder} if embedder is not None else {}
         self._embedder_lock = threading.Lock()
         #: full WiM readings of documents, so a follow-up question costs only its margins (None: not kept)
@@ -63,13 +65,23 @@ class Service:
 
     @property
     def generator(self) -> Generator:
-        """The model, loaded on first use unless one was given."""
+        """The model, loaded on first use unless one was given; the worker then runs as many readings at
+        once as it allows (`Generator.parallel_readings`)."""
         with self._model_lock:
             if self._generator is None:
                 s = self.settings
                 self._generator = app.load_model(s.model, home=s.home, device=s.device, backend=s.backend,
                                                  api_key=s.model_api_key)
+            if not self._sized:
+                self.worker.allow(self._generator.parallel_readings)
+                self._sized = True
             return self._generator
+
+    def reading_model(self) -> Generator:
+        """The model for one reading, in the model's thread: the shared one where readings run one at a time,
+        else a view of its own (`Generator.fork_reading`), whose stats count this reading's requests only."""
+        model = self.generator
+        return model.fork_reading() if self.worker.parallel > 1 else model
 
     def _load(self, spec: str) -> Generator:
         s = self.settings
@@ -244,8 +256,9 @@ class Service:
         reading = target.collection_options
 
         def start() -> Run:
-            return app.ask_collection(store, question, self._chosen(options, target.by_size, None), reading,
-                                      generator=self.generator, home=self.settings.home, temperature=temperature)
+            model = self.reading_model()
+            return app.ask_collection(store, question, self._chosen(options, target.by_size, None, model), reading,
+                                      generator=model, home=self.settings.home, temperature=temperature)
 
         return Prepared(start)
 
@@ -256,19 +269,21 @@ class Service:
         embedder = self.embedder() if not by_size and options.pattern in retrieves else None
 
         def start() -> Run:
-            chosen = self._chosen(options, by_size, doc.text)
+            model = self.reading_model()
+            chosen = self._chosen(options, by_size, doc.text, model)
             # chosen by size: the embedder loads (once) only where the route takes retrieval
             loaded = self.embedder() if embedder is None and chosen.pattern in retrieves else embedder
-            return app.ask_text(doc.text, question, chosen, generator=self.generator, source=doc.source,
+            return app.ask_text(doc.text, question, chosen, generator=model, source=doc.source,
                                 embedder=loaded, cache=self.readings, temperature=temperature)
 
         return Prepared(start, partial(app.locate, doc=doc, sections=sections))
 
-    def _chosen(self, options: PatternOptions, by_size: bool, text: str | None) -> PatternOptions:
+    @staticmethod
+    def _chosen(options: PatternOptions, by_size: bool, text: str | None, model: Generator) -> PatternOptions:
         """The options a reading takes: ``options``, or with ``by_size`` the route by size with them (for a
         collection, ``text`` None)."""
         if by_size and isinstance(options, AutoOptions):
-            return app.default_options(text, self.generator, options)
+            return app.default_options(text, model, options)
         return options
 
 

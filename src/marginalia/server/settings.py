@@ -39,7 +39,7 @@ class Settings:
             subdomains); ``*``: any (behind a proxy that checks them). Anything else is refused, so that a
             web page cannot reach the server through a DNS name of its own (DNS rebinding).
         max_upload_bytes: the largest request body (an uploaded file, a pasted text).
-        queue_size: requests that may wait for the model while one reads; more get 429.
+        queue_size: requests that may wait for the model while those it reads at once run; more get 429.
         session_ttl: seconds a chat or compose session lives without a message.
         max_sessions: chat sessions kept at once (the least recently used idle one makes room).
         session_bytes: the most bytes chat sessions' pasted texts take together, in memory (the least

@@ -1,8 +1,12 @@
-"""One model per process, used by one reading at a time: a single worker thread, a bounded queue before it,
-and the bridge that relays a reading's events from that thread to the request that waits for them.
+"""One model per process, used by one reading at a time (or by as many side by side as the model allows):
+the worker threads, a bounded queue before them, and the bridge that relays a reading's events from its
+thread to the request that waits for them.
 
-The core is synchronous, so a reading runs in the worker thread and the event loop only relays what it
-yields. A request that cannot even wait (the queue is full) is refused at once with `Busy` (HTTP 429).
+The core is synchronous, so a reading runs in a worker thread and the event loop only relays what it
+yields. A model computed in this process reads one request at a time, on one thread; a server that batches
+requests and shares its prefix cache across them (`Generator.parallel_readings`) reads several side by side,
+each reading on its own view of the model (`Generator.fork_reading`). A request that cannot even wait (the
+queue is full) is refused at once with `Busy` (HTTP 429).
 A request whose client goes away cancels its reading: a queued one leaves the queue at once (its place is
 free for the next request), a running one is stopped (`Run.stop()`) and dropped at its next event, so the
 model is free again within one segment. A client that
@@ -36,61 +40,110 @@ DISCONNECT_POLL = 0.25
 
 
 class ModelWorker:
-    """Runs blocking jobs one at a time in its own thread; at most ``queue_size`` more may wait."""
+    """Runs blocking jobs in its own threads, ``parallel`` at once (`allow` changes it once the model is
+    known); at most ``queue_size`` more may wait, and run in the order they came."""
 
-    def __init__(self, queue_size: int) -> None:
+    def __init__(self, queue_size: int, parallel: int = 1) -> None:
         self.queue_size = queue_size
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marginalia-model")
         self._lock = threading.Lock()
+        self._parallel = 1
+        self._threads = 1  # the executor's
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marginalia-model")
+        self._waiting: deque[tuple[Future[None], Callable[[], None]]] = deque()
         self._admitted = 0  # running + waiting
         self._running = 0
+        self._closed = False
         self._durations: deque[float] = deque(maxlen=16)
         self._readings: dict[str, Reading] = {}  # admitted and not yet over, by id
+        self.allow(parallel)
+
+    def allow(self, parallel: int) -> None:
+        """Run up to ``parallel`` jobs at once from now on (the model says how many: `parallel_readings`);
+        jobs waiting start at once where that leaves room."""
+        if parallel < 1:
+            raise ValueError(f"parallel must be at least 1, got {parallel}")
+        with self._lock:
+            if self._closed:
+                return
+            if parallel > self._threads:
+                # a pool as wide as the limit; the narrower one ends its threads once their jobs are done
+                old, self._executor = self._executor, ThreadPoolExecutor(max_workers=parallel,
+                                                                         thread_name_prefix="marginalia-model")
+                self._threads = parallel
+                old.shutdown(wait=False)
+            self._parallel = parallel
+            self._dispatch()
+
+    @property
+    def parallel(self) -> int:
+        """How many jobs run at once."""
+        return self._parallel
 
     def submit(self, job: Callable[[], None]) -> Future[None]:
-        """Queue ``job`` for the model's thread; the future `withdraw` takes back.
+        """Queue ``job`` for the model's threads; the future `withdraw` takes back.
 
         Raises:
             Busy: the queue is full (the error says when to try again).
         """
+        queued: Future[None] = Future()
         with self._lock:
-            if self._admitted >= self.queue_size + 1:
+            if self._admitted >= self.queue_size + self._parallel:
                 raise Busy(self._retry_after(), self._admitted - self._running)
             self._admitted += 1
-        try:
-            return self._executor.submit(self._timed, job)
-        except BaseException:
-            with self._lock:
-                self._admitted -= 1
-            raise
+            self._waiting.append((queued, job))
+            self._dispatch()
+        return queued
 
     def withdraw(self, queued: Future[None]) -> bool:
         """Take a job that has not started out of the queue, so that its place is free at once; False when
         it has started (or ended) already."""
-        if not queued.cancel():  # only a job still waiting can be cancelled, and then it never runs
-            return False
         with self._lock:
-            self._admitted -= 1
+            for k, (future, _) in enumerate(self._waiting):
+                if future is queued:
+                    del self._waiting[k]
+                    self._admitted -= 1
+                    break
+            else:
+                return False
+        queued.cancel()  # still pending: it never runs
         return True
 
-    def _timed(self, job: Callable[[], None]) -> None:
-        t0 = time.monotonic()
-        with self._lock:
+    def _dispatch(self) -> None:
+        """Start waiting jobs, oldest first, while fewer than ``parallel`` run (under the lock)."""
+        while self._waiting and self._running < self._parallel and not self._closed:
+            future, job = self._waiting.popleft()
+            future.set_running_or_notify_cancel()
             self._running += 1
+            try:
+                self._executor.submit(self._timed, future, job)
+            except BaseException as exc:  # the interpreter is shutting down: it never runs
+                self._running -= 1
+                self._admitted -= 1
+                future.set_exception(exc)
+                raise
+
+    def _timed(self, future: Future[None], job: Callable[[], None]) -> None:
+        t0 = time.monotonic()
         try:
             job()
+        except BaseException as exc:
+            future.set_exception(exc)
+        else:
+            future.set_result(None)
         finally:
             with self._lock:
                 self._running -= 1
                 self._admitted -= 1
                 self._durations.append(time.monotonic() - t0)
+                self._dispatch()
 
     def _retry_after(self) -> int:
-        """Seconds until a place in the queue is likely free: one typical reading (5 s before any ran)."""
+        """Seconds until a place in the queue is likely free: one typical reading shared among those that
+        run at once (5 s before any ran)."""
         if not self._durations:
             return 5
         typical = sorted(self._durations)[len(self._durations) // 2]
-        return max(1, min(600, math.ceil(typical)))
+        return max(1, min(600, math.ceil(typical / self._parallel)))
 
     def track(self, reading: Reading) -> None:
         """Know ``reading`` by its id until it is over (`forget`)."""
@@ -115,12 +168,20 @@ class ModelWorker:
         return found
 
     def status(self) -> dict[str, int]:
+        """Readings running and waiting, the queue's bound, and how many may run at once (``parallel``)."""
         with self._lock:
             return {"running": self._running, "waiting": self._admitted - self._running,
-                    "queue_size": self.queue_size}
+                    "queue_size": self.queue_size, "parallel": self._parallel}
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._closed = True
+            waiting, self._waiting = list(self._waiting), deque()
+            self._admitted -= len(waiting)
+            executor = self._executor
+        for future, _ in waiting:
+            future.cancel()
+        executor.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass(frozen=True)
