@@ -136,7 +136,8 @@ class Stats:
     #: of those, evaluations of a context token evaluated before in the same reading (0 when each is read
     #: once; None when unknown, as above)
     reprefilled_context_tokens: int | None = 0
-    #: context tokens taken from a kept or stored cache of the document instead of prefilled (WiM)
+    #: context tokens taken from a cache of the document instead of prefilled (WiM): a kept or stored reading,
+    #: or a server's prefix cache (by the backend's account where it gives one)
     cached_context_tokens: int = 0
     #: context tokens dropped from the cache to make room for the rest of a long document (WiM)
     dropped_context_tokens: int = 0

@@ -35,3 +35,22 @@ def test_a_reading_fork_has_a_usage_account_and_a_prefix_of_its_own() -> None:
         assert "".join(margin.generate_from_cache(margin.tokenizer.encode(" And?"))) == "Pier 41."
         assert one.usage.requests == 2 and one.usage.prompt_tokens_sent == sum(len(p) for p in engine.prompts)
         assert two.usage.requests == gen.usage.requests == 0
+
+
+def test_a_second_reading_says_the_document_came_from_the_servers_prefix_cache() -> None:
+    from marginalia.app import ask_text
+    from marginalia.options import WimOptions
+
+    text = " ".join(f"Entry {i}: the tide was calm." for i in range(60)) + " The ferry leaves from pier 41."
+    borrowed = ScriptedGenerator()
+    respond = lambda prompt: "The ferry leaves from pier 41." if "pier 41" in prompt else "NONE"  # noqa: E731
+    with Engine(borrowed.tokenizer, respond) as engine:
+        gen = OpenAIGenerator(engine.url, "tiny", borrowed, context_window=10_000, concurrency=1)
+        options = WimOptions(segment_tokens=100)
+        first = ask_text(text, "Which pier?", options, generator=gen).answer().stats
+        second = ask_text(text, "Where does the ferry leave from?", options, generator=gen).answer().stats
+    assert first.cached_context_tokens == 0  # an empty prefix cache: every context token computed
+    assert first.prefilled_context_tokens == first.context_tokens
+    # the server's account: it computed none of the document again, its prefix cache held it all
+    assert second.prefilled_context_tokens == 0
+    assert second.cached_context_tokens == second.context_tokens

@@ -210,7 +210,7 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
             if s.dropped_context_tokens:
                 extra += (f", {s.dropped_context_tokens} context tokens dropped to make room "
                           f"(the cache held {s.peak_cache_tokens} at most)")
-            cached = f" ({s.cached_context_tokens} more from the stored reading)" if s.cached_context_tokens else ""
+            cached = f" ({s.cached_context_tokens} more from a cache)" if s.cached_context_tokens else ""
             if s.prefilled_context_tokens is None or s.prefilled_other_tokens is None:
                 prefilled = f"tokens prefilled not reported by the server{cached}"
             else:

@@ -504,6 +504,7 @@ class WimReader:
         margin_tokens = 0
         written = 0
         cached_tokens = 0
+        placed_tokens = 0  # context tokens of the segments this run placed in the cache, from a kept copy or not
         first_margin: float | None = None
         margin_seconds = 0.0
         # side by side only where each request still finds the one before it in the server's prefix cache
@@ -528,6 +529,7 @@ class WimReader:
                 yield from self._drops
                 self._drops.clear()
                 cached_tokens += item.segment.n_tokens if item.cached else 0
+                placed_tokens += item.segment.n_tokens
                 peak = max(peak, worker.length + len(margin_suffix) + wim.margin_params.max_new_tokens)
                 yield item
                 continue
@@ -590,6 +592,10 @@ class WimReader:
             time_to_first_margin=first_margin, time_to_first_answer_token=first_token,
         )
         peak = max(peak, worker.length + answer_base + len(gen.tokenizer.encode(notes)) + answer_tokens)
+        if stats.prefilled_context_tokens is not None and stats.reprefilled_context_tokens is not None:
+            # the backend's account: a server's prefix cache may have served what this run did not keep
+            distinct = stats.prefilled_context_tokens - stats.reprefilled_context_tokens
+            cached_tokens = max(0, placed_tokens - distinct)
         stats = replace(stats, cached_context_tokens=cached_tokens, dropped_context_tokens=self.dropped_tokens,
                         peak_cache_tokens=min(peak, gen.context_window))
         yield Done(Answer(
