@@ -717,7 +717,9 @@ def routing_section(m: Record) -> list[str]:
                f" CWE: `{source}`'s WiM, where such a question goes at once.")
     check = n.get("timing_check")
     timing = (f" The stored run's WiM seconds were {num(check['ratio'], 2)}x a fresh WiM run's on {check['items']} of "
-              f"its items (median), timed beside the live CWE run." if check else "")
+              f"its items (median; {num(check['lowest'], 2)}–{num(check['highest'], 2)}x), timed beside the live CWE "
+              "run; with the QA tasks' seconds divided by that, "
+              f"{num(n['goals'].get('checked_cost_ratio'), 2)}x." if check else "")
     return [f"`auto` keeps RAG's answer where a sentence of its passages supports it (support ≥ {d['threshold']:g}) "
             "and it does not say they are silent; else WiM reads the document. Offline: the router's signals per "
             f"item ({n['signals_from']} step), the stored run's rag or WiM score and seconds.{cwe} Score: contains "
@@ -757,8 +759,10 @@ def vllm_serving_summary(m: Record) -> list[list[str]]:
         doc, one = a["document_tokens"], a["settings"][0]
         bf, bs = _best(a["settings"], "first"), _best(a["settings"], "second")
         out.append(["WiM over vLLM (CPU build): prompt tokens computed; margins side by side",
-                    f"first question {ratio(one['first']['computed'], doc)} the document, second "
-                    f"{ratio(one['second']['computed'], doc)}; margin phase "
+                    f"first question {ratio(one['first']['computed'], doc)} the document "
+                    f"({ratio(one['first']['document_computed'], doc)} its own tokens), second "
+                    f"{ratio(one['second']['computed'], doc)} ({ratio(one['second']['document_computed'], doc)}); "
+                    "margin phase "
                     f"{ratio(bf['first']['margin_phase_s'], one['first']['margin_phase_s'])} the one-at-a-time time "
                     f"at concurrency {bf['concurrency']} (second question "
                     f"{ratio(bs['second']['margin_phase_s'], one['second']['margin_phase_s'])} at "
@@ -781,7 +785,11 @@ def vllm_serving_summary(m: Record) -> list[list[str]]:
 
 def vllm_serving_section(m: Record) -> list[str]:
     n = m["numbers"]
-    lines = [f"{n['server']}, SmolLM2-135M; {n['load']}. Tokens computed are vLLM's own counts."]
+    made = n.get("made", {})
+    parts = "; ".join(f"({chr(97 + k)}) `{made[key]['command']}` at {short_commit(made[key]['commit'])}"
+                      for k, key in enumerate(("margins", "serve", "bench")) if key in made)
+    lines = [f"{n['server']}, SmolLM2-135M; {n['load']}. Tokens computed are vLLM's own counts."
+             + (f" Parts run one at a time against one server: {parts}." if parts else "")]
     if "margins" in n:
         a = n["margins"]
         doc, one = a["document_tokens"], a["settings"][0]
@@ -798,6 +806,25 @@ def vllm_serving_section(m: Record) -> list[str]:
                   *table(["concurrency", "1st: margins", "vs 1", "whole", "computed / doc", "document / doc",
                           "2nd: margins", "vs 1", "whole", "computed / doc", "document / doc", "same answers"],
                          rows), ""]
+        bf, bs = _best(a["settings"], "first"), _best(a["settings"], "second")
+        if a.get("prefill_s"):
+            floor = a["prefill_s"]
+            lines.append(f"- Goal, at most 0.3x the one-at-a-time margin phase: first question "
+                         f"{ratio(bf['first']['margin_phase_s'], one['first']['margin_phase_s'])}, second "
+                         f"{ratio(bs['second']['margin_phase_s'], one['second']['margin_phase_s'])}: not met. vLLM "
+                         f"computes the document's prompt alone in {num(floor)} s, "
+                         f"{ratio(floor, one['first']['margin_phase_s'])} the one-at-a-time first question: on this "
+                         "CPU computing the prompt, which no concurrency shortens (each request's prefix is the one "
+                         "before it), is most of a first reading; side by side, the margins' decoding hides behind it "
+                         f"(at {bf['concurrency']}, {num(bf['first']['margin_phase_s'] - floor)} s over the prompt "
+                         "alone). A second question computes next to nothing; its margins decode as one batch, and "
+                         "each request is sent once the one before it has begun to answer.")
+        for q, name in (("first", "first"), ("second", "second")):
+            differ = [str(r["concurrency"]) for r in a["settings"] if r[q]["answers"] != one[q]["answers"]]
+            if differ:
+                lines.append(f"- The {name} question's answer differs from one at a time's at concurrency "
+                             f"{', '.join(differ)}: vLLM's CPU results depend on the batch a request is computed in.")
+        lines.append("")
     if "serve" in n:
         b = n["serve"]
         t1, t2 = b["turns"]

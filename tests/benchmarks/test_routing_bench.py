@@ -105,3 +105,8 @@ def test_the_timing_check_sets_the_stored_wim_seconds_against_fresh_ones(tmp_pat
     check = routing.timing_check(tmp_path, RUNS)
     assert check["items"] == 2 and check["ratio"] == (100 / 50 + 100 / 25) / 2
     assert check["stored_seconds"] == 100 and check["fresh_seconds"] == 37.5
+    assert (check["lowest"], check["highest"]) == (2.0, 4.0)
+    singles = routing.singles(LINES, RUNS)
+    autos = routing.offline(LINES, RUNS, "support", 0.5)
+    # the QA task's seconds, auto's and WiM's alike, divided by one ratio: their quotient is unchanged
+    assert round(routing.checked_cost(singles, autos, 3.0), 3) == routing.goals(singles, autos)["cost_ratio"]
