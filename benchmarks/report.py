@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -712,8 +713,8 @@ def routing_section(m: Record) -> list[str]:
     cwe = ""
     if n.get("cwe_from"):
         source = n["cwe_from"].removesuffix(" (live auto)")
-        cwe = (f" CWE: each question gathers over the whole document and goes to WiM at once, so the live auto run "
-               f"(`{source}`) stands for WiM too; LC from that run's stored summary." if n["cwe_from"] != source else
+        cwe = (f" CWE: its questions gather over the whole document and go to WiM at once, so the live auto run "
+               f"(`{source}`) stands for WiM too; LC: that run's stored summary." if n["cwe_from"] != source else
                f" CWE: `{source}`'s WiM, where such a question goes at once.")
     check = n.get("timing_check")
     timing = (f" The stored run's WiM seconds were {num(check['ratio'], 2)}x a fresh WiM run's on {check['items']} of "
@@ -734,12 +735,11 @@ def routing_section(m: Record) -> list[str]:
                + (", as CWE's questions go to WiM, its costliest reading, at once" if "cwe" in g["tasks"] else ""))
             + f"; over the QA tasks alone {num(g['qa_cost_ratio'], 2)}x.{timing}", "",
             *([live_line(live), ""] if live else []),
-            "Made with `python benchmarks/routing.py signals configs/bench/quality.toml` (the signals step) and, after "
+            "Made with `python benchmarks/routing.py signals configs/bench/quality.toml` and, after "
             "`marginalia bench import benchmarks/measurements/quality`, `marginalia bench run "
-            "configs/bench/quality.toml --patterns auto --limit 30` (the live run; squad's 50, the stored items)"
+            "configs/bench/quality.toml --patterns auto --limit 30` (the live run; squad without the limit)"
             + ("; the same with `aggregation-lists-8k` for CWE" if (n.get("cwe_from") or "").endswith("(live auto)") else "")
-            + ("; then `python benchmarks/routing.py report benchmarks/measurements/quality --live "
-               "benchmarks/measurements/quality" + (f" --check {check['run']}`" if check and check.get("run") else "`"))
+            + (f"; `{check['run']}`: `--limit 2 --patterns wim` of the quality run" if check and check.get("run") else "")
             + ".", "",
             (lambda t: t[:1].upper() + t[1:])("; ".join(best))
             + (" (passages_answer: the model's P(YES), measured, not used)" if "passages_answer" in n["sweeps"] else "")
@@ -777,19 +777,27 @@ def vllm_serving_summary(m: Record) -> list[list[str]]:
                     f"{ratio(b['turns'][1]['computed_per_question'], b['document_tokens'])} the document", made_by(m)])
     if "bench" in n:
         c = n["bench"]
+        pairs = [v for by in c["tasks"].values() for v in by.values()]
         out.append(["`bench run` over vLLM against in process (llama.cpp), SmolLM2",
                     f"{num(c['per_hour_vllm'], 0)} answers/h against {num(c['per_hour_in_process'], 0)} "
-                    f"({ratio(c['per_hour_vllm'], c['per_hour_in_process'])})", made_by(m)])
+                    f"({ratio(c['per_hour_vllm'], c['per_hour_in_process'])}); the same score on "
+                    f"{sum(v['same'] for v in pairs)} of {sum(v['n'] for v in pairs)} answers to the same items",
+                    made_by(m)])
     return out
+
+
+#: a part's command less what every part's has (the script, the server's address)
+SCRIPT_AND_URL = re.compile(r"^python \S+ (--url \S+ )?")
 
 
 def vllm_serving_section(m: Record) -> list[str]:
     n = m["numbers"]
     made = n.get("made", {})
-    parts = "; ".join(f"({chr(97 + k)}) `{made[key]['command']}` at {short_commit(made[key]['commit'])}"
+    parts = "; ".join(f"({chr(97 + k)}) `{SCRIPT_AND_URL.sub('', made[key]['command'])}` at "
+                      f"{short_commit(made[key]['commit'])}"
                       for k, key in enumerate(("margins", "serve", "bench")) if key in made)
     lines = [f"{n['server']}, SmolLM2-135M; {n['load']}. Tokens computed are vLLM's own counts."
-             + (f" Parts run one at a time against one server: {parts}." if parts else "")]
+             + (f" Parts run one at a time against one server (`--url`): {parts}." if parts else "")]
     if "margins" in n:
         a = n["margins"]
         doc, one = a["document_tokens"], a["settings"][0]
@@ -798,55 +806,51 @@ def vllm_serving_section(m: Record) -> list[str]:
                     num(r[q]["wall_s"]), ratio(r[q]["computed"], doc), ratio(r[q]["document_computed"], doc))),
                  "yes" if all(len(r[q]["answers"]) == 1 and r[q]["answers"] == one[q]["answers"]
                               for q in ("first", "second")) else "no"] for r in a["settings"]]
-        lines += ["", f"**(a) WiM on the demo report** ({num(doc, 0)} tokens), a first question with vLLM's prefix "
-                  f"cache emptied, then a second; `concurrency` margin requests in flight; medians of {a['rounds']} "
-                  "interleaved rounds. Margins: the margin phase in seconds (the reading, before the answer), and "
-                  "against one at a time; whole: with the answer. Computed: every prompt token vLLM computed; "
-                  "document: of them, the document's (the rest: margin prompts, question, answer prompt).", "",
+        lines += ["", f"**(a) WiM on the demo report** ({num(doc, 0)} tokens): a first question on an emptied prefix "
+                  f"cache, then a second; medians of {a['rounds']} interleaved rounds. Margins: seconds before the "
+                  "answer; whole: with it. Computed: prompt tokens vLLM computed; document: the document's among "
+                  "them (the rest: margin, question and answer prompts).", "",
                   *table(["concurrency", "1st: margins", "vs 1", "whole", "computed / doc", "document / doc",
                           "2nd: margins", "vs 1", "whole", "computed / doc", "document / doc", "same answers"],
                          rows), ""]
         bf, bs = _best(a["settings"], "first"), _best(a["settings"], "second")
         if a.get("prefill_s"):
             floor = a["prefill_s"]
-            lines.append(f"- Goal, at most 0.3x the one-at-a-time margin phase: first question "
+            lines.append(f"- Goal, margins at most 0.3x one at a time: first question "
                          f"{ratio(bf['first']['margin_phase_s'], one['first']['margin_phase_s'])}, second "
-                         f"{ratio(bs['second']['margin_phase_s'], one['second']['margin_phase_s'])}: not met. vLLM "
-                         f"computes the document's prompt alone in {num(floor)} s, "
-                         f"{ratio(floor, one['first']['margin_phase_s'])} the one-at-a-time first question: on this "
-                         "CPU computing the prompt, which no concurrency shortens (each request's prefix is the one "
-                         "before it), is most of a first reading; side by side, the margins' decoding hides behind it "
-                         f"(at {bf['concurrency']}, {num(bf['first']['margin_phase_s'] - floor)} s over the prompt "
-                         "alone). A second question computes next to nothing; its margins decode as one batch, and "
-                         "each request is sent once the one before it has begun to answer.")
+                         f"{ratio(bs['second']['margin_phase_s'], one['second']['margin_phase_s'])}: not met. The "
+                         f"document's prompt alone takes {num(floor)} s "
+                         f"({ratio(floor, one['first']['margin_phase_s'])}), which concurrency cannot shorten (each "
+                         "request extends the one before); side by side, margins decode behind it "
+                         f"({num(bf['first']['margin_phase_s'] - floor)} s over it at {bf['concurrency']}). A second "
+                         "question computes next to nothing: its margins decode as one batch, each request sent once "
+                         "the one before has begun to answer.")
         for q, name in (("first", "first"), ("second", "second")):
             differ = [str(r["concurrency"]) for r in a["settings"] if r[q]["answers"] != one[q]["answers"]]
             if differ:
                 lines.append(f"- The {name} question's answer differs from one at a time's at concurrency "
-                             f"{', '.join(differ)}: vLLM's CPU results depend on the batch a request is computed in.")
+                             f"{', '.join(differ)}: vLLM's CPU results depend on the batch.")
         lines.append("")
     if "serve" in n:
         b = n["serve"]
         t1, t2 = b["turns"]
-        lines += [f"**(b) `marginalia serve` over vLLM**: {b['clients']} clients at once, each a chat session (WiM) "
-                  f"over a document of its own (a SQuAD article, about {num(b['document_tokens'], 0)} tokens, with two "
-                  "facts planted whose names and numbers are its own), two questions each; all the first questions, "
-                  f"then all the second. Right: {t1['right']} then {t2['right']} of {b['clients']}; errors "
-                  f"{t1['errors'] + t2['errors']}; answers naming another client's fact "
-                  f"{t1['misdelivered'] + t2['misdelivered']}. Computed per question "
+        lines += [f"**(b) `marginalia serve`**: {b['clients']} clients at once, each a WiM chat session over its "
+                  f"own document (a SQuAD article of about {num(b['document_tokens'], 0)} tokens with two planted "
+                  "facts of its own), two questions each: all first questions, then all second. Right "
+                  f"{t1['right']} then {t2['right']} of {b['clients']}; errors {t1['errors'] + t2['errors']}; "
+                  f"another client's fact named {t1['misdelivered'] + t2['misdelivered']}. Computed per question "
                   f"{ratio(t1['computed_per_question'], b['document_tokens'])} then "
-                  f"{ratio(t2['computed_per_question'], b['document_tokens'])} the document; the slowest client "
-                  f"{num(t1['wall_s'])} s then {num(t2['wall_s'])} s (median {num(t1['median_s'])} · "
-                  f"{num(t2['median_s'])}).", ""]
+                  f"{ratio(t2['computed_per_question'], b['document_tokens'])} the document; slowest client "
+                  f"{num(t1['wall_s'])} s then {num(t2['wall_s'])} s.", ""]
     if "bench" in n:
         c = n["bench"]
         rows = [[task, p, str(v["n"]), num(v["in_process"], 2), num(v["vllm"], 2), str(v["same"])]
                 for task, by in c["tasks"].items() for p, v in by.items()]
         lines += [f"**(c) `bench run`** of `quality-smollm2.toml` over vLLM ({c['items']} items of hotpotqa and "
-                  f"squad, rag, wim and lc; `--jobs {c['jobs']}`): {num(c['per_hour_vllm'], 0)} answers per hour "
-                  f"against {num(c['per_hour_in_process'], 0)} for the stored run in process (llama.cpp, "
-                  f"{c['stored_jobs']} one-core jobs, at {c['stored_commit']}; its answers' own times); "
-                  f"{c['errors']} errors. Score (contains) on the same items:", "",
+                  f"squad; `--jobs {c['jobs']}`): {num(c['per_hour_vllm'], 0)} answers/h against "
+                  f"{num(c['per_hour_in_process'], 0)} for the stored run in process (llama.cpp, {c['stored_jobs']} "
+                  f"one-core jobs, at {c['stored_commit']}); {c['errors']} errors. Contains on the items both "
+                  "answered (a SQuAD limit spreads its picks, so 10 are mostly others than 50's):", "",
                   *table(["task", "pattern", "items", "in process", "vLLM", "same score"], rows, "llrrrr"), ""]
     return lines
 
@@ -879,6 +883,10 @@ def section(m: Record) -> str:
     return "\n".join([f"## {title}{name}", "", provenance(m), "", *body(m)]) + "\n"
 
 
+#: benchmarks whose sections BENCHMARKS.md leaves out (their summary rows stay; the script prints the section,
+#: and `python benchmarks/report.py --show NAME` prints it from the stored measurement): how a run went, not a
+#: result a user needs
+PRINTED_ONLY = ("backends", "bench_example", "compose_tuning")
 QUALITY_ORDER = ("quality", "aggregation-lists-8k", "quality-smollm2")
 #: quality runs shown in their sections only, not in the summary
 NOT_IN_SUMMARY: tuple[str, ...] = ()
@@ -914,8 +922,14 @@ def render(records: list[Record]) -> str:
                   *table(["what", "result", "made by"], rows, "lll"), ""]
     if quality:
         lines += quality_section(quality)
+    left = [m for m in others if m["benchmark"] in PRINTED_ONLY]
     for m in others:
-        lines += section(m).splitlines() + [""]
+        if m not in left:
+            lines += section(m).splitlines() + [""]
+    if left:
+        lines += ["## Left out here", "",
+                  "The sections of " + ", ".join(f"`{m['name']}`" for m in left) + " say how those runs went; "
+                  "`python benchmarks/report.py --show NAME` prints one from its stored measurement."]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -924,7 +938,14 @@ def main() -> None:
     ap.add_argument("--measurements", type=Path, default=MEASUREMENTS, help="the folder of measurement files")
     ap.add_argument("--out", type=Path, default=OUT, help="the file written (default: BENCHMARKS.md)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when the file differs")
+    ap.add_argument("--show", metavar="NAME", help="print one measurement's section (e.g. one left out of the file)")
     args = ap.parse_args()
+    if args.show:
+        found = [m for m in load(args.measurements) if m["name"] == args.show]
+        if not found:
+            raise SystemExit(f"no measurement named {args.show!r} in {args.measurements}")
+        print(section(found[0]), end="")
+        return
     text = render(load(args.measurements))
     size = len(text.encode("utf-8"))
     if size > MAX_BYTES:

@@ -342,22 +342,25 @@ def serve(url: str, clients: int, doc_tokens: int) -> dict[str, Any]:
 # -- (c) a bench run ------------------------------------------------------------------------------------------
 
 
-def bench(url: str, items: int, jobs: int) -> dict[str, Any]:
+def bench(url: str, items: int, jobs: int, out: Path) -> dict[str, Any]:
     config = (ROOT / "configs" / "bench" / "quality-smollm2.toml").read_text("utf-8")
     config = config.replace('model = "smollm2"', f'model = "{spec(url, 8)}"', 1)
     config = config.replace('"../../../shared/', f'"{ROOT.parent}/shared/')
     config = re.sub(r'^name = "[^"]+"', 'name = "quality-smollm2-vllm"', config, count=1, flags=re.M)
-    folder = Path(tempfile.mkdtemp(prefix="vllm-serving-bench-"))
-    (folder / "config.toml").write_text(config, "utf-8")
-    out = folder / "run"
-    command = [MARGINALIA, "bench", "run", str(folder / "config.toml"), "--out", str(out),
+    out.parent.mkdir(parents=True, exist_ok=True)
+    config_path = out.with_name(out.name + ".toml")
+    config_path.write_text(config, "utf-8")
+    results = out / "results.jsonl"
+    before = len(results.read_text("utf-8").splitlines()) if results.is_file() else 0
+    command = [MARGINALIA, "bench", "run", str(config_path), "--out", str(out),
                "--tasks", "hotpotqa,squad", "--patterns", "rag,wim,lc", "--limit", str(items), "--jobs", str(jobs),
                "--no-report", "-q"]
     print(f"(c) {' '.join(command[2:])} ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT)
     wall = time.perf_counter() - t0
-    fresh = [json.loads(line) for line in (out / "results.jsonl").read_text("utf-8").splitlines()]
+    fresh = [json.loads(line) for line in results.read_text("utf-8").splitlines()]
+    written = len(fresh) - before  # by this invocation (a run resumed keeps what it answered before)
     stored = {(r["item_id"], r["pattern"]): r for r in map(json.loads, (STORED_RUN / "results.jsonl")
                                                                .read_text("utf-8").splitlines())}
     run_info = json.loads((STORED_RUN / "run.json").read_text("utf-8"))
@@ -376,8 +379,8 @@ def bench(url: str, items: int, jobs: int) -> dict[str, Any]:
                         "in_process": statistics.mean(x[1] for x in v),
                         "same": sum(x[0] == x[1] for x in v)} for p, v in by.items()} for task, by in cells.items()}
     paired = [x for by in cells.values() for v in by.values() for x in v]
-    return {"items": items, "jobs": jobs, "answers": len(fresh), "errors": errors, "wall_s": wall,
-            "per_hour_vllm": len(fresh) / wall * 3600,
+    return {"items": items, "jobs": jobs, "answers": len(fresh), "errors": errors, "wall_s": wall, "written": written,
+            "per_hour_vllm": written / wall * 3600,
             # the stored run's answers, each timed alone, over its worker processes
             "per_hour_in_process": len(paired) / (sum(x[3] for x in paired) / stored_jobs) * 3600,
             "stored_commit": run_info["commit"]["commit"][:7], "stored_jobs": stored_jobs, "tasks": table}
@@ -393,6 +396,8 @@ def main() -> None:
     ap.add_argument("--doc-tokens", type=int, default=2500, help="(b): each client's document, about this long")
     ap.add_argument("--items", type=int, default=20, help="(c): items per task")
     ap.add_argument("--jobs", type=int, default=4, help="(c): items in flight at once")
+    ap.add_argument("--bench-out", type=Path, default=Path(tempfile.gettempdir()) / "vllm-serving-bench",
+                    help="(c): the run folder (run again to resume; answers per hour count this invocation's)")
     ap.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     args = ap.parse_args()
 
@@ -407,7 +412,7 @@ def main() -> None:
         if "b" in args.parts:
             numbers["serve"] = serve(url, args.clients, args.doc_tokens)
         if "c" in args.parts:
-            numbers["bench"] = bench(url, args.items, args.jobs)
+            numbers["bench"] = bench(url, args.items, args.jobs, args.bench_out)
     numbers["load"] = load_note(load_before, os.getloadavg()[0])
     made = numbers.setdefault("made", {})  # the parts may run one at a time, against one server (--url)
     for part, key in (("a", "margins"), ("b", "serve"), ("c", "bench")):

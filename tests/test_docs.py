@@ -18,7 +18,7 @@ ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: flags of other tools that the pages show: pip's (in the llama.cpp build command), vLLM's, SGLang's, llama-server's
 OTHER_FLAGS = {"--no-cache-dir", "--enable-prefix-caching", "--enable-prompt-tokens-details", "--enable-cache-report",
-               "--slot-save-path", "--parallel"}
+               "--slot-save-path", "--parallel", "--show"}  # --show: benchmarks/report.py
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 

@@ -192,3 +192,18 @@ def test_benchmarks_md_is_what_the_stored_measurements_give() -> None:
     assert {m["benchmark"] for m in records} == set(report.BENCHMARKS) | {"quality"}
     assert {m["name"] for m in records if m["benchmark"] == "quality"} >= {
         "quality", "quality-smollm2", "aggregation-lists-8k"}
+
+
+def test_a_left_out_section_keeps_its_summary_row_and_prints_on_demand(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    report = load("report")
+    monkeypatch.setattr(report, "PRINTED_ONLY", ("compose_latency",))
+    folder = stored(tmp_path)
+    text = report.render(report.load(folder))
+    assert "| `compose_latency.py` · 0123abc+dirty |" in text  # the summary row stays
+    assert "## Composition latency" not in text
+    assert text.rstrip().endswith("The sections of `compose_latency` say how those runs went; `python "
+                                  "benchmarks/report.py --show NAME` prints one from its stored measurement.")
+    monkeypatch.setattr("sys.argv", ["report.py", "--measurements", str(folder), "--show", "compose_latency"])
+    report.main()
+    assert capsys.readouterr().out.startswith("## Composition latency\n")
