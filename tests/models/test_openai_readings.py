@@ -54,3 +54,23 @@ def test_a_second_reading_says_the_document_came_from_the_servers_prefix_cache()
     # the server's account: it computed none of the document again, its prefix cache held it all
     assert second.prefilled_context_tokens == 0
     assert second.cached_context_tokens == second.context_tokens
+
+
+def test_a_kept_readings_margins_are_all_sent_at_once() -> None:
+    from marginalia.options import WimOptions
+    from marginalia.patterns.wim import WiM
+
+    text = " ".join(f"Entry {i}: the tide was calm." for i in range(60)) + " The ferry leaves from pier 41."
+    borrowed = ScriptedGenerator()
+    respond = lambda prompt: "The ferry leaves from pier 41." if "pier 41" in prompt else "NONE"  # noqa: E731
+    with Engine(borrowed.tokenizer, respond, reading_of=lambda prompt: str(len(prompt))) as engine:
+        gen = OpenAIGenerator(engine.url, "tiny", borrowed, context_window=10_000, concurrency=4)
+        reader = WiM(gen, WimOptions(segment_tokens=100)).reader(text)
+        first = reader.answer("Which pier?")
+        assert first.segments_total >= 4
+        # each margin prompt is a reading of its own here: no request is answered until four have arrived, which
+        # they do only if each is sent without waiting for the one before it to begin answering
+        engine.hold(4, deadline=5.0)
+        second = reader.answer("Where does the ferry leave from?")
+    assert not engine.gave_up
+    assert "41" in second.text

@@ -205,9 +205,11 @@ class WiM(Pattern):
         """Margin requests in flight side by side, yielded in segment order.
 
         Each request runs on a fork holding the prefix up to its segment, with its own
-        usage account (added to the generator's when its margin is yielded). The next
-        request is sent once this one's first text arrives: the server has then read
-        this prompt, and a prefix cache can serve it to the next, longer one.
+        usage account (added to the generator's when its margin is yielded). After a segment
+        read now, the next request is sent once this one's first text arrives: the server has
+        then read this prompt, and a prefix cache can serve it to the next, longer one. After
+        a segment of a kept reading, whose prefix the server has read before, the next is
+        sent at once, so that a later question's margins are decoded side by side from the start.
         """
         limit = self.cache_gen.concurrency
         pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="wim-margin")
@@ -223,7 +225,7 @@ class WiM(Pattern):
                 taken_in = threading.Event()
                 future = pool.submit(self._margin_on, fork, suffix, taken_in)
                 pending.append((segment, fork, future))
-                while not taken_in.wait(0.02) and not future.done():
+                while not cached and not taken_in.wait(0.02) and not future.done():
                     pass
                 while pending and (pending[0][2].done() or len(pending) >= limit):
                     yield self._collect(*pending.popleft())
