@@ -1,7 +1,7 @@
 """WiM, the service and the benchmark over vLLM's CPU build (`make vllm-serve`), serving the embedded SmolLM2.
 
 (a) **margins**: WiM on the bundled report, a first question with vLLM's prefix cache emptied, then a second
-question; with ``concurrency`` 1, 2, 4, 8 and 16 in the model spec (margin requests in flight at once), in
+question on the kept reading (as a chat session asks it); with ``concurrency`` 1, 2, 4, 8 and 16 in the model spec (margin requests in flight at once), in
 ``--rounds`` interleaved rounds. Per question: the wall time, the answer, the prompt tokens vLLM computed
 (its own ``/metrics`` counter, ``prompt_tokens_by_source{source="local_compute"}``) and, from the replies'
 ``cached_tokens``, how many of them were the document's and how many the margin prompts', question and answer
@@ -170,12 +170,9 @@ def reset_cache(url: str) -> None:
 # -- (a) margins side by side ----------------------------------------------------------------------------------
 
 
-def ask(gen: Any, doc: str, question: str) -> dict[str, Any]:
-    from marginalia.app import ask_text
-    from marginalia.options import WimOptions
-
+def ask(reader: Any, question: str) -> dict[str, Any]:
     t0 = time.perf_counter()
-    answer = ask_text(doc, question, WimOptions(), generator=gen).answer()
+    answer = reader.ask(question).answer()
     wall = time.perf_counter() - t0
     s = answer.stats
     return {"wall_s": wall, "answer_s": s.answer_seconds, "answer": answer.text, "context_tokens": s.context_tokens,
@@ -186,6 +183,8 @@ def ask(gen: Any, doc: str, question: str) -> dict[str, Any]:
 
 def margins(url: str, rounds: int) -> dict[str, Any]:
     from marginalia.app import demo, load_model
+    from marginalia.app import reader as app_reader
+    from marginalia.options import WimOptions
 
     doc, items = demo()
     first, second = items[0], items[1]
@@ -197,9 +196,11 @@ def margins(url: str, rounds: int) -> dict[str, Any]:
             print(f"(a) round {k + 1}/{rounds}, concurrency {c} ...", file=sys.stderr, flush=True)
             reset_cache(url)
             row = {}
+            # the first question reads the document; the second asks the kept reading, as a chat session does
+            reader = app_reader(doc, WimOptions(), generator=gens[c])
             for label, item in (("first", first), ("second", second)):
                 before = counters.read()
-                row[label] = ask(gens[c], doc, item["question"])
+                row[label] = ask(reader, item["question"])
                 row[label].update(server=Counters.computed(before, counters.read()),
                                   correct=item["answer"].lower() in row[label]["answer"].lower())
             print(json.dumps({c: {q: {k: v for k, v in r.items() if k != "answer"} for q, r in row.items()}}),
