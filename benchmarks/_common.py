@@ -1,4 +1,5 @@
-"""Shared by the benchmark scripts: machine description, git commit, and the measurement files they write.
+"""Shared by the benchmark scripts: machine description, git commit, the measurement files they write, and
+the plumbing of those that start a server or many clients (a free port, waiting for a server, threads at once).
 
 Each script stores its result as one JSON file in benchmarks/measurements/ (`write_measurement`): the command
 that made it, the commit, the machine, the date and the numbers. benchmarks/report.py renders BENCHMARKS.md
@@ -10,8 +11,12 @@ from __future__ import annotations
 import math
 import os
 import platform
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -110,3 +115,43 @@ def show(record: dict[str, Any], write: bool = True) -> None:
     if write:
         print(f"wrote {write_measurement(record).relative_to(ROOT)}", file=sys.stderr)
     print(section(plain(record)))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_up(url: str, seconds: float, proc: subprocess.Popen[Any] | None = None, log: Path | None = None) -> None:
+    """Until ``GET url`` answers 200, while ``proc`` (the server, if given) still runs.
+
+    Raises:
+        SystemExit: the server exited first (with its log's tail), or ``seconds`` went by.
+    """
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log else ""
+            raise SystemExit(f"the server exited ({proc.returncode}) before it was ready:\n{tail}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"{url} did not answer within {seconds:g} s")
+
+
+def run_together(calls: Sequence[Callable[[], None]]) -> float:
+    """Each of ``calls`` on a thread of its own, all started at once; the seconds until the last has ended."""
+    threads = [threading.Thread(target=call) for call in calls]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import measurement, show  # noqa: E402
+from _common import free_port, measurement, show, wait_up  # noqa: E402
 
 NO_REUSE_LAUNCHER = """
 import runpy, sys
@@ -99,15 +98,8 @@ def decode_by_context(backends: list[str], doc: str, contexts: list[int],
     return {b: {c: statistics.median(v) for c, v in by.items()} for b, by in rates.items()}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def served(reuse: bool, doc: str, question: str, segment_tokens: int,
            follow_up: str | None = None) -> dict[str, Any]:
-    import httpx
 
     from marginalia.cli import serve_command
     from marginalia.models import load_generator
@@ -125,12 +117,7 @@ def served(reuse: bool, doc: str, question: str, segment_tokens: int,
     with log.open("w") as err:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
+        wait_up(f"http://127.0.0.1:{port}/v1/models", 300, proc, log)
         start = log.stat().st_size
         gen = load_generator(spec)
         answer, wall = run_wim(gen, doc, question, segment_tokens)

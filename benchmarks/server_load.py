@@ -45,7 +45,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import load_note, measurement, show  # noqa: E402
+from _common import load_note, measurement, run_together, show, wait_up  # noqa: E402
 
 from marginalia.models.fake import Request  # noqa: E402
 
@@ -126,16 +126,7 @@ def served(model: str, model_seconds: float = 0.0, threads: int | None = None, *
             if not parent.poll(600):
                 raise RuntimeError("the server did not start within 10 minutes")
             url = f"http://127.0.0.1:{parent.recv()}"
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    if httpx.get(f"{url}/v1/health", timeout=5).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the server did not answer its health check")
-                time.sleep(0.1)
+            wait_up(f"{url}/v1/health", 120)
             yield url
         finally:
             proc.terminate()
@@ -262,13 +253,7 @@ def many_clients(clients: int, requests: int, queue: int, model_seconds: float) 
                     with lock:
                         results.append((token, got))
 
-        threads = [threading.Thread(target=client) for _ in range(clients)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
+        wall = run_together([client] * clients)
     errors = [got.error for _, got in results if got.error or got.done is None]
     for token, got in results:
         if not got.error:

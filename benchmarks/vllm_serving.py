@@ -35,7 +35,6 @@ import os
 import random
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,13 +44,25 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import MEASUREMENTS, ROOT, command_line, git_commit, load_note, measurement, show  # noqa: E402
+from _common import (  # noqa: E402
+    MEASUREMENTS,
+    ROOT,
+    command_line,
+    free_port,
+    git_commit,
+    load_note,
+    measurement,
+    run_together,
+    show,
+    wait_up,
+)
 
 CONCURRENCY = (1, 2, 4, 8, 16)
 #: the command line, from this Python's environment
@@ -65,28 +76,6 @@ ISLANDS = ("Skellan", "Torva", "Inchmara", "Brecqhou", "Lunday", "Orsa", "Fladda
            "Eorsa", "Gometra", "Soay", "Taransay", "Mingulay", "Rona")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_up(url: str, proc: subprocess.Popen[bytes] | None, log: Path | None, seconds: float) -> None:
-    """Until ``GET url`` answers 200, the process (if any) still running."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-3000:] if log else ""
-            raise SystemExit(f"the server exited ({proc.returncode}) before it was ready:\n{tail}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise SystemExit(f"{url} did not answer within {seconds:g} s")
-
-
 @contextmanager
 def running(command: list[str], ready: str, env: dict[str, str] | None = None,
             seconds: float = 900) -> Iterator[Path]:
@@ -97,7 +86,7 @@ def running(command: list[str], ready: str, env: dict[str, str] | None = None,
         proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**os.environ, **(env or {})})
     try:
-        wait_up(ready, proc, log, seconds)
+        wait_up(ready, seconds, proc, log)
         yield log
     finally:
         try:
@@ -317,13 +306,7 @@ def serve(url: str, clients: int, doc_tokens: int) -> dict[str, Any]:
     print(f"(b) {clients} clients through marginalia serve ...", file=sys.stderr, flush=True)
     reset_cache(url)
     with running(command, f"{base}/v1/health", seconds=300):
-        threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
+        wall = run_together([partial(client, k) for k in range(clients)])
         marks["after"] = counters.read()
     doc_tokens_total = sum(count(d["text"]) for d in docs)
     turns = []
