@@ -212,7 +212,7 @@ def main() -> None:
     by_ctx = decode_by_context(["transformers", "llamacpp"], doc, args.contexts)
     numbers = {
         "model": "SmolLM2-135M-Instruct (Q4_1 GGUF; transformers de-quantizes it to fp32, llama.cpp reads its Q8_0 "
-                 "copy made by `models.gguf_copy`)",
+                 "copy made by `models.llamacpp.gguf_copy`)",
         "document_tokens": n_doc, "question": question, "segment_tokens": seg,
         "rows": [{"label": label, **r, "correct": gold in r["answer"].lower()} for label, r in rows.items()],
         "decode_step": [{"prefix": c, "transformers": by_ctx["transformers"][c], "llamacpp": by_ctx["llamacpp"][c]}

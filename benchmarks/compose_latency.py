@@ -298,7 +298,7 @@ def main() -> None:
     if memory_file is None:
         memory_gen = load(args.memory_model)
     else:
-        from marginalia.models.llamacpp_backend import LlamaCppGenerator
+        from marginalia.models.llamacpp.backend import LlamaCppGenerator
 
         memory_gen = LlamaCppGenerator(memory_file, name=args.memory_model, n_threads=args.memory_threads)
     if args.alternate:

@@ -99,7 +99,7 @@ def main() -> None:
     from marginalia import app
     from marginalia.compose.tuning import read_examples, relabel_examples
     from marginalia.home import resolve_home
-    from marginalia.models.lora_gguf import TUNED_RECORD
+    from marginalia.models.llamacpp.lora_gguf import TUNED_RECORD
     from marginalia.options import ComposeOptions, TuneDataOptions
 
     t_start = time.perf_counter()

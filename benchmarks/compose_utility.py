@@ -175,7 +175,7 @@ def tuning_summary(spec: str | None) -> str | None:
     None (no tuned client, or one whose folder has no readable record)."""
     if not spec or not spec.startswith("tuned:"):
         return None
-    from marginalia.models.lora_gguf import TUNED_RECORD
+    from marginalia.models.llamacpp.lora_gguf import TUNED_RECORD
 
     try:
         record = json.loads((Path(spec.split(":", 1)[1]).expanduser() / TUNED_RECORD).read_text("utf-8"))
@@ -668,8 +668,8 @@ def load_clients(args: argparse.Namespace, home: Path) -> tuple[Any, Any, Any]:
     from marginalia import app
     from marginalia.compose import CompletionClient
     from marginalia.models.base import CachingGenerator
-    from marginalia.models.llamacpp_backend import LlamaCppGenerator
-    from marginalia.models.loaders import embedded_gguf
+    from marginalia.models.llamacpp.backend import LlamaCppGenerator
+    from marginalia.models.weights import embedded_gguf
 
     if args.client == "smollm2":
         client_gen = LlamaCppGenerator(embedded_gguf(), name="smollm2", n_threads=args.threads, n_branches=0)
@@ -694,7 +694,7 @@ def main() -> None:
             sys.exit(f"{path} is missing; give --data or --eval-model")
 
     from marginalia.home import resolve_home
-    from marginalia.models.llamacpp_backend import LlamaCppGenerator
+    from marginalia.models.llamacpp.backend import LlamaCppGenerator
 
     t_start = time.perf_counter()
     load_before = os.getloadavg()

@@ -36,8 +36,8 @@ def load(branches: int, backend: str = "llamacpp") -> Any:
         from marginalia.models import load_generator
 
         return load_generator("smollm2", backend="transformers")
-    from marginalia.models.llamacpp_backend import LlamaCppGenerator
-    from marginalia.models.loaders import embedded_gguf
+    from marginalia.models.llamacpp.backend import LlamaCppGenerator
+    from marginalia.models.weights import embedded_gguf
 
     return LlamaCppGenerator(embedded_gguf(), "smollm2", n_branches=branches)
 

@@ -88,8 +88,8 @@ def fact_sentence(token: str) -> str:
 def load_model(threads: int | None) -> Any:
     """SmolLM2 on llama.cpp, on ``threads`` CPU threads (None: its default, all cores, as served)."""
     from marginalia import app
-    from marginalia.models.llamacpp_backend import LlamaCppGenerator
-    from marginalia.models.loaders import embedded_gguf
+    from marginalia.models.llamacpp.backend import LlamaCppGenerator
+    from marginalia.models.weights import embedded_gguf
 
     if threads is None:
         return app.load_model(MODEL_SPEC, backend="llamacpp")

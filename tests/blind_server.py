@@ -10,7 +10,7 @@ from collections.abc import Callable
 import httpx
 
 from marginalia.models.fake import ScriptedGenerator
-from marginalia.models.openai_backend import OpenAIGenerator
+from marginalia.models.openai.backend import OpenAIGenerator
 
 
 def blind_generator(respond: Callable[[str], str], name: str = "blind") -> OpenAIGenerator:

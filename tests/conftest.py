@@ -157,7 +157,7 @@ def tiny_parts() -> tuple[Any, Any]:
 @pytest.fixture
 def make_tiny(tiny_parts: tuple[Any, Any]) -> Callable[..., Any]:
     """Build a fresh TransformersGenerator (own empty cache) over the shared tiny Llama."""
-    from marginalia.models.transformers_backend import TransformersGenerator
+    from marginalia.models.hf.backend import TransformersGenerator
 
     model, tok = tiny_parts
 

@@ -27,7 +27,7 @@ def test_import_does_not_load_torch() -> None:
 def test_the_check_can_fail() -> None:
     """The same probe sees torch once a backend module that needs it is used."""
     pytest.importorskip("torch")
-    probe = ("import sys, marginalia.models.transformers_backend as t; t.import_torch(); "
+    probe = ("import sys, marginalia.models.hf.backend as t; t.import_torch(); "
              "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, timeout=120)

@@ -42,11 +42,11 @@ import marginalia.patterns.wim
 from marginalia import WimOptions, app
 from marginalia.bench import wilson
 from marginalia.bench.report import bootstrap
-from marginalia.models import load_generator, loaders
+from marginalia.models import load_generator, registry
 importlib.import_module("marginalia.home")
 """
     assert private_imports(source) == ["marginalia.patterns.wim", "marginalia.app", "marginalia.bench.report",
-                                       "marginalia.models.loaders", "marginalia.home"]
+                                       "marginalia.models.registry", "marginalia.home"]
 
 
 @pytest.mark.parametrize("path", sorted(LAB.rglob("*.py")), ids=lambda p: str(p.relative_to(LAB)))

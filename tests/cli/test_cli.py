@@ -227,7 +227,7 @@ def test_counts_a_server_did_not_report_are_unknown_not_guessed(doc, monkeypatch
 
 
 def test_model_folder_prints_the_converted_folder_of_a_gguf_model(tmp_path, monkeypatch):
-    from marginalia.models import loaders
+    from marginalia.models.hf import loaders
 
     gguf = tmp_path / "tiny.gguf"
     gguf.write_bytes(b"GGUF")

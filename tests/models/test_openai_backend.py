@@ -23,7 +23,7 @@ from marginalia.index.embedders import HashingEmbedder
 from marginalia.models import known_specs, load_generator
 from marginalia.models.base import GenerationParams
 from marginalia.models.fake import ScriptedGenerator, WordTokenizer
-from marginalia.models.openai_backend import OpenAIGenerator, from_spec
+from marginalia.models.openai.backend import OpenAIGenerator, from_spec
 from marginalia.patterns import make_pattern
 from marginalia.patterns.base import Framing
 from marginalia.patterns.long_context import LongContext

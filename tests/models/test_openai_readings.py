@@ -7,7 +7,7 @@ import pytest
 
 from engine_support import Engine
 from marginalia.models.fake import ScriptedGenerator
-from marginalia.models.openai_backend import OpenAIGenerator
+from marginalia.models.openai.backend import OpenAIGenerator
 
 
 @pytest.mark.parametrize(("owned_by", "concurrency", "parallel"),

@@ -31,7 +31,8 @@ def test_loaded_once_and_cached(smollm2: Any) -> None:
 
 
 def test_conversion_is_cached(smollm2: Any, smollm2_home: Path) -> None:
-    from marginalia.models.loaders import convert_gguf, embedded_gguf, gguf_cache_dir
+    from marginalia.models.hf.loaders import convert_gguf, gguf_cache_dir
+    from marginalia.models.weights import embedded_gguf
 
     gguf = embedded_gguf()
     target = gguf_cache_dir(gguf, smollm2_home)

@@ -13,7 +13,7 @@ import pytest
 
 from marginalia.models.base import GenerationParams
 from marginalia.models.fake import ScriptedGenerator
-from marginalia.models.openai_backend import OpenAIGenerator
+from marginalia.models.openai.backend import OpenAIGenerator
 
 REPLIES = Path(__file__).parent.parent / "data" / "server_replies"
 

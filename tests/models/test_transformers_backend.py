@@ -23,7 +23,7 @@ def full_forward(model: Any, ids: list[int]) -> tuple[Any, Any]:
     """(last logits, DynamicCache) of one forward pass over ``ids``."""
     from transformers import DynamicCache
 
-    from marginalia.models.transformers_backend import cache_keyword
+    from marginalia.models.hf.backend import cache_keyword
 
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
@@ -307,7 +307,7 @@ def test_wim_margins_leave_no_trace(make_tiny: Callable[..., Any]) -> None:
 
 
 def test_pick_device_refuses_missing_cuda() -> None:
-    from marginalia.models.transformers_backend import pick_device
+    from marginalia.models.hf.backend import pick_device
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -320,7 +320,7 @@ def test_pick_device_refuses_missing_cuda() -> None:
 def test_no_chat_template_is_a_clear_error(tiny_parts: Any) -> None:
     import copy
 
-    from marginalia.models.transformers_backend import TransformersGenerator
+    from marginalia.models.hf.backend import TransformersGenerator
 
     model, tok = tiny_parts
     bare = copy.copy(tok)

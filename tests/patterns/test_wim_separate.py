@@ -50,7 +50,7 @@ def test_classification_runs_beside_the_next_segment(make_haystack: Callable[...
 
 
 def test_the_separate_judge_over_http_warns_of_one_slot_servers(caplog: pytest.LogCaptureFixture) -> None:
-    from marginalia.models.openai_backend import OpenAIGenerator
+    from marginalia.models.openai.backend import OpenAIGenerator
 
     gen = OpenAIGenerator("http://127.0.0.1:9/v1", "m", ScriptedGenerator(), context_window=4096)
     with caplog.at_level(logging.WARNING, logger="marginalia.patterns.wim"):

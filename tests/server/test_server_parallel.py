@@ -16,7 +16,7 @@ import pytest
 from engine_support import Engine
 from marginalia.index.embedders import HashingEmbedder
 from marginalia.models.fake import ScriptedGenerator
-from marginalia.models.openai_backend import OpenAIGenerator
+from marginalia.models.openai.backend import OpenAIGenerator
 from marginalia.server import Settings, create_app
 from marginalia.server.errors import Busy
 from marginalia.server.worker import ModelWorker

@@ -163,7 +163,7 @@ def check_tuning(data: str | Path) -> None:
     """
     from ..compose.tuning import read_examples
     from ..compose.tuning.train import import_peft
-    from ..models.transformers_backend import import_torch
+    from ..models.hf.backend import import_torch
 
     import_torch()
     import_peft()

@@ -43,13 +43,13 @@ def model_specs() -> list[tuple[str, str]]:
 def model_server_command(model: str = "smollm2", *, host: str = "127.0.0.1", port: int = 8080, n_ctx: int = 8192,
                          verbose: bool = False, log: Callable[[str], None] | None = None) -> tuple[list[str], str]:
     """The command that serves a GGUF model (``smollm2`` or ``gguf:<file>``) over llama-cpp-python's
-    OpenAI-compatible server, and the model spec that reaches it (see `marginalia.models.llamacpp_server`).
+    OpenAI-compatible server, and the model spec that reaches it (see `marginalia.models.llamacpp.server`).
 
     Raises:
         UserError: a spec that is not a GGUF model, a missing file.
         MissingDependency: llama-cpp-python's server is not installed.
     """
-    from ..models.llamacpp_server import server_command
+    from ..models.llamacpp.server import server_command
 
     return server_command(model, host=host, port=port, n_ctx=n_ctx, verbose=verbose, log=log)
 
@@ -67,7 +67,7 @@ def model_folder(spec: str = "smollm2", *, home: str | Path | None = None,
     from ..errors import UserError
     from ..home import resolve_home
     from ..models import gguf_file
-    from ..models.loaders import convert_gguf
+    from ..models.hf.loaders import convert_gguf
 
     path = gguf_file(spec)
     if path is None:

@@ -75,7 +75,7 @@ class SentenceTransformerEmbedder(Embedder):
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
             raise MissingDependency("sentence-transformers", MINILM_INSTALL) from exc
-        from ..models.loaders import quiet_transformers
+        from ..models.hf.loaders import quiet_transformers
 
         quiet_transformers()  # its weight-loading bar would interleave with our own progress
         self.name = name

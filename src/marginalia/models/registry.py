@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import UserError
 from ..home import resolve_home
 from .base import Generator
-from .openai_spec import OPENAI_SPEC_FORM
+from .openai.spec import OPENAI_SPEC_FORM
 
 Factory = Callable[[str, "LoadContext"], Generator]
 
@@ -133,28 +133,28 @@ def _load_gguf(path: Path, name: str, ctx: LoadContext, lora: Path | None = None
         if ctx.device == "cuda":
             raise UserError("the llama.cpp backend here is a CPU build; use --backend transformers "
                             "for --device cuda")
-        from .llamacpp_backend import LlamaCppGenerator
+        from .llamacpp.backend import LlamaCppGenerator
 
         if not path.is_file():
             raise UserError(f"no GGUF file at {path}; check the path after 'gguf:'")
         if as_q8:
-            from .gguf_copy import q8_copy
+            from .llamacpp.gguf_copy import q8_copy
 
             path = q8_copy(path, ctx.log)
         return LlamaCppGenerator(path, name=name, lora=lora)
-    from .loaders import load_gguf
+    from .hf.loaders import load_gguf
 
     return load_gguf(path, name=name, home=ctx.home, device=ctx.device, log=ctx.log)
 
 
 def _smollm2(_: str, ctx: LoadContext) -> Generator:
-    from .loaders import embedded_gguf
+    from .weights import embedded_gguf
 
     return _load_gguf(embedded_gguf(), "smollm2", ctx, as_q8=True)
 
 
 def _hf(arg: str, ctx: LoadContext) -> Generator:
-    from .loaders import load_hf_dir
+    from .hf.loaders import load_hf_dir
 
     if ctx.backend == "llamacpp":
         raise UserError("hf: folders run on transformers; drop --backend llamacpp or give a gguf: file")
@@ -168,7 +168,7 @@ def _gguf(arg: str, ctx: LoadContext) -> Generator:
 def gguf_file(spec: str) -> Path | None:
     """The GGUF file a spec loads (``smollm2``, ``gguf:<file>``), or None for other specs."""
     if spec == "smollm2":
-        from .loaders import embedded_gguf
+        from .weights import embedded_gguf
 
         return embedded_gguf()
     prefix, _, rest = spec.partition(":")
@@ -178,7 +178,7 @@ def gguf_file(spec: str) -> Path | None:
 def _tuned(arg: str, ctx: LoadContext) -> Generator:
     import json
 
-    from .lora_gguf import ADAPTER_FILE, TUNED_RECORD
+    from .llamacpp.lora_gguf import ADAPTER_FILE, TUNED_RECORD
 
     folder = Path(arg).expanduser()
     try:
@@ -195,7 +195,7 @@ def _tuned(arg: str, ctx: LoadContext) -> Generator:
     if ctx.backend == "llamacpp":
         raise UserError(f"{folder} has no llama.cpp adapter ({ADAPTER_FILE}: its base is not a GGUF llama "
                         "model); drop --backend llamacpp to run its merged model on transformers")
-    from .loaders import load_hf_dir
+    from .hf.loaders import load_hf_dir
 
     return load_hf_dir(folder / "model", name=f"tuned:{arg}", device=ctx.device)
 
@@ -216,7 +216,7 @@ register_backend("scripted", _scripted, "a fake that answers with the given text
 
 
 def _openai(arg: str, ctx: LoadContext) -> Generator:
-    from .openai_backend import from_spec
+    from .openai.backend import from_spec
 
     options = {"api_key": ctx.api_key} if ctx.api_key else {}
     return from_spec(arg, lambda spec: load_generator(spec, home=ctx.home, device=ctx.device, log=ctx.log),

@@ -28,7 +28,7 @@ from typing import Any
 from ...errors import BackendError, MissingDependency, UserError
 from ...files import swap_folder
 from ...models.base import Generator
-from ...models.lora_gguf import ADAPTER_FILE, TUNED_RECORD, write_lora_gguf
+from ...models.llamacpp.lora_gguf import ADAPTER_FILE, TUNED_RECORD, write_lora_gguf
 from ...models.registry import gguf_file
 from ...options import TuneOptions
 from ..prompt import ClientPrompt
@@ -204,7 +204,7 @@ def tune(examples: Sequence[TuningExample], generator: Generator, out: str | Pat
             something else.
         MissingDependency: peft (the ``tune`` extra) or torch is missing.
     """
-    from ...models.transformers_backend import TransformersGenerator, import_torch
+    from ...models.hf.backend import TransformersGenerator, import_torch
 
     options = options or TuneOptions()
     if not isinstance(generator, TransformersGenerator):

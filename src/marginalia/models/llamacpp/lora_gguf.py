@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendError, MissingDependency, UserError
+from ...errors import BackendError, MissingDependency, UserError
 
 #: the architectures whose adapters this module writes
 ARCHITECTURES = ("llama",)

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 from email.utils import parsedate_to_datetime
 from typing import Any, NoReturn
 
-from ..errors import BackendError, ContextOverflow, MarginaliaError, MissingDependency, UserError
-from .base import (
+from ...errors import BackendError, ContextOverflow, MarginaliaError, MissingDependency, UserError
+from ..base import (
     CacheSnapshot,
     CachingGenerator,
     GenerationParams,
@@ -32,10 +32,10 @@ from .base import (
     Tokenizer,
     Usage,
 )
-from .llama_slots import ServerSlots
-from .openai_replies import Chunk, ErrorBody, MalformedReply, ModelEntry, ModelList, Timings, UsageReport, parse
-from .openai_spec import MODES, OPTIONS
-from .openai_spec import OPENAI_SPEC_FORM as SPEC_FORM
+from .prefix_cache import ServerSlots
+from .replies import Chunk, ErrorBody, MalformedReply, ModelEntry, ModelList, Timings, UsageReport, parse
+from .spec import MODES, OPTIONS
+from .spec import OPENAI_SPEC_FORM as SPEC_FORM
 
 HTTP_INSTALL = "pip install 'marginalia[http]'"
 try:
@@ -701,7 +701,7 @@ def hf_tokenizer(path: str) -> tuple[Tokenizer, RenderChat]:
         from transformers import AutoTokenizer
     except ImportError as exc:
         raise MissingDependency("Hugging Face tokenizers (transformers)", "pip install 'marginalia[hf]'") from exc
-    from .transformers_backend import HFTokenizer
+    from ..hf.backend import HFTokenizer
 
     folder = os.path.expanduser(path)
     if not os.path.isdir(folder):

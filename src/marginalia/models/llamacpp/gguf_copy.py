@@ -23,8 +23,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ..files import atomic_rename
-from .loaders import fingerprint
+from ...files import atomic_rename
+from ..weights import fingerprint
 
 ENV_CACHE = "MARGINALIA_CACHE"
 #: the type the copy is written in (llama.cpp's ``LLAMA_FTYPE_MOSTLY_*`` name)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
-    from .openai_replies import ModelEntry
+    from .replies import ModelEntry
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import MissingDependency, UserError
+from ...errors import MissingDependency, UserError
+from ..weights import embedded_gguf
+from .backend import DEFAULT_KEY_CACHE, KEY_CACHE_TYPES, LLAMACPP_INSTALL
 from .gguf_copy import q8_copy
-from .llamacpp_backend import DEFAULT_KEY_CACHE, KEY_CACHE_TYPES, LLAMACPP_INSTALL
-from .loaders import embedded_gguf
 
 
 def server_command(model: str = "smollm2", *, host: str = "127.0.0.1", port: int = 8080, n_ctx: int = 8192,

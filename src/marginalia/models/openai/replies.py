@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import BackendError
+from ...errors import BackendError
 
 
 class Reply(BaseModel):

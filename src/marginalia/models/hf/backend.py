@@ -13,10 +13,10 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import BackendError, MissingDependency
-from .base import YIELD_STEP, CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer, step_pause
-from .copying import CopyState
-from .repeats import NoRepeat
+from ...errors import BackendError, MissingDependency
+from ..base import YIELD_STEP, CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer, step_pause
+from ..copying import CopyState
+from ..repeats import NoRepeat
 
 HF_INSTALL = "pip install torch==2.13.0 && pip install 'marginalia[hf]'"
 

@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BackendError, MissingDependency, UserError
-from .base import YIELD_STEP, CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer, step_pause
-from .copying import CopyState
-from .ledger import common_prefix
-from .repeats import NoRepeat
+from ...errors import BackendError, MissingDependency, UserError
+from ..base import YIELD_STEP, CacheSnapshot, CachingGenerator, GenerationParams, Message, Tokenizer, step_pause
+from ..copying import CopyState
+from ..ledger import common_prefix
+from ..repeats import NoRepeat
 
 #: cached-key precisions: name -> ggml type id (llama_cpp.GGML_TYPE_F16, GGML_TYPE_Q8_0)
 KEY_CACHE_TYPES = {"f16": 1, "q8_0": 8}
@@ -128,7 +128,7 @@ class LlamaCppGenerator(CachingGenerator):
         n_branches: how many branches `branches` may decode side by side (0: none; the cache then
             holds one sequence).
         lora: a llama.cpp LoRA adapter (GGUF) for this model, applied to every context
-            (`marginalia.models.lora_gguf` writes one from a peft adapter).
+            (`marginalia.models.llamacpp.lora_gguf` writes one from a peft adapter).
     """
 
     supports_copy = True  # every token's logits are masked to keep a copy (`_constrain`)
