@@ -4,24 +4,21 @@
 every request, so each Writing-in-the-Margins request extends the one before and
 the server's prefix cache (llama.cpp server, vLLM, SGLang) does the reuse. Spec:
 ``openai:<base-url>#<model>[;mode=completions|chat][;tokenizer=<spec>][;window=<n>]``.
-Retries are tenacity's, the event stream is read by httpx-sse, and every reply is
-validated by the pydantic models of `openai_replies`.
+Its requests are sent by `requests` (retries are tenacity's), read by `streaming`
+(httpx-sse) and booked by `usage`; `prefix_cache` pins a reading to a llama-server slot.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from email.utils import parsedate_to_datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from ...errors import BackendError, ContextOverflow, MarginaliaError, MissingDependency, UserError
+from ...errors import BackendError, MissingDependency, UserError
 from ..base import (
     CacheSnapshot,
     CachingGenerator,
@@ -32,54 +29,18 @@ from ..base import (
     Tokenizer,
     Usage,
 )
-from .prefix_cache import ServerSlots
-from .replies import Chunk, ErrorBody, MalformedReply, ModelEntry, ModelList, Timings, UsageReport, parse
-from .spec import MODES, OPTIONS
+from .prefix_cache import Pin, ServerSlots
+from .replies import ModelEntry
+from .requests import BACKOFF, RenderChat, Sender, chat_messages, new_client, request_body
 from .spec import OPENAI_SPEC_FORM as SPEC_FORM
+from .spec import OPTIONS, check_server
+from .streaming import Received, read_stream
+from .usage import book
 
-HTTP_INSTALL = "pip install 'marginalia[http]'"
-try:
+if TYPE_CHECKING:
     import httpx
-    import httpx_sse
-    import tenacity
-except ImportError as exc:  # pragma: no cover - the tests run with the http extra
-    raise MissingDependency("the OpenAI-compatible HTTP backend (httpx, httpx-sse, tenacity)",
-                            HTTP_INSTALL) from exc
 
 DEFAULT_WINDOW = 4096
-BACKOFF = (0.5, 1.0, 2.0)  # seconds before retry 1, 2, 3
-MAX_RETRY_AFTER = 60.0  # a server asking to wait longer gets an error, not a hang
-KEY_VARS = ("MARGINALIA_API_KEY", "OPENAI_API_KEY")
-START_HINT = ("start one with e.g. `llama-server -m model.gguf --port 8080` "
-              "(then use openai:http://127.0.0.1:8080/v1#<model>) or `vllm serve <model>`")
-_SYS = "\u2063MARGINALIA-SYSTEM\u2063"
-_USR = "\u2063MARGINALIA-USER\u2063"
-_CONTEXT = re.compile(r"context|length|tokens", re.IGNORECASE)
-_WINDOW_NUM = re.compile(r"(?:context length|context size|context window|n_ctx)\D{0,20}?(\d+)", re.IGNORECASE)
-_NEEDED_NUM = re.compile(r"(?:requested|resulted in|request has|prompt has|you have)\D{0,20}?(\d+)", re.IGNORECASE)
-_MODEL_MISSING = re.compile(r"model.{0,80}(not found|does not exist|unknown|not available|no such)|"
-                            r"(unknown|invalid|no such) model", re.IGNORECASE | re.DOTALL)
-#: failures to send a request or to receive its headers: nothing of a reply has arrived
-_CONNECTION_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
-                        httpx.ReadError, httpx.WriteError)
-
-RenderChat = Callable[[Sequence[Message], bool], str]
-
-
-class _StreamFault(Exception):
-    """A broken SSE stream: args are (what happened, detail); `_stream` reports it."""
-
-
-class _Retryable(Exception):
-    """A failure before any reply arrived that another attempt may cure: a failed connection
-    (``cause``) or a 429/5xx ``response``; ``wait`` is the server's Retry-After in seconds."""
-
-    def __init__(self, cause: Exception | None = None, response: httpx.Response | None = None,
-                 wait: float | None = None) -> None:
-        super().__init__(cause or response)
-        self.cause = cause
-        self.response = response
-        self.wait = wait
 
 
 def chatml(messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
@@ -178,25 +139,28 @@ class OpenAIGenerator(CachingGenerator):
             self._tokenizer, self._render = tokenizer, render_chat or chatml
         self._window = context_window
         self.token_prompts = token_prompts
-        self.read_timeout = read_timeout
-        self.max_retries = max_retries
-        self.backoff = tuple(backoff) or (0.0,)
-        self.sleep = sleep
-        key = api_key or next((os.environ[v] for v in KEY_VARS if os.environ.get(v)), None)
-        # in flight at once: a reading's margins (plus a judge's request) in each of as many readings
-        in_flight = concurrency * (concurrency + 1)
-        self.client = client or httpx.Client(
-            timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
-            headers={"Authorization": f"Bearer {key}"} if key else {},
-            limits=httpx.Limits(max_connections=max(100, in_flight), max_keepalive_connections=max(20, in_flight)),
-        )
+        self.client = client or new_client(api_key, connect_timeout=connect_timeout, read_timeout=read_timeout,
+                                           concurrency=concurrency)
+        self._sender = Sender(self.client, self.base_url, model, read_timeout=read_timeout,
+                              max_retries=max_retries, backoff=backoff, sleep=sleep)
         self._ids: list[int] = []
-        #: what the server says of itself and of its slots (shared with every fork)
-        self._slots = ServerSlots(self.client, self.base_url, self.list_models, model,
-                                  per_slot=None if shares_prefixes is None else not shares_prefixes)
-        self._slot: int | None = None  # the llama-server slot this generator's requests go to (None: any)
-        self._own_slot = False  # a fork for a reading of its own: pinned to a slot on a per-slot server
-        self._sent: list[int] = []  # the prompt of the last request (what its slot holds, then what it generated)
+        #: what the server says of itself and of its slots (shared with every fork), and this generator's slot
+        self._pin = Pin(ServerSlots(self.client, self.base_url, self.list_models, model,
+                                    per_slot=None if shares_prefixes is None else not shares_prefixes))
+
+    @property
+    def sleep(self) -> Callable[[float], None]:
+        """What the generator waits with before a retry (shared with its forks; tests replace it)."""
+        return self._sender.sleep
+
+    @sleep.setter
+    def sleep(self, value: Callable[[float], None]) -> None:
+        self._sender.sleep = value
+
+    @property
+    def read_timeout(self) -> float:
+        """Seconds to wait for each piece of a reply."""
+        return self._sender.read_timeout
 
     # -- Generator ---------------------------------------------------------
 
@@ -222,7 +186,7 @@ class OpenAIGenerator(CachingGenerator):
     def shares_prefixes(self) -> bool:  # type: ignore[override]
         """Given, else from ``GET /models`` (asked once for this generator and its forks): False for llama.cpp's
         llama-server."""
-        return not self._slots.per_slot
+        return not self._pin.slots.per_slot
 
     @property
     def parallel_readings(self) -> int:
@@ -246,6 +210,15 @@ class OpenAIGenerator(CachingGenerator):
     def close(self) -> None:
         """Close the HTTP connections (shared with every fork)."""
         self.client.close()
+
+    def list_models(self, strict: bool = False) -> list[ModelEntry]:
+        """The entries of the server's ``GET /models`` ([] when it gives none).
+
+        Raises:
+            BackendError: only when ``strict``: the server cannot be reached, or its
+                listing is malformed.
+        """
+        return self._sender.list_models(strict)
 
     # -- CachingGenerator --------------------------------------------------
 
@@ -275,16 +248,14 @@ class OpenAIGenerator(CachingGenerator):
     def snapshot(self) -> CacheSnapshot:
         """The prefix; the server caches it itself. On a llama-server slot that has just read it, the slot's
         state is also saved to a file on the server, for `restore` to put back."""
-        if self._slot is not None and self._ids and self._sent[:len(self._ids)] == self._ids:
-            self._slots.save(self._slot, self._ids)
+        self._pin.save(self._ids)
         return CacheSnapshot(tuple(self._ids))
 
     def restore(self, snapshot: CacheSnapshot) -> None:
         """Take the snapshot's prefix; on a llama-server slot whose file holds it, put it back into the slot, so
         that the next request finds it (a slot keeps only the last prompt's prefix)."""
         self._ids = list(snapshot.ids)
-        if self._slot is not None:
-            self._slots.restore(self._slot, snapshot.ids)
+        self._pin.restore(snapshot.ids)
 
     def fork(self, keep_cache: bool = True) -> OpenAIGenerator:
         """A copy sharing the client, the tokenizer, the usage account and what the server said of itself. An
@@ -292,8 +263,7 @@ class OpenAIGenerator(CachingGenerator):
         their own (chosen at its first request)."""
         other = copy.copy(self)
         other._ids = list(self._ids) if keep_cache else []
-        if not keep_cache:
-            other._slot, other._own_slot, other._sent = None, True, []
+        other._pin = copy.copy(self._pin) if keep_cache else self._pin.fresh()
         return other
 
     def _decode_from_cache(self, params: GenerationParams, commit: bool = False) -> Iterator[str]:
@@ -310,43 +280,13 @@ class OpenAIGenerator(CachingGenerator):
 
     # -- the wire ----------------------------------------------------------
 
-    def _body(self, ids: list[int], params: GenerationParams) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model, "stream": True, "stream_options": {"include_usage": True},
-            "max_tokens": params.max_new_tokens, "temperature": params.temperature,
-            "top_p": params.top_p,
-        }
-        if self.mode == "chat":
-            body["messages"] = self.messages_of(ids)
-        else:
-            body["prompt"] = ids if self.token_prompts else self._tokenizer.decode(ids)
-        if params.stop:
-            body["stop"] = list(params.stop)
-        if params.seed is not None:
-            body["seed"] = params.seed
-        if self._slot is not None:
-            body["id_slot"] = self._slot  # llama-server: the slot that holds this reading's prefix
-        return {**body, **self.extra_body}
-
     def messages_of(self, ids: Sequence[int]) -> list[Message]:
         """The chat messages whose rendering is the decoded ``ids`` (chat mode).
 
         The frame of a [system, user] chat, else of a lone user turn, is cut off; a
         prompt in neither frame becomes one user message as it is.
         """
-        text = self._tokenizer.decode(ids)
-        both = self.render_chat([{"role": "system", "content": _SYS}, {"role": "user", "content": _USR}])
-        before, _, rest = both.partition(_SYS)
-        middle, _, tail = rest.partition(_USR)
-        if _SYS in both and _USR in rest and text.startswith(before) and text.endswith(tail):
-            cut = text.find(middle, len(before))
-            if cut != -1 and cut + len(middle) <= len(text) - len(tail):
-                return [{"role": "system", "content": text[len(before):cut]},
-                        {"role": "user", "content": text[cut + len(middle):len(text) - len(tail)]}]
-        head, _, tail = self.render_chat([{"role": "user", "content": _USR}]).partition(_USR)
-        if text.startswith(head) and text.endswith(tail) and len(head) + len(tail) <= len(text):
-            return [{"role": "user", "content": text[len(head):len(text) - len(tail)]}]
-        return [{"role": "user", "content": text}]
+        return chat_messages(self._tokenizer.decode(ids), self.render_chat)
 
     def _generate(self, ids: list[int], params: GenerationParams) -> Iterator[str]:
         """Text deltas for the prompt ``ids``: one streaming request."""
@@ -357,256 +297,25 @@ class OpenAIGenerator(CachingGenerator):
         """One streaming request for ``ids``; yields text deltas and books the usage."""
         chat = self.mode == "chat"
         t0 = time.perf_counter()
-        first: float | None = None
-        usage: UsageReport | None = None
-        timings: Timings | None = None
         scanner = StopScanner(params.stop)
-        if self._own_slot and self._slot is None and self._slots.per_slot:
-            self._slot = self._slots.next_slot()
-        response = self._open("/chat/completions" if chat else "/completions",
-                              self._body(ids, params))
-        received = ""
+        self._pin.choose()
+        prompt: dict[str, Any]
+        if chat:
+            prompt = {"messages": self.messages_of(ids)}
+        else:
+            prompt = {"prompt": ids if self.token_prompts else self._tokenizer.decode(ids)}
+        response = self._sender.open("/chat/completions" if chat else "/completions",
+                                     request_body(self.model, params, prompt, self._pin.slot, self.extra_body))
+        received = Received()
         try:
-            complete = False
-            for chunk in self._chunks(response):
-                if chunk is None:  # [DONE]
-                    if not complete:
-                        raise _StreamFault("cut off", "it said [DONE] before any finish_reason, as "
-                                           "llama-cpp-python's server does when another request "
-                                           "interrupts this one (start it with --interrupt_requests "
-                                           "false, as `marginalia serve-model` does)")
-                    break
-                failure = chunk.error_text()
-                if failure is not None:
-                    raise BackendError(f"the model server at {self.base_url} failed after "
-                                       f"{len(received)} characters: {failure}")
-                usage = chunk.usage or usage
-                timings = chunk.timings or timings
-                piece = chunk.piece(chat)
-                if piece:
-                    received += piece
-                    delta = scanner.feed(received)
-                    if delta:
-                        first = first or time.perf_counter()
-                        yield delta
-                complete = complete or chunk.finished()
-                if scanner.stopped:  # the server ignored a stop string
-                    complete = True
-                    break
-            if not complete:
-                raise _StreamFault("cut off", "it ended with no [DONE] and no finish_reason")
-            tail = scanner.flush()
-            if tail:
-                yield tail
-        except _StreamFault as fault:
-            raise BackendError(f"the model server's stream was {fault.args[0]} after {len(received)} "
-                               f"characters: {fault.args[1]}; is the server at {self.base_url} "
-                               "still running and serving this API?") from fault.__cause__
+            yield from read_stream(response, scanner, chat=chat, base_url=self.base_url, received=received)
         finally:
             response.close()
-            self._sent = ids
-            self._book(ids, usage, timings, scanner.text[:scanner.emitted], t0, first)
-
-    @staticmethod
-    def _chunks(response: httpx.Response) -> Iterator[Chunk | None]:
-        """The chunks of the response's event stream, validated; None for ``[DONE]``."""
-        try:
-            for event in httpx_sse.EventSource(response).iter_sse():
-                data = event.data.strip()
-                if not data:
-                    continue  # an event with no data (a keep-alive, a bare event name)
-                if data == "[DONE]":
-                    yield None
-                    return
-                try:
-                    chunk = parse(Chunk, data, "a chunk")
-                except MalformedReply as exc:
-                    raise _StreamFault("malformed", exc.detail) from exc
-                yield chunk
-        except httpx_sse.SSEError as exc:  # not an event stream at all
-            raise _StreamFault("malformed", str(exc)) from exc
-        except httpx.HTTPError as exc:
-            raise _StreamFault("cut off", f"{type(exc).__name__}: {exc}") from exc
-
-    def _book(self, ids: list[int], usage: UsageReport | None, timings: Timings | None, text: str,
-              t0: float, first: float | None) -> None:
-        """Add one request to the usage account, with the server's own counts of its prompt cache.
-
-        The prompt tokens the server evaluated are taken to be its last ones (a prefix cache serves a
-        prefix); in chat mode the server's own tokens may differ from ours, so their positions are ours.
-        A reply that says neither how many prompt tokens the server took from its cache nor how many it
-        evaluated leaves both unknown: the request is counted in ``cache_unreported`` and in neither
-        count (nor in the ledger), never as a prompt evaluated in full.
-        """
-        sent = len(ids)
-        counts = server_counts(usage, timings, sent)
-        end = time.perf_counter()
-        generated = self._tokenizer.count(text) if text else 0
-        with self._lock:
-            u = self.usage
-            u.requests += 1
-            u.prompt_tokens_sent += sent
-            if counts is None:
-                u.cache_unreported += 1
-            else:
-                cached, evaluated = counts
-                u.prompt_tokens_cached += cached
-                u.prefilled_tokens += evaluated
-                u.evaluated(ids, sent - min(evaluated, sent), sent)
-            u.generated_tokens += generated
-            u.prefill_seconds += (first or end) - t0
-            u.decode_seconds += end - (first or end)
-
-    def _open(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        """POST ``body`` and return the streaming response once it says 200.
-
-        Retries with tenacity on failed connections, 429 and 5xx, waiting as ``backoff``
-        says or as the server's Retry-After asks; never once a response has begun to
-        stream (that is the caller's to read).
-        """
-        url = self.base_url + path
-        attempts = itertools.count(1)
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(_Retryable),
-            stop=self._stop,
-            wait=self._wait,
-            sleep=lambda seconds: self.sleep(float(seconds)),
-            retry_error_callback=self._give_up,
-        )
-        response: httpx.Response = retrying(lambda: self._send(url, body, next(attempts)))
-        return response
-
-    def _send(self, url: str, body: dict[str, Any], attempt: int) -> httpx.Response:
-        """One attempt of `_open`."""
-        try:
-            response = self.client.send(self.client.build_request("POST", url, json=body), stream=True)
-        except _CONNECTION_FAILURES as exc:
-            raise _Retryable(cause=exc) from exc
-        except httpx.TimeoutException as exc:
-            raise BackendError(f"the model server at {self.base_url} sent nothing for "
-                               f"{self.read_timeout:g} s; give it more time with "
-                               "';timeout=<seconds>' in the model spec, or a smaller prompt") from exc
-        if response.status_code < 400:
-            return response
-        response.read()
-        response.close()
-        if response.status_code == 429 or response.status_code >= 500:
-            raise _Retryable(response=response, wait=_retry_after(response))
-        raise self._error(response, attempts=attempt)
-
-    def _wait(self, state: tenacity.RetryCallState) -> float:
-        """Seconds before the next attempt: the server's Retry-After, else the backoff schedule."""
-        failure = _failure(state)
-        if failure is not None and failure.wait is not None:
-            return failure.wait
-        return self.backoff[min(state.attempt_number - 1, len(self.backoff) - 1)]
-
-    def _stop(self, state: tenacity.RetryCallState) -> bool:
-        """No more attempts: the retries are spent, or the server asks to wait too long."""
-        failure = _failure(state)
-        too_long = failure is not None and failure.wait is not None and failure.wait > MAX_RETRY_AFTER
-        return too_long or state.attempt_number > self.max_retries
-
-    def _give_up(self, state: tenacity.RetryCallState) -> NoReturn:
-        """Raise the error for the last failure once `_stop` says so."""
-        failure = _failure(state)
-        if failure is not None and failure.response is not None:
-            raise self._error(failure.response, attempts=state.attempt_number)
-        cause = failure.cause if failure is not None and failure.cause is not None else RuntimeError(failure)
-        raise self._unreachable(cause) from cause
-
-    def _error(self, response: httpx.Response, attempts: int) -> MarginaliaError:
-        """The marginalia error for an HTTP error response."""
-        status = response.status_code
-        try:
-            body = ErrorBody.model_validate_json(response.text)
-        except ValueError:  # not JSON, or not an error body we know: its text is the message
-            body = ErrorBody(error=response.text)
-        message = body.text()[:500] or "(no message)"
-        fields = body.fields()
-        where = f"the model server at {self.base_url}"
-        if status in (401, 403):
-            return UserError(f"{where} refused the request (HTTP {status}: {message}); set "
-                             f"{KEY_VARS[0]} (or {KEY_VARS[1]}) to an API key it accepts")
-        too_long = "exceed_context" in (fields.type or "")
-        if status in (400, 413) and (too_long or _CONTEXT.search(message)):
-            window = fields.n_ctx or _first_int(_WINDOW_NUM, message)
-            needed = fields.n_prompt_tokens or _first_int(_NEEDED_NUM, message)
-            if window and needed:
-                return ContextOverflow(needed, window, what=f"the request to {self.model}")
-            return BackendError(f"{where} says the prompt is too long: {message}; use a shorter "
-                                "document, --pattern rag, or a smaller ;window= in the model spec")
-        mentions_model = _MODEL_MISSING.search(message) or (len(self.model) > 2 and self.model in message)
-        if status == 404 or (status < 500 and mentions_model):
-            try:
-                ids = [m.id for m in self.list_models()]
-            except MarginaliaError:
-                ids = []
-            known = f"; it serves: {', '.join(ids)}" if ids else ""
-            return UserError(f"{where} does not know the model {self.model!r} (HTTP {status}: {message})"
-                             f"{known}; put one of its model ids after '#' in the spec")
-        if status == 429:
-            return BackendError(f"{where} is busy (HTTP 429: {message}) after {attempts} attempt(s); "
-                                "try again later or send fewer requests at once")
-        return BackendError(f"{where} answered HTTP {status} after {attempts} attempt(s): {message}")
-
-    def list_models(self, strict: bool = False) -> list[ModelEntry]:
-        """The entries of the server's ``GET /models`` ([] when it gives none).
-
-        Raises:
-            BackendError: only when ``strict``: the server cannot be reached, or its
-                listing is malformed.
-        """
-        try:
-            response = self.client.get(self.base_url + "/models")
-        except httpx.TransportError as exc:
-            if strict:
-                raise self._unreachable(exc) from exc
-            return []
-        if response.status_code != 200:
-            return []
-        try:
-            return parse(ModelList, response.content, f"the model list at {self.base_url}/models").data
-        except MalformedReply:
-            if strict:
-                raise
-            return []
-
-    def _unreachable(self, exc: Exception) -> BackendError:
-        return BackendError(f"cannot reach the model server at {self.base_url}: is it running? "
-                            f"{START_HINT} ({type(exc).__name__}: {exc})")
-
-
-def check_server(base_url: str, mode: str) -> None:
-    """Reject a URL that is not http(s) or an unknown mode, with what to write instead."""
-    if not re.match(r"https?://[^/]", base_url):
-        raise UserError(f"the server URL {base_url!r} must start with http:// or https://")
-    if mode not in MODES:
-        raise UserError(f"unknown mode {mode!r} for {base_url}; choose one of {', '.join(MODES)}")
-
-
-def server_counts(usage: UsageReport | None, timings: Timings | None, sent: int) -> tuple[int, int] | None:
-    """``(cached, evaluated)``: the prompt tokens a server says it took from its prefix cache and those it
-    evaluated, or None when its reply says neither.
-
-    llama.cpp's server gives both in ``timings`` (``cache_n``, ``prompt_n``); vLLM (with
-    ``--enable-prompt-tokens-details``), SGLang and OpenAI give ``usage.prompt_tokens_details.cached_tokens``
-    beside ``usage.prompt_tokens``. Where a reply gives one of the two, the other is the rest of the prompt
-    (its length as the server counts it, else ``sent``, the tokens sent). A bare ``usage.prompt_tokens``
-    says how long the prompt was, not what the server computed of it: None.
-    """
-    cached = timings.cache_n if timings else None
-    if cached is None and usage is not None and usage.prompt_tokens_details is not None:
-        cached = usage.prompt_tokens_details.cached_tokens
-    evaluated = timings.prompt_n if timings else None
-    if cached is None and evaluated is None:
-        return None
-    whole = usage.prompt_tokens if usage is not None and usage.prompt_tokens is not None else None
-    if evaluated is None:
-        evaluated = (sent if whole is None else whole) - (cached or 0)
-    if cached is None:
-        cached = (sent if whole is None else whole) - evaluated
-    return max(cached, 0), max(evaluated, 0)
+            self._pin.sent = ids
+            end = time.perf_counter()
+            text = scanner.text[:scanner.emitted]
+            book(self.usage, self._lock, ids, received.usage, received.timings,
+                 self._tokenizer.count(text) if text else 0, t0, received.first, end)
 
 
 def window_of(models: Sequence[ModelEntry], model: str) -> int | None:
@@ -718,31 +427,3 @@ def hf_tokenizer(path: str) -> tuple[Tokenizer, RenderChat]:
         return str(tok.apply_chat_template(plain, tokenize=False, add_generation_prompt=add_generation_prompt))
 
     return HFTokenizer(tok), render
-
-
-def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
-    m = pattern.search(text)
-    return int(m.group(1)) if m else None
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """Seconds the server's Retry-After header asks to wait (seconds or an HTTP date), if any."""
-    value = response.headers.get("retry-after", "").strip()
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-        return seconds if seconds >= 0 else 0.0  # nan too
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
-
-
-def _failure(state: tenacity.RetryCallState) -> _Retryable | None:
-    """The retryable failure of tenacity's last attempt, if that is how it ended."""
-    failure = state.outcome.exception() if state.outcome is not None else None
-    return failure if isinstance(failure, _Retryable) else None

@@ -1,5 +1,7 @@
-"""Slots of llama.cpp's llama-server: a reading's requests pinned to one slot, and a full reading's state kept in a
-file on the server and put back into that slot before a request that needs it.
+"""The prefix-cache policy of the OpenAI-compatible backend: whether a server's requests share one prefix cache
+(vLLM, SGLang) or llama.cpp's llama-server keeps a prompt per slot, and on such a server a reading's requests
+pinned to one slot, and a full reading's state kept in a file on the server and put back into that slot before
+a request that needs it.
 
 llama-server keeps a prompt per slot and reuses only what the slot holds: a request that shares a shorter prefix
 cuts the slot's state there, so a second question over a reading (each margin request ends at an earlier
@@ -15,6 +17,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -112,6 +115,40 @@ class ServerSlots:
         except Exception as exc:  # noqa: BLE001 - the next request says what is wrong with the server
             log.debug("slot %s of %s failed: %s", action, self.root, exc)
             return None
+
+
+@dataclass
+class Pin:
+    """The slot one generator's requests go to, and what that slot last read (each fork has its own pin).
+
+    ``own``: a reading of its own, pinned to a slot at its first request on a per-slot server; ``slot``: None
+    sends requests to any slot; ``sent``: the prompt of the last request (what its slot holds, then what it
+    generated).
+    """
+
+    slots: ServerSlots
+    own: bool = False
+    slot: int | None = None
+    sent: list[int] = field(default_factory=list)
+
+    def fresh(self) -> Pin:
+        """The pin of an empty fork: a reading of its own, with no slot yet."""
+        return Pin(self.slots, own=True)
+
+    def choose(self) -> None:
+        """Before a request: a reading of its own on a per-slot server takes a slot, once."""
+        if self.own and self.slot is None and self.slots.per_slot:
+            self.slot = self.slots.next_slot()
+
+    def save(self, ids: Sequence[int]) -> None:
+        """Save the slot's state to its file when the slot has just read the prefix ``ids``."""
+        if self.slot is not None and ids and self.sent[:len(ids)] == list(ids):
+            self.slots.save(self.slot, ids)
+
+    def restore(self, ids: Sequence[int]) -> None:
+        """Put the reading ``ids`` back into the slot, if the slot's file holds it."""
+        if self.slot is not None:
+            self.slots.restore(self.slot, ids)
 
 
 def _message(reply: Any) -> str:

@@ -1,7 +1,11 @@
-"""The ``openai:`` spec's form and option names, apart from the backend so that the
+"""The ``openai:`` spec's form, option names and server checks, apart from the backend so that the
 registry can show them in --help without importing httpx."""
 
 from __future__ import annotations
+
+import re
+
+from ...errors import UserError
 
 #: the spec's form, for --help's model list and the backend's errors
 OPENAI_SPEC_FORM = ("openai:<base-url>#<model>[;mode=completions|chat][;prompt=tokens|text]"
@@ -11,3 +15,11 @@ OPENAI_SPEC_FORM = ("openai:<base-url>#<model>[;mode=completions|chat][;prompt=t
 MODES = ("completions", "chat")
 #: the ``;key=value`` options after the model id (``x-<field>`` ones aside)
 OPTIONS = ("mode", "prompt", "tokenizer", "window", "timeout", "concurrency")
+
+
+def check_server(base_url: str, mode: str) -> None:
+    """Reject a URL that is not http(s) or an unknown mode, with what to write instead."""
+    if not re.match(r"https?://[^/]", base_url):
+        raise UserError(f"the server URL {base_url!r} must start with http:// or https://")
+    if mode not in MODES:
+        raise UserError(f"unknown mode {mode!r} for {base_url}; choose one of {', '.join(MODES)}")
