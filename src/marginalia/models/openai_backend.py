@@ -34,7 +34,7 @@ from .base import (
 )
 from .llama_slots import ServerSlots
 from .openai_replies import Chunk, ErrorBody, MalformedReply, ModelEntry, ModelList, Timings, UsageReport, parse
-from .openai_spec import MODES, OPTIONS
+from .openai_spec import MODES, OPTIONS, public_spec
 from .openai_spec import OPENAI_SPEC_FORM as SPEC_FORM
 
 HTTP_INSTALL = "pip install 'marginalia[http]'"
@@ -169,7 +169,8 @@ class OpenAIGenerator(CachingGenerator):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.mode = mode
-        self.name = name or f"openai:{self.base_url}#{model}"
+        self.shown_url = public_spec(self.base_url)  # what messages and logs name: no credentials, no query
+        self.name = public_spec(name or f"openai:{self.base_url}#{model}")
         self._tokenizer: Tokenizer
         self._render: RenderChat
         if isinstance(tokenizer, Generator):
@@ -378,7 +379,7 @@ class OpenAIGenerator(CachingGenerator):
                     break
                 failure = chunk.error_text()
                 if failure is not None:
-                    raise BackendError(f"the model server at {self.base_url} failed after "
+                    raise BackendError(f"the model server at {self.shown_url} failed after "
                                        f"{len(received)} characters: {failure}")
                 usage = chunk.usage or usage
                 timings = chunk.timings or timings
@@ -400,7 +401,7 @@ class OpenAIGenerator(CachingGenerator):
                 yield tail
         except _StreamFault as fault:
             raise BackendError(f"the model server's stream was {fault.args[0]} after {len(received)} "
-                               f"characters: {fault.args[1]}; is the server at {self.base_url} "
+                               f"characters: {fault.args[1]}; is the server at {self.shown_url} "
                                "still running and serving this API?") from fault.__cause__
         finally:
             response.close()
@@ -483,7 +484,7 @@ class OpenAIGenerator(CachingGenerator):
         except _CONNECTION_FAILURES as exc:
             raise _Retryable(cause=exc) from exc
         except httpx.TimeoutException as exc:
-            raise BackendError(f"the model server at {self.base_url} sent nothing for "
+            raise BackendError(f"the model server at {self.shown_url} sent nothing for "
                                f"{self.read_timeout:g} s; give it more time with "
                                "';timeout=<seconds>' in the model spec, or a smaller prompt") from exc
         if response.status_code < 400:
@@ -524,7 +525,7 @@ class OpenAIGenerator(CachingGenerator):
             body = ErrorBody(error=response.text)
         message = body.text()[:500] or "(no message)"
         fields = body.fields()
-        where = f"the model server at {self.base_url}"
+        where = f"the model server at {self.shown_url}"
         if status in (401, 403):
             return UserError(f"{where} refused the request (HTTP {status}: {message}); set "
                              f"{KEY_VARS[0]} (or {KEY_VARS[1]}) to an API key it accepts")
@@ -566,14 +567,14 @@ class OpenAIGenerator(CachingGenerator):
         if response.status_code != 200:
             return []
         try:
-            return parse(ModelList, response.content, f"the model list at {self.base_url}/models").data
+            return parse(ModelList, response.content, f"the model list at {self.shown_url}/models").data
         except MalformedReply:
             if strict:
                 raise
             return []
 
     def _unreachable(self, exc: Exception) -> BackendError:
-        return BackendError(f"cannot reach the model server at {self.base_url}: is it running? "
+        return BackendError(f"cannot reach the model server at {self.shown_url}: is it running? "
                             f"{START_HINT} ({type(exc).__name__}: {exc})")
 
 
@@ -582,7 +583,7 @@ def check_server(base_url: str, mode: str) -> None:
     if not re.match(r"https?://[^/]", base_url):
         raise UserError(f"the server URL {base_url!r} must start with http:// or https://")
     if mode not in MODES:
-        raise UserError(f"unknown mode {mode!r} for {base_url}; choose one of {', '.join(MODES)}")
+        raise UserError(f"unknown mode {mode!r} for {public_spec(base_url)}; choose one of {', '.join(MODES)}")
 
 
 def server_counts(usage: UsageReport | None, timings: Timings | None, sent: int) -> tuple[int, int] | None:
