@@ -5,9 +5,6 @@ a killed server left there is swept when the next one starts."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path

@@ -133,7 +133,7 @@ def add_connection_options(serve: argparse.ArgumentParser, defaults: Any) -> Non
                             "(then 408)")
     group.add_argument("--body-rate-grace", type=seconds, default=defaults.body_rate_grace, metavar="SECONDS",
                        help="how long a request body may arrive at any rate before --min-body-rate applies")
-    group.add_argument("--max-inflight-mb", type=positive_int, default=defaults.body_bytes_in_flight // MIB,
+    group.add_argument("--max-inflight-mb", type=positive_int, default=defaults.body_bytes_in_flight // 2**20,
                        metavar="MB", help="the most MiB of request bodies received at once over all connections "
                                           "(more: 503 at once)")
     group.add_argument("--keep-alive", type=whole_seconds, default=defaults.keep_alive, metavar="SECONDS",
@@ -190,8 +190,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if warning:
         print(warning, file=err, flush=True)
     shown = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"marginalia serving {app.public_spec(generator.name)} on http://{shown}:{args.port} (web page at /, API at /v1, "
-          f"docs at /docs; {'a key is needed' if key else 'no key'}); Ctrl-C stops it", file=err, flush=True)
+    print(f"marginalia serving {app.public_spec(generator.name)} on http://{shown}:{args.port} (web page at /, API "
+          f"at /v1, docs at /docs; {'a key is needed' if key else 'no key'}); Ctrl-C stops it", file=err, flush=True)
     config = server_config(create_app(settings, generator=generator), settings, host=args.host, port=args.port,
                            log_level="info" if args.verbose else "warning")
     with sock:

@@ -9,16 +9,16 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sse_starlette import EventSourceResponse
 
 from ..records import Answer, Done
 from .auth import authenticate
 from .errors import describe, error_body, error_response
-from .schemas import SCANNED, lone_surrogate
 from .events import answer_dict, event_payload, margin_dict
+from .schemas import SCANNED, lone_surrogate
 from .service import Service
 from .worker import ClientGone, Failed, Reading
 

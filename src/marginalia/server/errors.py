@@ -20,6 +20,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..app import public_spec
 from ..errors import (
     BackendError,
     CollectionBusy,
@@ -32,7 +33,6 @@ from ..errors import (
     NotFound,
     UserError,
 )
-from ..app import public_spec
 from ..options import PATTERNS
 
 log = logging.getLogger("marginalia.server")

@@ -17,8 +17,8 @@ from fastapi.staticfiles import StaticFiles
 from .. import __version__
 from ..app import Generator
 from . import errors, limits
-from .common import READING_HEADER, get_service, require_key
 from .auth import authenticated
+from .common import READING_HEADER, get_service, require_key
 from .edge import Edge
 from .gate import Gate
 from .routes import collections, compose, docqa, openai, reading

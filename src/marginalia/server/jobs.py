@@ -21,9 +21,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from filelock import FileLock, Timeout
-from typing import TYPE_CHECKING, Any, Literal
 
 from .. import app
 from ..errors import BadInput, EmptyDocument, MarginaliaError, NotFound

@@ -11,7 +11,7 @@ from fastapi.responses import Response
 
 from ...errors import UserError
 from ...records import Answer
-from ..common import answer, ParsedOffLoop, get_service
+from ..common import ParsedOffLoop, answer, get_service
 from ..events import reference_dict, route_dict
 from ..schemas import AskRequest, DocqaChatRequest, Strict
 from ..service import Service

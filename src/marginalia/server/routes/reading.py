@@ -9,7 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from ...records import Answer
-from ..common import STREAMED, answer, ParsedOffLoop, get_service
+from ..common import STREAMED, ParsedOffLoop, answer, get_service
 from ..schemas import AskRequest, MessageRequest, SessionRequest
 from ..service import Service
 from ..worker import Reading
