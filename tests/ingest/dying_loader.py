@@ -4,6 +4,7 @@ killer would end it (for tests/ingest/test_pdf_bounds.py; its child imports this
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from marginalia.ingest.base import Converted, Loader
@@ -22,3 +23,14 @@ class DyingLoader(Loader):
     def convert(self, data: bytes, source: str) -> Converted:
         os.kill(os.getpid(), int(data))
         raise AssertionError("still alive after the signal")
+
+
+class SlowLoader(DyingLoader):
+    """Its child sleeps for the number of seconds its file holds (a conversion that takes long)."""
+
+    format = "slow"
+    suffixes = (".slow",)
+
+    def convert(self, data: bytes, source: str) -> Converted:
+        time.sleep(float(data))
+        return Converted("woke up")

@@ -144,3 +144,52 @@ def test_a_child_that_dies_is_a_clear_error(monkeypatch, sig, error, words):
     assert type(info.value) is error and "doomed.dying" in str(info.value)
     for word in words:
         assert word in str(info.value)
+
+
+def _converters_of(parent: int) -> list[int]:
+    """The processes converting for ``parent`` (its children running the isolated converter)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if b"marginalia.ingest.isolated" in cmdline and f"MARGINALIA_CONVERTER_PARENT={parent}\0".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc (Linux)")
+def test_a_converter_dies_with_its_killed_caller(tmp_path: Path) -> None:
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from dying_loader import SlowLoader; "
+            "from marginalia.options import IngestOptions; "
+            "SlowLoader().load(b'120', 'slow.slow', IngestOptions(convert_timeout=300))")
+    caller = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not _converters_of(caller.pid):  # polled: the child's start is what is waited for
+            assert time.monotonic() < deadline, "no converter started"
+            assert caller.poll() is None, "the caller ended"
+            time.sleep(0.05)
+        (converter,) = _converters_of(caller.pid)
+        os.kill(caller.pid, signal.SIGKILL)  # as kill -9 of a server mid-conversion
+        caller.wait()
+        deadline = time.monotonic() + 5
+        while _running(converter):
+            assert time.monotonic() < deadline, "the converter outlived its caller by 5 s"
+            time.sleep(0.05)
+    finally:
+        if caller.poll() is None:
+            caller.kill()

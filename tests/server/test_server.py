@@ -17,10 +17,12 @@ def ask(client, **body):
     return client.post("/v1/ask", json={"question": QUESTION, "text": REPORT, **body})
 
 
-def test_health_needs_no_key_and_names_the_model():
+def test_health_needs_no_key_and_names_the_model_only_with_it():
     client = make_client(Settings(api_key="sesame"))
     reply = client.get("/v1/health")
-    assert reply.status_code == 200
+    assert reply.status_code == 200 and reply.json() == {"status": "ok"}  # nothing for a stranger
+    assert client.get("/v1/health", headers={"Authorization": "Bearer wrong"}).json() == {"status": "ok"}
+    reply = client.get("/v1/health", headers={"Authorization": "Bearer sesame"})
     data = reply.json()
     assert data["status"] == "ok" and data["model"] == "scripted"
     assert data["queue"] == {"running": 0, "waiting": 0, "queue_size": Settings().queue_size,

@@ -5,9 +5,6 @@ a killed server left there is swept when the next one starts."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +15,7 @@ import pytest
 from fuzz_support import MB, pdf_bomb, pdf_of_pages
 from marginalia.options import IngestOptions
 from marginalia.server import Settings, create_app
-from marginalia.server.jobs import STAGING, JobBoard, sweep_staging
+from marginalia.server.jobs import OWNER_LOCK, STAGING, JobBoard, StagingArea, sweep_staging
 from server_support import index_text, live_server, make_client, scripted, wait_for
 
 pytest.importorskip("lancedb")
@@ -30,8 +27,10 @@ RESPONSIVE = 1.0
 
 
 def staged(home: Path) -> list[Path]:
+    """The uploads staged in every server's folder under the home."""
     folder = home / STAGING
-    return sorted(folder.iterdir()) if folder.is_dir() else []
+    servers = [entry for entry in folder.iterdir() if entry.is_dir()] if folder.is_dir() else []
+    return sorted(upload for server in servers for upload in server.iterdir() if upload.name != OWNER_LOCK)
 
 
 def test_the_issues_bomb_fails_its_job_quickly_while_the_server_answers(tmp_path):
@@ -92,8 +91,8 @@ def test_an_upload_waits_under_the_home_and_goes_when_its_job_ends(tmp_path):
     job = board.submit("docs", "notes.md", b"# Notes\n", ".md", work)
     wait_for(lambda: seen)
     (copy,) = seen
-    assert copy.parent.parent == home / STAGING and copy.read_bytes() == b"# Notes\n"
-    assert copy.parent.name.startswith(f"{os.getpid()}-")
+    assert copy.parent.parent == board.staging and board.staging.parent == home / STAGING
+    assert copy.read_bytes() == b"# Notes\n" and copy.parent.name.startswith("upload-")
     release.set()
     wait_for(lambda: board.get(job["id"])["status"] == "failed")
     wait_for(lambda: staged(home) == [])
@@ -113,10 +112,9 @@ def test_uploads_still_queued_at_shutdown_are_removed(tmp_path):
     assert started.wait(10)
     board.submit("docs", "second.md", b"two", ".md", work)
     assert len(staged(home)) == 2
-    board.shutdown()  # the queued one is cancelled: its copy goes at once
-    assert len(staged(home)) == 1
+    board.shutdown()  # the queued one is cancelled, the server's folder goes with both copies
+    assert staged(home) == [] and not board.staging.exists()
     release.set()
-    wait_for(lambda: staged(home) == [])
 
 
 def test_a_failed_upload_through_the_server_leaves_nothing_staged(tmp_path):
@@ -130,15 +128,18 @@ def test_a_failed_upload_through_the_server_leaves_nothing_staged(tmp_path):
 def test_what_a_killed_server_left_is_swept_when_the_next_starts(tmp_path):
     home = tmp_path / "home"
     folder = home / STAGING
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
-    leftover = folder / f"{dead.stdout.strip()}-a1b2c3"  # a process that is gone staged this
-    leftover.mkdir(parents=True)
-    (leftover / "document.pdf").write_bytes(b"%PDF-1.7 half of an upload")
-    stray = folder / "not-a-pid"
+    leftover = folder / "server-a1b2c3"  # a server that is gone staged this: nobody holds its lock
+    (leftover / "upload-1").mkdir(parents=True)
+    (leftover / OWNER_LOCK).touch()
+    (leftover / "upload-1" / "document.pdf").write_bytes(b"%PDF-1.7 half of an upload")
+    as_pid_one = folder / "1-d4e5f6"  # an older server's, named by a process id that is always alive (PID 1)
+    as_pid_one.mkdir()
+    stray = folder / "not-a-folder"
     stray.write_bytes(b"x")
-    live = folder / f"{os.getpid()}-d4e5f6"  # a live server's upload on the same home is its own
-    live.mkdir()
+    other = StagingArea(folder)  # a live server on the same home holds its own
     make_client(Settings(home=str(home)))
-    assert staged(home) == [live]
-    assert sweep_staging(folder) == [] and live.is_dir()
+    assert not leftover.exists() and not as_pid_one.exists() and not stray.exists()
+    assert other.folder.is_dir()
+    assert sweep_staging(folder) == []
+    other.close()
+    assert not other.folder.exists()

@@ -213,7 +213,7 @@ def test_stop_mid_reading_still_answers_from_what_was_read(browser):
         page.select_option("#source", "paste")
         page.fill("#paste", REPORT + "\n\n" + LONG)
         ask(page, segment_tokens=16)
-        page.wait_for_function("document.querySelectorAll('#doc .margin.dropped, #doc .margin.kept').length >= 2")
+        page.wait_for_function("() => document.querySelectorAll('#doc .margin.dropped, #doc .margin.kept').length >= 2")
         page.click("#stop-button")
         wait_done(page)
         assert page.inner_text("#answer") == ANSWER
@@ -240,8 +240,8 @@ def test_a_reference_highlights_its_exact_span(browser):
         assert highlighted == page.evaluate(f"marginalia.view.text.slice({start}, {end})") == FACT
         assert ref.locator(".ref-quote").inner_text() == FACT
         marks.first.wait_for()
-        page.wait_for_function("(() => { const r = document.getElementById('highlight').getBoundingClientRect();"
-                               " return r.top >= 0 && r.bottom <= innerHeight; })()")
+        page.wait_for_function("() => { const r = document.getElementById('highlight').getBoundingClientRect();"
+                               " return r.top >= 0 && r.bottom <= innerHeight; }")
 
 
 @pytest.mark.browser

@@ -94,7 +94,7 @@ def test_a_reading_cuts_the_rendered_document_into_rows_without_losing_a_charact
         set_option(page, "wim", "segment_tokens", "6")  # rows end inside paragraphs, list items, the table
         page.fill("#question", "Which pier does the night ferry to Brackwater leave from?")
         page.click("#ask-button")
-        page.wait_for_function("document.querySelectorAll('#doc .row[data-segment]').length >= 5")
+        page.wait_for_function("() => document.querySelectorAll('#doc .row[data-segment]').length >= 5")
         check_rendered(page, NOTES_MARKUP)  # mid-reading: the rows so far, then the rest
         wait_done(page)
         rows = page.locator("#doc .row[data-segment]")

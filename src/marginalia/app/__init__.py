@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..ingest.isolated import stop_conversions
 from ..models.base import CachingGenerator, GenerationParams, Generator, close_stream
+from ..models.openai.spec import public_spec
 from ..models.registry import BACKENDS, DEVICES
 from .composing import check_tuning, compose, compose_sources, tune_client, tuned_folder, tuning_data
 from .indexing import (
@@ -68,7 +70,7 @@ if TYPE_CHECKING:  # types the front ends name in annotations (``as``: re-export
 __all__ = [
     # loading
     "BACKENDS", "DEFAULT_EMBEDDER", "DEVICES", "CachingGenerator", "GenerationParams", "Generator", "close_stream",
-    "demo", "load_embedder", "load_model", "model_folder", "model_server_command", "model_specs",
+    "demo", "load_embedder", "load_model", "model_folder", "model_server_command", "model_specs", "public_spec",
     # reading
     "DEFAULT_CACHE_BYTES", "ask_collection", "ask_file", "ask_text", "check_question", "collection_reader",
     "default_options", "document_cache", "document_sections", "locate", "pattern", "read_file", "reader",
@@ -76,7 +78,7 @@ __all__ = [
     # indexing
     "DocumentQuestions", "IndexReport", "Indexed", "Progress", "check_paths", "chunk_document", "collection_exists",
     "create_collection", "delete_collection", "export_questions", "generate_questions", "index_paths",
-    "list_collections", "open_collection", "section_outline", "upload_suffix",
+    "list_collections", "open_collection", "section_outline", "stop_conversions", "upload_suffix",
     # composing
     "check_tuning", "compose", "compose_sources", "tune_client", "tuned_folder", "tuning_data",
 ]

@@ -5,6 +5,7 @@ their question banks.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -167,6 +168,7 @@ def index_paths(
     on_file: Callable[[int, int, str], None] | None = None,
     on_document: Callable[[Document, int], Progress | None] | None = None,
     on_indexed: Callable[[Indexed], None] | None = None,
+    write_lock: AbstractContextManager[object] | None = None,
 ) -> IndexReport:
     """Load files and folders, cut each document into sections and chunks, add them to a collection.
 
@@ -190,6 +192,8 @@ def index_paths(
         on_document: called with each document and its chunk count before it is added; may return a
             ``(done, total)`` callback for the chunks embedded.
         on_indexed: called with each document's outcome.
+        write_lock: held while the loaded documents are added to the collection, not while they are loaded
+            (so that several callers may convert at once and add one after another).
 
     Raises:
         UserError: a path that does not exist, a bad collection name, bad chunk sizes, a ``source`` given
@@ -214,7 +218,16 @@ def index_paths(
     else:
         loaded = _load_as(paths, source, on_file, ingest)
     report = IndexReport(store.name, skipped=loaded.skipped, notes=loaded.notes)
-    for doc in loaded.documents:
+    with write_lock or nullcontext():
+        _add_documents(store, loaded.documents, report, count_tokens, chunking, on_document, on_indexed)
+    return report
+
+
+def _add_documents(store: Collection, documents: Sequence[Document], report: IndexReport,
+                   count_tokens: Callable[[str], int], chunking: ChunkingOptions,
+                   on_document: Callable[[Document, int], Progress | None] | None,
+                   on_indexed: Callable[[Indexed], None] | None) -> None:
+    for doc in documents:
         sections, chunks = chunk_document(doc, count_tokens, chunking)
         progress = on_document(doc, len(chunks)) if on_document else None
         result = store.add_document(doc, sections, chunks, progress=progress)
@@ -224,7 +237,6 @@ def index_paths(
             on_indexed(item)
     if any(i.result.status in ("added", "replaced") for i in report.indexed):
         store.optimize()  # fold the new rows into the BM25 (and vector) indices
-    return report
 
 
 def _load_as(paths: Sequence[str | Path], source: str, on_file: Callable[[int, int, str], None] | None,

@@ -194,8 +194,10 @@ def ingest_options() -> argparse.ArgumentParser:
     return parent
 
 
-def model_options() -> argparse.ArgumentParser:
-    """Options that choose and place the language model (in a group of their own)."""
+def model_options(key_flag: str = "--api-key") -> argparse.ArgumentParser:
+    """Options that choose and place the language model (in a group of their own); ``key_flag`` is the flag
+    of the key sent to an ``openai:`` model server (serve names it ``--model-api-key``, apart from the key its
+    own clients send)."""
     parent = argparse.ArgumentParser(add_help=False)
     opts = parent.add_argument_group("model")
     opts.add_argument("--model", default="smollm2", metavar="SPEC", help="the language model's spec")
@@ -203,7 +205,7 @@ def model_options() -> argparse.ArgumentParser:
                       help="where in-process models run")
     opts.add_argument("--backend", choices=app.BACKENDS, default="auto",
                       help="engine for GGUF models: llama.cpp when installed, else transformers")
-    opts.add_argument("--api-key", default=None, metavar="KEY",
+    opts.add_argument(key_flag, dest="api_key", default=None, metavar="KEY",
                       help="API key for openai: models (default: $MARGINALIA_API_KEY, else $OPENAI_API_KEY)")
     return parent
 
@@ -217,7 +219,7 @@ def load_model(args: argparse.Namespace, reporter: Reporter) -> Any:
                                log=reporter.log if not getattr(args, "quiet", False) else None,
                                backend=args.backend, api_key=args.api_key)
     if args.verbose:
-        url = getattr(generator, "base_url", None)
+        url = getattr(generator, "shown_url", None)
         where = f"at {url}" if url else f"on {getattr(generator, 'device', None) or 'cpu'}"
         more = f", {generator.concurrency} requests in flight at most" if generator.concurrency > 1 else ""
         reporter.log(f"model {generator.name}: {type(generator).__name__} {where}, "

@@ -8,7 +8,7 @@ import os
 from typing import Any, TextIO
 
 from .. import app
-from ..errors import MissingDependency
+from ..errors import MissingDependency, UserError
 from ..options import IngestOptions
 from .common import (
     MODEL_NOTE,
@@ -32,7 +32,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
     defaults = Settings()
     serve = sub.add_parser(
-        "serve", parents=[common, model_options(), ingest_options()], formatter_class=Formatter,
+        "serve", parents=[common, model_options("--model-api-key"), ingest_options()], formatter_class=Formatter,
         usage="%(prog)s [options]",
         help="serve collections and questions over HTTP (JSON, server-sent events, OpenAI-compatible)",
         description="Start the HTTP service: create collections and upload documents (indexed in the "
@@ -53,6 +53,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     server.add_argument("--server-key", default=None, metavar="KEY",
                         help=f"the key clients send as 'Authorization: Bearer KEY' (default: ${ENV_SERVER_KEY})")
     server.add_argument("--no-auth", action="store_true", help="serve a non-loopback address without a key")
+    # refused with a message that names both keys: a user who means to protect the server must not get an open one
+    server.add_argument("--api-key", dest="misnamed_key", default=None, help=argparse.SUPPRESS)
     server.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
                         help="let a web page from ORIGIN call the API (repeatable); pages of other origins may "
                              "not change anything")
@@ -68,6 +70,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                         help="uploads that may wait to be indexed, the one being indexed included (more get 429)")
     server.add_argument("--upload-queue-mb", type=positive_int, default=defaults.upload_queue_bytes // MIB,
                         metavar="MB", help="the most MiB the uploads waiting to be indexed may hold (more get 429)")
+    server.add_argument("--index-workers", type=positive_int, default=defaults.index_workers, metavar="N",
+                        help="uploads converted and indexed at once, each conversion in a process of its own")
     add_connection_options(serve, defaults)
     reading = serve.add_argument_group("reading")
     reading.add_argument("--embedder", default=defaults.embedder, metavar="SPEC",
@@ -124,6 +128,14 @@ def add_connection_options(serve: argparse.ArgumentParser, defaults: Any) -> Non
                        help="the longest pause within a request body (then 408)")
     group.add_argument("--body-total-timeout", type=seconds, default=defaults.body_total_timeout,
                        metavar="SECONDS", help="the longest a whole request body may take to arrive (then 408)")
+    group.add_argument("--min-body-rate", type=positive_int, default=defaults.min_body_rate, metavar="BYTES",
+                       help="the fewest bytes a second a request body must average after --body-rate-grace "
+                            "(then 408)")
+    group.add_argument("--body-rate-grace", type=seconds, default=defaults.body_rate_grace, metavar="SECONDS",
+                       help="how long a request body may arrive at any rate before --min-body-rate applies")
+    group.add_argument("--max-inflight-mb", type=positive_int, default=defaults.body_bytes_in_flight // 2**20,
+                       metavar="MB", help="the most MiB of request bodies received at once over all connections "
+                                          "(more: 503 at once)")
     group.add_argument("--keep-alive", type=whole_seconds, default=defaults.keep_alive, metavar="SECONDS",
                        help="how long an idle connection stays open after a response")
     group.add_argument("--shutdown-timeout", type=whole_seconds, default=defaults.shutdown_timeout,
@@ -140,7 +152,9 @@ def bounds(args: argparse.Namespace) -> dict[str, Any]:
             "session_bytes": args.session_mb * MIB, "max_connections": args.max_connections,
             "header_timeout": args.header_timeout, "body_timeout": args.body_timeout,
             "body_total_timeout": args.body_total_timeout, "keep_alive": args.keep_alive,
-            "shutdown_timeout": args.shutdown_timeout, "max_header_bytes": args.max_header_kb * 1024}
+            "shutdown_timeout": args.shutdown_timeout, "max_header_bytes": args.max_header_kb * 1024,
+            "min_body_rate": args.min_body_rate, "body_rate_grace": args.body_rate_grace,
+            "body_bytes_in_flight": args.max_inflight_mb * MIB, "index_workers": args.index_workers}
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -154,6 +168,9 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except ImportError as exc:
         raise MissingDependency("the HTTP service's packages (fastapi, uvicorn, sse-starlette)", SERVE_INSTALL) from exc
 
+    if args.misnamed_key is not None:
+        raise UserError("serve takes no --api-key: give the key clients must send with --server-key KEY (or "
+                        f"${ENV_SERVER_KEY}), and the key sent to an openai: model server with --model-api-key KEY")
     key = args.server_key or os.environ.get(ENV_SERVER_KEY) or None
     warning = check_binding(args.host, key, args.no_auth)
     hosts = args.allowed_host or [h.strip() for h in os.environ.get(ENV_ALLOWED_HOSTS, "").split(",") if h.strip()]
@@ -173,8 +190,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if warning:
         print(warning, file=err, flush=True)
     shown = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"marginalia serving {generator.name} on http://{shown}:{args.port} (web page at /, API at /v1, "
-          f"docs at /docs; {'a key is needed' if key else 'no key'}); Ctrl-C stops it", file=err, flush=True)
+    print(f"marginalia serving {app.public_spec(generator.name)} on http://{shown}:{args.port} (web page at /, API "
+          f"at /v1, docs at /docs; {'a key is needed' if key else 'no key'}); Ctrl-C stops it", file=err, flush=True)
     config = server_config(create_app(settings, generator=generator), settings, host=args.host, port=args.port,
                            log_level="info" if args.verbose else "warning")
     with sock:

@@ -1,10 +1,14 @@
-"""HTML to markdown with the standard library's parser: headings, paragraphs, lists, code, quotes and tables."""
+"""HTML to markdown: headings, paragraphs, lists, code, quotes and tables, read by a tokenizer that is linear in
+the page's length whatever it holds (the standard library's parser rescans to the end of the input at every
+unterminated tag, so a page of ``<a`` repeated costs time quadratic in its size)."""
 
 from __future__ import annotations
 
+import html
 import re
-from html.parser import HTMLParser
+from collections.abc import Iterator
 
+from ..options import IngestOptions
 from .base import Converted, Loader
 from .sections import first_heading
 from .text import decode_text
@@ -19,6 +23,56 @@ _HEADINGS = {f"h{i}": i for i in range(1, 7)}
 _BR = "\ue000"  # a private-use character marks <br> until whitespace is collapsed
 _SPACES = re.compile(r"\s+")
 _HEADING_LIKE = re.compile(r"^(#{1,6})(?=\s|$)", re.MULTILINE)
+#: elements whose content is raw text up to their end tag (no tags inside)
+_RAW_TEXT = frozenset({"script", "style"})
+_RAW_END = {tag: re.compile(rf"</{tag}(?=[\t\n\f\r />]|\Z)", re.IGNORECASE) for tag in _RAW_TEXT}
+# One token at a time, each alternative either ending where HTML ends it or running to the end of the input
+# (what a browser does with an unterminated construct), so that every scan consumes what it read.
+# A quote guards a '>' only in an attribute's value (after '='), as the HTML tokenizer has it.
+_ATTRIBUTES = r"""(?:=[\t\n\f\r ]*(?:"[^"]*(?:"|\Z)|'[^']*(?:'|\Z))|[^>])*"""
+_TOKEN = re.compile(
+    r"(?P<comment><!--.*?(?:--!?>|\Z))"
+    r"|(?P<cdata><!\[CDATA\[.*?(?:\]\]>|\Z))"
+    r"|(?P<decl><[!?][^>]*(?:>|\Z))"
+    r"|</(?P<end>[a-zA-Z][^\t\n\f\r />]*)" + _ATTRIBUTES + r"(?:>|\Z)"
+    r"|(?P<bogus></[^>]*(?:>|\Z))"
+    r"|<(?P<start>[a-zA-Z][^\t\n\f\r />]*)" + _ATTRIBUTES + r"(?:>|\Z)"
+    r"|(?P<text>[^<]+|<)",
+    re.DOTALL)
+
+
+def _tokens(page: str) -> Iterator[tuple[str, str]]:
+    """The page as ``(kind, value)``: ``("start", tag)``, ``("end", tag)`` (tag names in lower case) and
+    ``("data", text)`` (character references resolved); comments, declarations and processing instructions
+    are left out. The content of a script or style element is one ``data`` token, up to its end tag."""
+    pos, size = 0, len(page)
+    text: list[str] = []
+    while pos < size:
+        match = _TOKEN.match(page, pos)
+        assert match is not None  # the last alternative takes any character
+        pos = match.end()
+        kind = match.lastgroup
+        if kind == "text":
+            text.append(match.group("text"))
+            continue
+        if text:
+            yield "data", html.unescape("".join(text))
+            text = []
+        if kind == "end":
+            yield "end", match.group("end").lower()
+        elif kind == "start":
+            tag = match.group("start").lower()
+            yield "start", tag
+            if match.group(0).endswith("/>"):
+                yield "end", tag
+            elif tag in _RAW_TEXT:
+                close = _RAW_END[tag].search(page, pos)
+                stop = size if close is None else close.start()
+                if stop > pos:
+                    yield "data", page[pos:stop]
+                pos = stop
+    if text:
+        yield "data", html.unescape("".join(text))
 
 
 def _collapse(text: str) -> str:
@@ -26,11 +80,10 @@ def _collapse(text: str) -> str:
     return "\n".join(_SPACES.sub(" ", part).strip() for part in text.split(_BR)).strip()
 
 
-class _Converter(HTMLParser):
-    """Collects markdown blocks while the parser walks the tags."""
+class _Converter:
+    """Collects markdown blocks while `_tokens` walks the tags."""
 
     def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
         self.blocks: list[str] = []
         self.inline: list[str] = []
         self.title_parts: list[str] = []
@@ -86,7 +139,16 @@ class _Converter(HTMLParser):
 
     # -- parser callbacks --------------------------------------------------------
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+    def feed(self, page: str) -> None:
+        for kind, value in _tokens(page):
+            if kind == "start":
+                self.handle_starttag(value)
+            elif kind == "end":
+                self.handle_endtag(value)
+            else:
+                self.handle_data(value)
+
+    def handle_starttag(self, tag: str) -> None:
         if self.skip or tag in _DROP:
             if tag in _DROP:
                 self.skip += 1
@@ -214,7 +276,6 @@ class _Converter(HTMLParser):
             self.inline.append(data)
 
     def result(self) -> tuple[str, str]:
-        self.close()
         # a page cut short (a truncated download) keeps what its open elements hold
         if self.table is not None:  # an unclosed table still shows its rows, and its open cell
             self.table_depth = 1
@@ -251,6 +312,10 @@ class HtmlLoader(Loader):
 
     format = "html"
     suffixes = (".html", ".htm", ".xhtml")
+    isolated = True  # a page's nesting decides what its markdown costs: bounded in time and memory like a PDF
+
+    def __init__(self, limits: IngestOptions | None = None) -> None:
+        self.limits = limits or IngestOptions()  # built so in the child (see `isolated`)
 
     def convert(self, data: bytes, source: str) -> Converted:
         markdown, title = html_to_markdown(decode_text(data, source))

@@ -5,18 +5,27 @@ The child is a fresh interpreter (``python -P -c ...``), not a fork: the caller 
 and forking those is unsafe; and unlike `multiprocessing`'s spawn, it never imports the caller's main script
 again. The request goes to the child's standard input (one JSON line, then the file's bytes); the reply comes
 back on its standard output as one JSON object, while whatever the converter prints goes to standard error.
+
+The child never outlives its caller nor its time: it asks the kernel for SIGKILL when the thread that started
+it ends (Linux's parent-death signal), it arms an alarm of its own for its time bound plus a grace, and the
+caller kills its whole process group on every way out of `convert_isolated` and in `stop_conversions` (a
+server that stops).
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import logging
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any, NoReturn
@@ -35,6 +44,18 @@ _CHILD = ("-P", "-c", "from marginalia.ingest.isolated import main; main()")
 _ERRORS: dict[str, type[IngestError]] = {cls.__name__: cls for cls in (IngestError, BadInput, EmptyDocument)}
 #: bytes of the child's standard error kept for the log when it dies without a reply
 _STDERR_TAIL = 4000
+#: the environment variable that names the child's caller, so that a child whose caller is gone ends at once
+_PARENT = "MARGINALIA_CONVERTER_PARENT"
+#: seconds the child's own alarm allows past its time bound (the caller kills it at the bound itself)
+_ALARM_GRACE = 5
+#: Linux's prctl option that sends a signal to a process when the thread that forked it ends
+_PR_SET_PDEATHSIG = 1
+#: what a converter says when an allocation failed (MuPDF, the C library, C++): its memory bound was reached
+_OUT_OF_MEMORY = re.compile(r"MemoryError|out of memory|cannot allocate|malloc|bad_alloc|failed to allocate",
+                            re.IGNORECASE)
+#: the children converting now, so that a server that stops can stop them (`stop_conversions`)
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+_RUNNING_LOCK = threading.Lock()
 
 
 def flag(limit: str) -> str:
@@ -79,18 +100,22 @@ def convert_isolated(loader: type[Any], data: bytes, source: str, limits: Ingest
     # one malloc arena per thread reserves 64 MiB of address space each: fewer arenas, so that the memory
     # bound measures memory used rather than the number of threads
     env["MALLOC_ARENA_MAX"] = "2"
+    env[_PARENT] = str(os.getpid())
     with tempfile.TemporaryFile() as errors:
-        # a session of its own: a terminal's Ctrl-C reaches only the caller, which then stops the child itself
+        # a session of its own: a terminal's Ctrl-C reaches only the caller, which then stops the child itself;
+        # its process group is what the caller kills, the converter's own children included
         child = subprocess.Popen([sys.executable, *_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=errors, env=env, start_new_session=True)
+        with _RUNNING_LOCK:
+            _RUNNING.add(child)
         try:
             out, _ = child.communicate(json.dumps(request).encode() + b"\n" + data, timeout=limits.convert_timeout)
         except subprocess.TimeoutExpired:
-            _stop(child)
             raise timed_out(source, limits) from None
-        except BaseException:  # Ctrl-C, or the caller's thread stopped: the child must not outlive the request
+        finally:  # a reply, a timeout, Ctrl-C, the caller's thread stopped: nothing of the child is left running
+            with _RUNNING_LOCK:
+                _RUNNING.discard(child)
             _stop(child)
-            raise
         reply = _reply(out) if child.returncode == 0 else None
         if reply is None:
             _died(child.returncode, source, limits, _tail(errors))
@@ -109,8 +134,29 @@ def _reply(out: bytes) -> dict[str, Any] | None:
 
 
 def _stop(child: subprocess.Popen[bytes]) -> None:
-    child.kill()
-    child.communicate()
+    """Kill the child's process group (the child leads it) and reap the child, unless it ended already."""
+    if child.returncode is None:
+        _kill_group(child)
+        child.communicate()
+
+
+def _kill_group(child: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # all of it ended already
+        pass
+    except AttributeError:  # no process groups (Windows)
+        child.kill()
+
+
+def stop_conversions() -> int:
+    """Kill every conversion running in this process's children now (a server that stops); the calls that
+    wait for them raise. Returns how many were running."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for child in running:
+        _kill_group(child)
+    return len(running)
 
 
 def _tail(stream: IO[bytes]) -> str:
@@ -123,7 +169,9 @@ def _died(code: int, source: str, limits: IngestOptions, tail: str) -> NoReturn:
     """Raise the error for a child that ended without a reply (``code``: its exit status, -N for signal N)."""
     log.warning("the process converting %s ended with status %s; its last output: %s", source, code, tail)
     name = _signal_name(-code) if code < 0 else ""
-    if name in ("SIGKILL", "SIGABRT"):  # the kernel's out-of-memory killer; a C++ allocation that threw
+    if name in ("SIGKILL", "SIGABRT") or _OUT_OF_MEMORY.search(tail):
+        # the kernel's out-of-memory killer; a C++ allocation that threw; an allocation that failed at the bound
+        name = name or f"status {code}"
         mb = limits.convert_memory_mb
         raise exceeded(source, f"could not be converted: its process was stopped ({name}), most likely for lack "
                                f"of memory (convert_memory_mb is {mb}), and it may be a decompression bomb",
@@ -189,16 +237,41 @@ def _serve(request: dict[str, Any], data: bytes) -> dict[str, Any]:
     except MissingDependency as exc:
         return {"error": {"type": "MissingDependency", "what": exc.what, "command": exc.command}}
     except Exception as exc:  # noqa: BLE001 - a converter's failure on an odd file: say which file, keep the cause
+        if _OUT_OF_MEMORY.search(f"{type(exc).__name__}: {exc}"):  # an allocation under the bound failed
+            return {"error": {"type": "memory"}}
         return {"error": {"type": "IngestError", "path": source,
                           "message": f"could not convert {source} ({type(exc).__name__}: {exc}); the file may be "
                                      "damaged: try repairing it or converting it with another tool"}}
 
 
+def _die_with_parent() -> None:
+    """Have the kernel kill this process when its caller's thread ends (Linux), and end now if the caller is
+    gone already (it died before the request was made)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # a C library without prctl: the alarm and the caller still bound it
+            log.debug("the parent-death signal could not be set")
+    parent = os.environ.get(_PARENT, "")
+    if parent.isdigit() and os.getppid() != int(parent):
+        os._exit(1)
+
+
+def _arm_alarm(seconds: float) -> None:
+    """End this process (SIGALRM's default action) ``seconds`` after now, whatever it is doing."""
+    if hasattr(signal, "setitimer"):
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
 def main() -> None:
     """The child: read the request and the file from standard input, write the reply to standard output."""
+    _die_with_parent()
     reply_to = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # what the converter prints (MuPDF writes to the C library's stdout) stays out of the reply
     request = json.loads(sys.stdin.buffer.readline())
+    _arm_alarm(math.ceil(float(request["limits"]["convert_timeout"])) + _ALARM_GRACE)
     data = sys.stdin.buffer.read()
     try:
         reply = json.dumps(_serve(request, data)).encode()

@@ -161,6 +161,15 @@ def _walk(folder: Path, recursive: bool, visited: set[str] | None = None) -> Ite
             yield entry
 
 
+def document_name(file: Path, given: Path) -> str:
+    """The name a document found at ``file`` is known by, without the file system around what was indexed:
+    a file given by itself, its file name; a file found in a folder given, its path from that folder's
+    name down (``papers/2024/x.pdf``)."""
+    if file == given:
+        return file.name
+    return Path(os.path.relpath(file, given.absolute().parent)).as_posix()
+
+
 def load_paths(
     paths: Iterable[str | Path],
     recursive: bool = True,
@@ -172,6 +181,8 @@ def load_paths(
     Folders are walked in name order (into subfolders when ``recursive``), leaving out hidden
     entries; inside a folder a file of an unsupported type is skipped, not fatal. Each file is
     loaded once even when named twice, and a file whose text equals an earlier one's is skipped.
+    Each document is named by `document_name` (never by where the files lie); the skipped files and
+    the notes name their paths.
 
     Args:
         paths: files and folders, in the order to load them.
@@ -182,7 +193,7 @@ def load_paths(
     Returns:
         The documents, the skipped files with their reasons, and notes on files loaded in part.
     """
-    files: list[Path] = []
+    files: list[tuple[Path, str]] = []
     skipped: list[Skipped] = []
     seen: set[str] = set()
     for given in paths:
@@ -192,16 +203,16 @@ def load_paths(
             key = os.path.realpath(candidate)
             if key not in seen:
                 seen.add(key)
-                files.append(candidate)
+                files.append((candidate, document_name(candidate, p)))
 
     documents: list[Document] = []
     notes: list[Note] = []
     by_id: dict[str, str] = {}
-    for done, file in enumerate(files, 1):
-        source = str(file)
+    for done, (file, name) in enumerate(files, 1):
+        source = str(file)  # what the person who indexed is shown; the document is known by ``name``
         file_notes: list[str] = []
         try:
-            doc = load_document(file, notes=file_notes, limits=limits)
+            doc = load_document(file, notes=file_notes, source=name, limits=limits)
         except (IngestError, MissingDependency) as exc:
             skipped.append(Skipped(source, str(exc)))
         else:

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
-import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sse_starlette import EventSourceResponse
 
 from ..records import Answer, Done
-from .errors import Unauthorized, describe, error_body, error_response
+from .auth import authenticate
+from .errors import describe, error_body, error_response
 from .events import answer_dict, event_payload, margin_dict
+from .schemas import SCANNED, lone_surrogate
 from .service import Service
 from .worker import ClientGone, Failed, Reading
 
@@ -34,6 +38,51 @@ STREAMED: dict[int | str, dict[str, Any]] = {
 _bearer = HTTPBearer(auto_error=False, description="the server's key (marginalia serve --server-key)")
 
 
+#: bodies above this many bytes are decoded and checked in a worker thread, not on the event loop
+OFF_LOOP_BYTES = 256 * 1024
+
+
+class ParsedOffLoop(APIRoute):
+    """A route whose large JSON body is decoded, and checked for lone surrogates (`schemas.lone_surrogate`),
+    in a worker thread, so that a body of millions of values does not hold the event loop (and every other
+    request, the health check included) while it is read."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def parsed(request: Request) -> Response:
+            if "json" in request.headers.get("content-type", "") and request.method in ("POST", "PUT", "PATCH"):
+                body = await request.body()
+                if len(body) > OFF_LOOP_BYTES:
+                    data, where = await run_in_threadpool(_decode, body)
+                    if where is not None:
+                        raise RequestValidationError([{
+                            "type": "value_error", "loc": ("body",),
+                            "msg": f"not valid Unicode ({where}): it holds a lone surrogate, a \\ud800 to \\udfff "
+                                   "escape without its pair; send UTF-8 text"}])
+                    request._json = data  # what Starlette's Request.json() returns from now on
+                    SCANNED.set(True)
+            return await handler(request)
+
+        return parsed
+
+
+def _decode(body: bytes) -> tuple[Any, str | None]:
+    """A JSON body, and where it holds a lone surrogate (None: nowhere).
+
+    Raises:
+        RequestValidationError: not JSON (as FastAPI says it).
+    """
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        pos = getattr(exc, "pos", 0)
+        why = getattr(exc, "msg", "unreadable")
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body", pos), "msg": "JSON decode error",
+                                       "input": {}, "ctx": {"error": why}}]) from None
+    return data, lone_surrogate(data)
+
+
 def get_service(request: Request) -> Service:
     service: Service = request.app.state.service
     return service
@@ -41,13 +90,9 @@ def get_service(request: Request) -> Service:
 
 async def require_key(request: Request,
                       credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
-    """Refuse a request without the server's key (when it has one)."""
-    key = get_service(request).settings.api_key
-    if key is None:
-        return
-    given = credentials.credentials if credentials is not None else ""
-    if not secrets.compare_digest(given.encode(), key.encode()):
-        raise Unauthorized("this server needs its key: send 'Authorization: Bearer <key>'")
+    """Refuse a request without the server's key (when it has one); ``credentials`` puts the scheme in the
+    API's description, `auth.authenticate` decides."""
+    authenticate(get_service(request).settings, request.headers.get("authorization"))
 
 
 def sse(kind: str, data: Any) -> dict[str, str]:

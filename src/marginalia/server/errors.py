@@ -20,6 +20,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..app import public_spec
 from ..errors import (
     BackendError,
     CollectionBusy,
@@ -35,6 +36,8 @@ from ..errors import (
 from ..options import PATTERNS
 
 log = logging.getLogger("marginalia.server")
+#: the most characters of an error message sent to a client
+MAX_MESSAGE = 1000
 #: the most problems a validation error lists; the rest are counted (a body may hold millions)
 MAX_PROBLEMS = 20
 #: the tags of the reading union (`schemas.Reading`) pydantic puts in an error's location: the patterns, and
@@ -51,6 +54,14 @@ class Busy(MarginaliaError):
         self.retry_after = retry_after
         super().__init__(f"the model is busy and {waiting} requests are waiting for it; "
                          f"try again in about {retry_after} s")
+
+
+class Overloaded(MarginaliaError):
+    """The server holds as much of requests as it takes at once; try again after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class UnsupportedType(UserError):
@@ -80,6 +91,7 @@ class OriginNotAllowed(UserError):
 #: the HTTP status and error code of each error class (the first match in this order wins)
 STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
     (Busy, 429, "busy"),
+    (Overloaded, 503, "overloaded"),
     (Unauthorized, 401, "unauthorized"),
     (HostNotAllowed, 421, "host_not_allowed"),
     (OriginNotAllowed, 403, "origin_not_allowed"),
@@ -98,15 +110,25 @@ STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
 )
 
 #: codes for the statuses Starlette raises itself (unknown route, wrong method, body over the limit)
-HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 408: "timeout", 413: "too_large"}
+HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 408: "timeout", 413: "too_large",
+              429: "busy", 503: "overloaded"}
 
 
 def describe(exc: BaseException) -> tuple[int, str, str]:
-    """The status, code and message of an error (a message safe to show to a client)."""
+    """The status, code and message of an error (a message safe to show to a client: no URL's credentials or
+    query, and at most `MAX_MESSAGE` characters, however long a value it quotes)."""
     for cls, status, code in STATUSES:
         if isinstance(exc, cls):
-            return status, code, str(exc) + advice(exc)
+            return status, code, public_message(str(exc) + advice(exc))
     return 500, "internal_error", "the server failed on this request; its log has the details"
+
+
+def public_message(message: str) -> str:
+    """``message`` as a client may see it: model URLs without credentials or query (`app.public_spec`), cut
+    to `MAX_MESSAGE` characters (a value a client sent may be megabytes long, and it is quoted)."""
+    if len(message) > MAX_MESSAGE:
+        message = f"{message[:MAX_MESSAGE]}... (cut: {len(message):,} characters)"
+    return public_spec(message)
 
 
 def advice(exc: BaseException) -> str:
@@ -126,7 +148,7 @@ def error_response(exc: BaseException, **more: Any) -> JSONResponse:
     if status == 500:
         log.error("unexpected error", exc_info=exc)
     headers = {}
-    if isinstance(exc, Busy):
+    if isinstance(exc, Busy | Overloaded):
         headers["Retry-After"] = str(exc.retry_after)
     if isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"

@@ -11,14 +11,16 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
 from ..app import Generator
 from . import errors, limits
+from .auth import authenticated
 from .common import READING_HEADER, get_service, require_key
 from .edge import Edge
+from .gate import Gate
 from .routes import collections, compose, docqa, openai, reading
 from .schemas import ErrorReply
 from .service import Service
@@ -49,6 +51,26 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 #: the web page: plain HTML, CSS and JavaScript modules, served as they are (no build step, nothing from elsewhere)
 STATIC = Path(__file__).parent / "static"
+#: what the page and its files are served with: never framed by another page (clickjacking), never read as
+#: another type than the one sent, and running only scripts and styles of its own files (no inline code, nothing
+#: from elsewhere), so that a document's text that reached the page as markup could not run
+PAGE_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                               "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+                               "frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class PageFiles(StaticFiles):
+    """The page's files, with `PAGE_HEADERS`."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers.update(PAGE_HEADERS)
+        return response
 
 
 def create_app(settings: Settings | None = None, generator: Generator | None = None,
@@ -80,6 +102,9 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
     app.state.service = service
     errors.install(app, max_body)
     limits.install(app, settings)
+    # the key, the declared length and the room for it, before a byte of the body is read (inside CORS, so that
+    # a page of an allowed origin can read its refusal)
+    app.add_middleware(Gate, settings=settings, max_body=max_body, room=service.jobs.room_for)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_credentials=False,
                            allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"],
@@ -89,14 +114,16 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
     # the page and its files need no key (they hold nothing); the page sends the key on its API calls
     @app.get("/", include_in_schema=False)
     def root() -> FileResponse:
-        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache", **PAGE_HEADERS})
 
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.mount("/static", PageFiles(directory=STATIC), name="static")
 
-    @app.get("/v1/health", tags=["meta"], summary="Whether the server is up, its model, and its queue",
-             responses=ERRORS)
+    @app.get("/v1/health", tags=["meta"], responses=ERRORS,
+             summary="Whether the server is up; with the key, its version, model (without credentials) and queue")
     def health(request: Request) -> dict[str, Any]:
         current = get_service(request)
+        if not authenticated(current.settings, request.headers.get("authorization")):
+            return {"status": "ok"}  # nothing about the server for a caller without its key
         return {"status": "ok", "version": __version__, "model": current.model_name,
                 "queue": current.worker.status(), "sessions": len(current.sessions),
                 "compose_sessions": len(current.compose)}

@@ -10,7 +10,6 @@ its tokens), so indexing does not wait for readings, nor they for it.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
@@ -24,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from filelock import FileLock, Timeout
+
 from .. import app
 from ..errors import BadInput, EmptyDocument, MarginaliaError, NotFound
-from ..files import process_alive
 from ..options import ChunkingOptions, IngestOptions
 from ..records import Document
 from .errors import Busy, UnsupportedType, describe, log
@@ -42,27 +42,60 @@ MAX_SUFFIX = 12
 #: seconds a client is told to wait when too many uploads wait to be indexed
 RETRY_AFTER = 10
 MIB = 1024 * 1024
-#: the folder under the home where uploads wait for their jobs: one folder per upload, named after the
-#: process that staged it (``<pid>-<random>``), so that a server sweeps only what dead processes left
+#: the folder under the home where uploads wait for their jobs: a folder per server, locked by it while it lives
+#: (`StagingArea`), one folder per upload inside it; a server sweeps what servers that are gone left
 STAGING = "staging"
+#: the lock file of a server's folder under `STAGING`
+OWNER_LOCK = ".owner.lock"
 
 
-def sweep_staging(folder: Path) -> list[Path]:
-    """Remove what processes that are gone left in the staging ``folder`` (a server killed mid-job); keep what
-    live ones staged (another server on the same home). Returns what was removed."""
+class StagingArea:
+    """A server's own folder under the staging ``root``, which it holds an exclusive lock on (``flock``, which
+    the kernel lets go of when the process ends, however it ends) while it lives. Folders whose lock anyone can
+    take are left over by servers that are gone, and swept when another starts: unlike a process id, the lock
+    tells a live server from a dead one in a container too, where every server is process 1."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.folder = Path(tempfile.mkdtemp(prefix="server-", dir=root))
+        self._lock = FileLock(self.folder / OWNER_LOCK, thread_local=False)
+        self._lock.acquire()
+        self.swept = sweep_staging(root)
+
+    def close(self) -> None:
+        """Remove the folder and let go of its lock (what is left of it is swept by a later server)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self._lock.release()
+
+
+def sweep_staging(root: Path) -> list[Path]:
+    """Remove what servers that are gone left in the staging ``root``: every entry but the folders whose lock
+    is held (by a live server, this one included). Returns what was removed."""
     removed: list[Path] = []
-    if not folder.is_dir():
+    if not root.is_dir():
         return removed
-    for entry in sorted(folder.iterdir()):
-        pid = entry.name.split("-", 1)[0]
-        if pid.isdigit() and process_alive(int(pid)):
-            continue
+    for entry in sorted(root.iterdir()):
         if entry.is_dir() and not entry.is_symlink():
+            if _owned(entry):
+                continue
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)
         removed.append(entry)
     return removed
+
+
+def _owned(folder: Path) -> bool:
+    """Whether a live server holds ``folder``'s lock."""
+    if not (folder / OWNER_LOCK).is_file():
+        return False
+    probe = FileLock(folder / OWNER_LOCK, thread_local=False)
+    try:
+        probe.acquire(timeout=0)
+    except Timeout:
+        return True
+    probe.release()
+    return False
 
 
 def display_name(filename: str | None) -> str:
@@ -130,25 +163,39 @@ class UploadsWaiting(Busy):
 
 
 class JobBoard:
-    """The indexing jobs: one thread runs them in order; the last ``keep`` finished ones are remembered.
+    """The indexing jobs: ``workers`` threads run them in the order they came, each converting its upload in a
+    process of its own, and adding to a collection one after another (`writing`); the last ``keep`` finished
+    ones are remembered.
 
-    Uploads wait in ``staging`` (swept of dead processes' leftovers when the board is made). At most
-    ``max_waiting`` jobs wait or run at once, and the copies they wait on hold at most ``max_waiting_bytes``
-    (one upload alone always gets in, whatever its size); more are refused with `UploadsWaiting`.
+    Uploads wait in a folder of this board's own under ``staging`` (`StagingArea`; what servers that are gone
+    left there is swept when the board is made). At most ``max_waiting`` jobs wait or run at once, and the
+    copies they wait on hold at most ``max_waiting_bytes`` (one upload alone always gets in, whatever its
+    size); more are refused with `UploadsWaiting`.
     """
 
-    def __init__(self, keep: int, staging: Path, max_waiting: int = 16, max_waiting_bytes: int = 256 * MIB) -> None:
+    def __init__(self, keep: int, staging: Path, max_waiting: int = 16, max_waiting_bytes: int = 256 * MIB,
+                 workers: int = 2) -> None:
         self.keep = keep
-        self.staging = staging
         self.max_waiting = max_waiting
         self.max_waiting_bytes = max_waiting_bytes
-        staging.mkdir(parents=True, exist_ok=True)
-        swept = sweep_staging(staging)
-        if swept:
-            log.info("removed %d uploads a stopped server left in %s", len(swept), staging)
+        self.area = StagingArea(staging)
+        self.staging = self.area.folder
+        if self.area.swept:
+            log.info("removed %d uploads stopped servers left in %s", len(self.area.swept), staging)
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marginalia-index")
+        self._writers: dict[str, threading.Lock] = {}
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="marginalia-index")
+
+    def writing(self, collection: str) -> threading.Lock:
+        """The lock a job holds while it adds to ``collection`` (its conversion runs outside it)."""
+        with self._lock:
+            return self._writers.setdefault(collection, threading.Lock())
+
+    def room_for(self, size: int) -> UploadsWaiting | None:
+        """Why an upload of ``size`` bytes could not wait now, or None (asked before its body is read)."""
+        with self._lock:
+            return self._refusal(size)
 
     def get(self, job_id: str) -> dict[str, Any]:
         with self._lock:
@@ -178,7 +225,7 @@ class JobBoard:
             UploadsWaiting: too many uploads, or bytes of them, wait already.
         """
         self._check_room(len(data))  # before anything is written
-        folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=self.staging))
+        folder = Path(tempfile.mkdtemp(prefix="upload-", dir=self.staging))
         copy = folder / f"document{suffix}"  # our own name: the client's never becomes a path
         job = Job(uuid.uuid4().hex, collection, document, size=len(data))
 
@@ -242,7 +289,13 @@ class JobBoard:
             del self._jobs[job_id]
 
     def shutdown(self) -> None:
+        """Cancel the jobs waiting, stop the conversions running (their processes are killed), and give up
+        the staging folder."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+        stopped = app.stop_conversions()
+        if stopped:
+            log.info("stopped %d conversions of uploads at shutdown", stopped)
+        self.area.close()
 
 
 def index_upload(job: Job, copy: Path, board: JobBoard, *, store: Callable[[], Collection],
@@ -261,7 +314,8 @@ def index_upload(job: Job, copy: Path, board: JobBoard, *, store: Callable[[], C
             board.update(job, stage="optimizing")  # index_paths folds the new rows into its indices next
 
     report = app.index_paths([copy], store(), count_tokens=count_tokens, chunking=chunking, ingest=ingest,
-                             source=job.document, on_document=on_document, on_indexed=on_indexed)
+                             source=job.document, on_document=on_document, on_indexed=on_indexed,
+                             write_lock=board.writing(job.collection))
     (item,) = report.indexed  # one file, loaded or raised
     result = item.result
     outcome = {"status": result.status, "doc_id": result.doc_id, "source": result.source, "chunks": result.n_chunks,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -43,38 +44,58 @@ class BodyTimeout(StarletteHTTPException):
 
 
 class ReadTimeouts:
-    """Refuse a request whose body stops arriving: 408 (JSON) and the connection closed when no piece of it
-    comes for ``between`` seconds, or the whole of it takes more than ``total``.
+    """Refuse a request whose body stops arriving or trickles: 408 (JSON) and the connection closed when no
+    piece of it comes for ``between`` seconds, the whole of it takes more than ``total``, or, once ``grace``
+    seconds have passed since it began, it has averaged fewer than ``min_rate`` bytes a second (so that a
+    byte every few seconds cannot hold a connection for the whole of ``total``).
 
     Only reading the body is timed: once its last piece has come, the app's later calls to ``receive``
     (waiting for the client to leave) pass through untouched.
     """
 
-    def __init__(self, app: ASGIApp, between: float, total: float) -> None:
+    def __init__(self, app: ASGIApp, between: float, total: float, min_rate: float = 0.0,
+                 grace: float = 0.0) -> None:
         self.app = app
         self.between = between
         self.total = total
+        self.min_rate = min_rate
+        self.grace = grace
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.total
+        began = loop.time()
+        deadline = began + self.total
         complete = False
         started = False
+        received = 0
+
+        def rate_deadline() -> float:
+            """When the body's average rate falls below ``min_rate`` if nothing more comes."""
+            if self.min_rate <= 0:
+                return math.inf
+            return began + max(self.grace, received / self.min_rate)
 
         async def timed() -> Message:
-            nonlocal complete
+            nonlocal complete, received
             if complete:
                 return await receive()
-            left = deadline - loop.time()
+            now = loop.time()
+            left = deadline - now
             if left <= 0:
-                raise BodyTimeout(self.too_slow(total=True))
+                raise BodyTimeout(self.too_slow("total"))
+            if rate_deadline() <= now:
+                raise BodyTimeout(self.too_slow("rate"))
+            wait = min(self.between, left, rate_deadline() - now)
             try:
-                message = await asyncio.wait_for(receive(), min(self.between, left))
+                message = await asyncio.wait_for(receive(), wait)
             except TimeoutError:
-                raise BodyTimeout(self.too_slow(total=self.between >= left)) from None
+                why = "between" if wait >= self.between else "total" if wait >= left else "rate"
+                raise BodyTimeout(self.too_slow(why)) from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
             if message["type"] != "http.request" or not message.get("more_body", False):
                 complete = True
             return message
@@ -91,10 +112,13 @@ class ReadTimeouts:
                 raise
             await _answer(send, exc.status_code, "timeout", exc.detail)
 
-    def too_slow(self, total: bool) -> str:
-        if total:
+    def too_slow(self, why: str) -> str:
+        if why == "total":
             return (f"the request body took more than {self.total:g} s to arrive (the server's "
                     "--body-total-timeout); send it faster, or a smaller one")
+        if why == "rate":
+            return (f"the request body arrived at fewer than {self.min_rate:g} bytes a second after its first "
+                    f"{self.grace:g} s (the server's --min-body-rate and --body-rate-grace); send it faster")
         return (f"the request body stopped arriving: nothing of it came for {self.between:g} s (the server's "
                 "--body-timeout); send the whole body, as long as its Content-Length says")
 
@@ -194,8 +218,9 @@ def bounded_protocol(header_timeout: float, max_connections: int) -> type[asynci
 
 
 def install(app: Any, settings: Settings) -> None:
-    """Bound the time a request body may take (`ReadTimeouts`)."""
-    app.add_middleware(ReadTimeouts, between=settings.body_timeout, total=settings.body_total_timeout)
+    """Bound the time a request body may take, and its rate (`ReadTimeouts`)."""
+    app.add_middleware(ReadTimeouts, between=settings.body_timeout, total=settings.body_total_timeout,
+                       min_rate=settings.min_body_rate, grace=settings.body_rate_grace)
 
 
 def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Config:

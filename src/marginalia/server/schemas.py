@@ -14,7 +14,9 @@ themselves stay lenient for the CLI and config files, whose front ends convert t
 
 from __future__ import annotations
 
+import json
 import warnings
+from contextvars import ContextVar
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
@@ -36,6 +38,11 @@ from ..options import (
 )
 from ..options import describe as describe_options
 from .errors import MAX_PROBLEMS, UNKNOWN_FIELDS
+
+#: the longest name a request may give (a collection, a model, an embedder): longer ones name nothing
+MAX_NAME = 200
+#: the longest document name or id a request may give
+MAX_DOCUMENT = 1000
 
 
 def few_unknown(cls: type[BaseModel], data: Any) -> Any:
@@ -139,9 +146,24 @@ def _default_reading() -> DefaultReading:
     return DefaultReading()
 
 
+#: set while a request whose body was checked for lone surrogates already (`common.ParsedOffLoop`) is validated
+SCANNED: ContextVar[bool] = ContextVar("marginalia_body_scanned", default=False)
+
+
 def lone_surrogate(value: Any) -> str | None:
     """Where a decoded JSON value holds a string that is not valid Unicode: a lone surrogate, which JSON's
-    ``\\ud800`` escape allows and nothing downstream can encode. Returns where, in words, or None."""
+    ``\\ud800`` escape allows and nothing downstream can encode. Returns where, in words, or None.
+
+    Linear in the value's size: one pass in C (encoding it all) says whether there is one; only then a walk
+    finds where."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    except (TypeError, ValueError, RecursionError):  # not plain JSON, or nested deeper than C recursion goes
+        pass
+    else:
+        return None
     stack: list[tuple[str, Any]] = [("", value)]
     while stack:  # a loop, not recursion: a body nests as deep as the JSON parser allows
         path, item = stack.pop()
@@ -167,7 +189,14 @@ class UnicodeBody(Part):
     @classmethod
     def _checked(cls, data: Any) -> Any:  # in place of Part's: the unknown fields first, then the scan
         data = few_unknown(cls, data)
-        where = lone_surrogate(data)
+        if SCANNED.get():  # checked already, off the event loop
+            return data
+        unknown = [key for key in data if key not in cls.model_fields] if isinstance(data, dict) else []
+        if unknown and cls.model_config.get("extra") == "forbid":
+            # refused for its unknown fields anyway: only their names, which the refusal quotes, are checked
+            where = "a field name" if lone_surrogate(unknown) is not None else None
+        else:
+            where = lone_surrogate(data)
         if where is not None:
             raise ValueError(f"not valid Unicode ({where}): it holds a lone surrogate, a \\ud800 to \\udfff "
                              "escape without its pair; send UTF-8 text")
@@ -199,9 +228,10 @@ class Target(Body):
     """What to read: a pasted text, one document of a collection, or a collection; and how."""
 
     text: str | None = Field(default=None, description="a pasted text to read (markdown or plain)")
-    collection: str | None = Field(default=None, description="a collection to answer from")
+    collection: str | None = Field(default=None, max_length=MAX_NAME, description="a collection to answer from")
     document: str | None = Field(
-        default=None, description="with collection: read only this document of it, whole (its name or id)")
+        default=None, max_length=MAX_DOCUMENT,
+        description="with collection: read only this document of it, whole (its name or id)")
     reading: Reading = Field(default_factory=_default_reading,
                              description="how to read: the pattern and its options (no pattern: auto over a "
                                          f"collection or a text of more than {ROUTE_TOKENS} tokens, wim over a "
@@ -267,7 +297,7 @@ class MessageRequest(Body):
 class ComposeSessionRequest(Body):
     """A compose session: suggestions for a text being written, with memory drawn from a collection."""
 
-    collection: str = Field(description="the collection memory is retrieved from")
+    collection: str = Field(max_length=MAX_NAME, description="the collection memory is retrieved from")
     options: Strict.ComposeOptions = Field(default_factory=Strict.ComposeOptions,
                                     description="when memory is refreshed, what it holds, and the suggestions")
     exclude: list[Annotated[str, Field(min_length=1, max_length=500)]] = Field(
@@ -286,9 +316,10 @@ class SuggestionRequest(Body):
 class CollectionRequest(Body):
     """A new, empty collection."""
 
-    name: str = Field(description="1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    name: str = Field(max_length=MAX_NAME,
+                      description="1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
     embedder: str | None = Field(
-        default=None, description="'minilm' or 'hashing' (default: the server's embedder)")
+        default=None, max_length=MAX_NAME, description="'minilm' or 'hashing' (default: the server's embedder)")
 
 
 _COLLECTION = CollectionOptions.model_fields
@@ -303,8 +334,10 @@ class DocqaChatRequest(UnicodeBody):
                                        description=_COLLECTION["certain"].description)
     uncertainty_threshold: float = Field(default=_COLLECTION["uncertain"].default,
                                          description=_COLLECTION["uncertain"].description)
-    collection: str | None = Field(default=None, description="the collection (default: the server's --collection)")
-    openai_model: str | None = Field(default=None, description="accepted for docqa clients; the served model answers")
+    collection: str | None = Field(default=None, max_length=MAX_NAME,
+                                   description="the collection (default: the server's --collection)")
+    openai_model: str | None = Field(default=None, max_length=MAX_NAME,
+                                     description="accepted for docqa clients; the served model answers")
 
     @model_validator(mode="after")
     def _thresholds(self) -> DocqaChatRequest:
@@ -347,7 +380,7 @@ class ChatCompletionRequest(UnicodeBody):
     """OpenAI's chat completion request; ``model`` is ``marginalia:<collection>``. Fields this service does
     not use (``top_p``, ``user``, ...) are accepted and ignored, as OpenAI clients send them."""
 
-    model: str = Field(description="marginalia:<collection> (see GET /v1/models)")
+    model: str = Field(max_length=MAX_NAME, description="marginalia:<collection> (see GET /v1/models)")
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -56,7 +56,7 @@ class Service:
         self.readings = app.document_cache(settings.home) if settings.cache_readings else None
         self.worker = ModelWorker(settings.queue_size)
         self.jobs = JobBoard(settings.max_jobs, resolve_home(settings.home) / STAGING, settings.upload_queue,
-                             settings.upload_queue_bytes)
+                             settings.upload_queue_bytes, workers=settings.index_workers)
         self.sessions = SessionStore(settings.session_ttl, settings.max_sessions, max_bytes=settings.session_bytes)
         self.compose = ComposeSessions(settings.session_ttl, settings.max_compose_sessions,
                                        ModelPool(loader or self._load))
@@ -89,7 +89,7 @@ class Service:
 
     @property
     def model_name(self) -> str | None:
-        return self._generator.name if self._generator is not None else None
+        return app.public_spec(self._generator.name) if self._generator is not None else None
 
     def embedder(self, spec: str | None = None) -> Embedder:
         """An embedder by spec (default: the server's), loaded once."""

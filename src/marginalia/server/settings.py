@@ -50,10 +50,17 @@ class Settings:
         max_jobs: finished indexing jobs remembered (the oldest are forgotten first).
         upload_queue: uploads that may wait to be indexed, the one being indexed included; more get 429.
         upload_queue_bytes: the most bytes those uploads may hold (one upload alone always gets in).
+        index_workers: uploads converted and indexed at once, each conversion in a process of its own (their
+            additions to one collection go one after another).
+        body_bytes_in_flight: the most bytes of request bodies being received at once, over all connections
+            (counted by their Content-Length, or as they arrive); one more is refused with 503 at once.
         header_timeout: seconds a connection has to send its next request's headers (from when it opens or
             its last response ended); past them it is closed.
         body_timeout: seconds a request body may pause between two pieces; past them, 408.
         body_total_timeout: seconds a whole request body may take; past them, 408.
+        min_body_rate: the fewest bytes per second a request body must average once ``body_rate_grace``
+            seconds have passed since it began; slower, 408.
+        body_rate_grace: seconds a request body may arrive at any rate before ``min_body_rate`` applies.
         max_connections: connections kept open at once; one more gets 503 for all but the health check.
         keep_alive: seconds an idle connection stays open after a response.
         shutdown_timeout: seconds the server waits for open requests (streams) to end when it stops.
@@ -84,9 +91,13 @@ class Settings:
     max_jobs: int = 1000
     upload_queue: int = 16
     upload_queue_bytes: int = 256 * MIB
+    index_workers: int = 2
+    body_bytes_in_flight: int = 512 * MIB
     header_timeout: float = 10.0
     body_timeout: float = 30.0
     body_total_timeout: float = 600.0
+    min_body_rate: int = 1024
+    body_rate_grace: float = 10.0
     max_connections: int = 256
     keep_alive: int = 5
     shutdown_timeout: int = 10
@@ -100,7 +111,8 @@ class Settings:
     def __post_init__(self) -> None:
         for name in ("max_upload_bytes", "max_sessions", "max_jobs", "max_compose_sessions", "upload_queue",
                      "upload_queue_bytes", "session_bytes", "header_timeout", "body_timeout", "body_total_timeout",
-                     "max_connections", "keep_alive", "shutdown_timeout", "max_header_bytes"):
+                     "max_connections", "keep_alive", "shutdown_timeout", "max_header_bytes", "index_workers",
+                     "body_bytes_in_flight", "min_body_rate", "body_rate_grace"):
             if getattr(self, name) <= 0:
                 raise UserError(f"{name} must be positive, got {getattr(self, name)}")
         if self.queue_size < 0:

@@ -33,7 +33,7 @@ from .prefix_cache import Pin, ServerSlots
 from .replies import ModelEntry
 from .requests import BACKOFF, RenderChat, Sender, chat_messages, new_client, request_body
 from .spec import OPENAI_SPEC_FORM as SPEC_FORM
-from .spec import OPTIONS, check_server
+from .spec import OPTIONS, check_server, public_spec
 from .streaming import Received, read_stream
 from .usage import book
 
@@ -130,7 +130,8 @@ class OpenAIGenerator(CachingGenerator):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.mode = mode
-        self.name = name or f"openai:{self.base_url}#{model}"
+        self.shown_url = public_spec(self.base_url)  # what messages and logs name: no credentials, no query
+        self.name = public_spec(name or f"openai:{self.base_url}#{model}")
         self._tokenizer: Tokenizer
         self._render: RenderChat
         if isinstance(tokenizer, Generator):
@@ -308,7 +309,7 @@ class OpenAIGenerator(CachingGenerator):
                                      request_body(self.model, params, prompt, self._pin.slot, self.extra_body))
         received = Received()
         try:
-            yield from read_stream(response, scanner, chat=chat, base_url=self.base_url, received=received)
+            yield from read_stream(response, scanner, chat=chat, base_url=self.shown_url, received=received)
         finally:
             response.close()
             self._pin.sent = ids

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from ...errors import BackendError, ContextOverflow, MarginaliaError, MissingDependency, UserError
 from ..base import GenerationParams, Message
 from .replies import ErrorBody, MalformedReply, ModelEntry, ModelList, parse
+from .spec import public_spec
 
 HTTP_INSTALL = "pip install 'marginalia[http]'"
 try:
@@ -127,6 +128,7 @@ class Sender:
                  max_retries: int, backoff: Sequence[float], sleep: Callable[[float], None]) -> None:
         self.client = client
         self.base_url = base_url
+        self.shown_url = public_spec(base_url)  # what messages name: no credentials, no query
         self.model = model
         self.read_timeout = read_timeout
         self.max_retries = max_retries
@@ -159,7 +161,7 @@ class Sender:
         except _CONNECTION_FAILURES as exc:
             raise _Retryable(cause=exc) from exc
         except httpx.TimeoutException as exc:
-            raise BackendError(f"the model server at {self.base_url} sent nothing for "
+            raise BackendError(f"the model server at {self.shown_url} sent nothing for "
                                f"{self.read_timeout:g} s; give it more time with "
                                "';timeout=<seconds>' in the model spec, or a smaller prompt") from exc
         if response.status_code < 400:
@@ -200,7 +202,7 @@ class Sender:
             body = ErrorBody(error=response.text)
         message = body.text()[:500] or "(no message)"
         fields = body.fields()
-        where = f"the model server at {self.base_url}"
+        where = f"the model server at {self.shown_url}"
         if status in (401, 403):
             return UserError(f"{where} refused the request (HTTP {status}: {message}); set "
                              f"{KEY_VARS[0]} (or {KEY_VARS[1]}) to an API key it accepts")
@@ -242,14 +244,14 @@ class Sender:
         if response.status_code != 200:
             return []
         try:
-            return parse(ModelList, response.content, f"the model list at {self.base_url}/models").data
+            return parse(ModelList, response.content, f"the model list at {self.shown_url}/models").data
         except MalformedReply:
             if strict:
                 raise
             return []
 
     def unreachable(self, exc: Exception) -> BackendError:
-        return BackendError(f"cannot reach the model server at {self.base_url}: is it running? "
+        return BackendError(f"cannot reach the model server at {self.shown_url}: is it running? "
                             f"{START_HINT} ({type(exc).__name__}: {exc})")
 
 

@@ -17,9 +17,21 @@ MODES = ("completions", "chat")
 OPTIONS = ("mode", "prompt", "tokenizer", "window", "timeout", "concurrency")
 
 
+#: a URL's scheme, the user name and password before its host, its address, and its query string
+_URL = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s'\"]*@)?"
+                  r"(?P<address>[^?#\s'\"]*)(?P<query>\?[^#\s'\"]*)?")
+
+
+def public_spec(text: str) -> str:
+    """``text`` (a model spec, or a message that quotes one or its URL) with every URL's credentials
+    (``user:password@``) and query string (``?key=...``) taken out: what may be shown to anyone, logged or
+    sent in a reply."""
+    return _URL.sub(lambda m: m["scheme"] + m["address"], text)
+
+
 def check_server(base_url: str, mode: str) -> None:
     """Reject a URL that is not http(s) or an unknown mode, with what to write instead."""
     if not re.match(r"https?://[^/]", base_url):
         raise UserError(f"the server URL {base_url!r} must start with http:// or https://")
     if mode not in MODES:
-        raise UserError(f"unknown mode {mode!r} for {base_url}; choose one of {', '.join(MODES)}")
+        raise UserError(f"unknown mode {mode!r} for {public_spec(base_url)}; choose one of {', '.join(MODES)}")

@@ -13,12 +13,12 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 
 from ...options import ChunkingOptions
-from ..common import STREAMED, get_service
+from ..common import STREAMED, ParsedOffLoop, get_service
 from ..errors import TooLarge
 from ..schemas import CollectionRequest
 from ..service import Service
 
-router = APIRouter(prefix="/v1", tags=["collections"])
+router = APIRouter(prefix="/v1", tags=["collections"], route_class=ParsedOffLoop)
 ServiceDep = Annotated[Service, Depends(get_service)]
 #: seconds between looks at a job that a client follows
 FOLLOW_POLL = 0.2

@@ -12,14 +12,14 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from ...compose import Suggested
-from ..common import get_service, sse
+from ..common import ParsedOffLoop, get_service, sse
 from ..compose import ComposeSession, Suggestion, suggestion_dict
 from ..errors import describe, error_body, error_response
 from ..schemas import ComposeSessionRequest, SuggestionRequest
 from ..service import Service
 from ..worker import Failed
 
-router = APIRouter(prefix="/v1/compose", tags=["compose"])
+router = APIRouter(prefix="/v1/compose", tags=["compose"], route_class=ParsedOffLoop)
 ServiceDep = Annotated[Service, Depends(get_service)]
 
 MEMORY_DOC = (

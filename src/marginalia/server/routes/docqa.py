@@ -11,13 +11,13 @@ from fastapi.responses import Response
 
 from ...errors import UserError
 from ...records import Answer
-from ..common import answer, get_service
+from ..common import ParsedOffLoop, answer, get_service
 from ..events import reference_dict, route_dict
 from ..schemas import AskRequest, DocqaChatRequest, Strict
 from ..service import Service
 from ..worker import Reading
 
-router = APIRouter(tags=["docqa"])
+router = APIRouter(tags=["docqa"], route_class=ParsedOffLoop)
 ServiceDep = Annotated[Service, Depends(get_service)]
 
 

@@ -20,14 +20,14 @@ from sse_starlette import EventSourceResponse
 
 from ...errors import NotFound
 from ...records import Answer, AnswerDelta, Done, Stats
-from ..common import CLIENT_CLOSED, READING_HEADER, STREAMED, get_service
+from ..common import CLIENT_CLOSED, READING_HEADER, STREAMED, ParsedOffLoop, get_service
 from ..errors import describe, error_body, error_response
 from ..events import reference_dict, route_dict
 from ..schemas import AskRequest, ChatCompletionRequest
 from ..service import Service
 from ..worker import ClientGone, Failed, Reading
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=ParsedOffLoop)
 ServiceDep = Annotated[Service, Depends(get_service)]
 PREFIX = "marginalia:"
 

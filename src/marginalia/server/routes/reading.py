@@ -9,12 +9,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from ...records import Answer
-from ..common import STREAMED, answer, get_service
+from ..common import STREAMED, ParsedOffLoop, answer, get_service
 from ..schemas import AskRequest, MessageRequest, SessionRequest
 from ..service import Service
 from ..worker import Reading
 
-router = APIRouter(prefix="/v1", tags=["reading"])
+router = APIRouter(prefix="/v1", tags=["reading"], route_class=ParsedOffLoop)
 ServiceDep = Annotated[Service, Depends(get_service)]
 
 EVENTS_DOC = (

@@ -200,8 +200,8 @@ $("key-form").addEventListener("submit", (e) => {
 async function start() {
   try {
     const health = await call("GET", "/v1/health");
-    const queue = health.queue;
-    $("server").textContent = `model ${health.model || "loading"} · v${health.version}`
+    const queue = health.queue || {}; // without the key, the server says only that it is up
+    $("server").textContent = health.version === undefined ? "" : `model ${health.model || "loading"} · v${health.version}`
       + (queue.running || queue.waiting ? ` · ${queue.running} reading, ${queue.waiting} waiting` : "");
     await options.load();
     await library.load();
