@@ -41,12 +41,12 @@ def test_two_keys_get_different_tokens_and_a_name_is_taken_once(hermetic: Path):
     b = keys("create", "b", "--admin")[1].strip()
     assert a != b
     code, _, err = keys("create", "a", "--read", "x")
-    assert code == 1 and "exists already" in err and "rotate" in err
+    assert code == 2 and "exists already" in err and "rotate" in err
 
 
 def test_a_key_must_be_given_something_to_do():
     code, _, err = keys("create", "idle")
-    assert code == 1 and "--read COLLECTION" in err
+    assert code == 2 and "--read COLLECTION" in err
 
 
 def test_rotate_and_revoke(hermetic: Path):
@@ -59,7 +59,7 @@ def test_rotate_and_revoke(hermetic: Path):
     assert keys("revoke", "bot")[0] == 0
     assert store.find(new) is None
     code, _, err = keys("revoke", "bot")
-    assert code == 1 and "no key named 'bot'" in err
+    assert code == 2 and "no key named 'bot'" in err
 
 
 def test_users_a_proxy_signs_in(hermetic: Path):
@@ -74,7 +74,7 @@ def test_users_a_proxy_signs_in(hermetic: Path):
 
 def test_bad_names_are_refused_saying_what_a_name_may_hold():
     code, _, err = keys("create", "has space", "--admin")
-    assert code == 1 and "letters, digits" in err
+    assert code == 2 and "letters, digits" in err
 
 
 def test_the_cli_writes_key_changes_to_the_audit_log(hermetic: Path):
