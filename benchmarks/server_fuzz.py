@@ -699,7 +699,7 @@ def run_cross(watch: fz.MemoryWatch, home: str, rounds: int) -> Part:
                     if len(part.problems) < 10:
                         part.problems.append(f"{own} {role} {method} {url}: {reply.status_code} (expected {want}), "
                                              f"{leak} foreign bytes")
-    part.notes.update(cells_wrong=wrong, foreign_bytes=leaked)
+    part.notes.update(cells_wrong=wrong, foreign_bytes=leaked, statuses=True)
     return part
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 import time
+from collections import OrderedDict
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import Any
@@ -24,22 +25,26 @@ AUDIT_FILE = "audit.jsonl"
 MAX_BYTES = 10 * 1024 * 1024
 BACKUPS = 5
 
-_loggers: dict[Path, logging.Logger] = {}
+#: homes whose log file is kept open at once (a process serves one; tests make many)
+OPEN_LOGS = 8
+
+_handlers: OrderedDict[Path, RotatingFileHandler] = OrderedDict()
 _lock = threading.Lock()
 
 
-def _logger(path: Path) -> logging.Logger:
+def _write(path: Path, line: str) -> None:
+    """Append ``line`` to the log at ``path``, rotating it past `MAX_BYTES` (the handler does, under its lock)."""
     with _lock:
-        logger = _loggers.get(path)
-        if logger is None:
-            logger = logging.getLogger(f"marginalia.audit.{len(_loggers)}")
-            logger.setLevel(logging.INFO)
-            logger.propagate = False  # the audit trail stays in its file, out of the server's log
+        handler = _handlers.get(path)
+        if handler is None:
             handler = RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8")
             handler.setFormatter(logging.Formatter("%(message)s"))
-            logger.addHandler(handler)
-            _loggers[path] = logger
-        return logger
+            _handlers[path] = handler
+            while len(_handlers) > OPEN_LOGS:
+                _handlers.popitem(last=False)[1].close()
+        _handlers.move_to_end(path)
+        # a record handed to the handler alone: the audit trail stays in its file, out of the server's log
+        handler.handle(logging.makeLogRecord({"msg": line, "levelno": logging.INFO, "levelname": "INFO"}))
 
 
 class Audit:
@@ -52,7 +57,7 @@ class Audit:
     def record(self, actor: str, action: str, **fields: Any) -> None:
         line = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "epoch": round(time.time(), 3), "actor": actor,
                 "action": action, **{k: v for k, v in fields.items() if v is not None}}
-        _logger(self.path).info(json.dumps(line, ensure_ascii=False))
+        _write(self.path, json.dumps(line, ensure_ascii=False))
 
     def asked(self, actor: str, collection: str | None, question: str, route: str,
               document: str | None = None) -> None:
