@@ -436,7 +436,7 @@ def outcomes(part: Record) -> str:
         kind, _, what = outcome.rpartition(": ")
         if kind == "own":
             what = f"{what[0]}xx"
-        elif part["where"] == "in process" and what != "ok" and not what.endswith("xx"):
+        elif part["where"] == "in process" and what != "ok" and not what.endswith("xx") and not part.get("statuses"):
             what = "refused"
         mine = kinds.setdefault(kind if part.get("by_kind") else "", {})
         mine[what] = mine.get(what, 0) + count
@@ -472,6 +472,10 @@ def server_fuzz_section(m: Record) -> list[str]:
              *table(["part", "inputs", "outcomes", "max s", "MiB (+ conversions)"],
                     [[p["name"], num(p["inputs"], 0), outcomes(p), num(p["slowest_s"]), num(p["peak_rss_mb"], 0)]
                      for p in n["parts"]], "lrlrr")]
+    for p in n["parts"]:
+        if "cells_wrong" in p:
+            lines += ["", f"Across keys: **{p['cells_wrong']} cells wrong, {p['foreign_bytes']} bytes of the other "
+                          "collection's text** in replies to each collection's keys."]
     if n.get("problems"):
         lines += ["", "Problems (first ones):", "", *(f"- `{q[:300]}`" for q in n["problems"][:10])]
     return lines

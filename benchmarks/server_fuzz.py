@@ -21,6 +21,12 @@ they send, trickle their headers or their body, or hold connections open past th
 of up to 40 MB; ``--origins`` requests from a foreign ``Origin`` or to a foreign ``Host`` (and some from the
 page's own, to compare), counted by status; ``--unpunctuated`` questions over a pasted text of
 ``--unpunctuated-kb`` KB without a full stop, read with WiM's default (grounded) relevance check.
+(5) Across keys, in process: two collections, A and B, each with its own documents, sessions and jobs, and
+for each a reader's and a writer's key; ``--cross`` rounds in which every key sends every request that names
+something at the other collection's ids (its name, its documents, its jobs, its sessions and compose
+sessions, its OpenAI model, the docqa chat, a question) and lists what it may see: each cell must get the
+status a missing thing gets (404; 403 where only an admin may), and no reply to A's keys may hold a byte of
+B's text, nor the reverse.
 
 Every input's seconds are kept (an upload's until its job ended; a slow client's until the server answered or
 closed): each part reports its slowest and its 99th percentile, and how many went over the time bound. While a
@@ -34,7 +40,7 @@ the live server, shared with the tests).
 
     python benchmarks/server_fuzz.py [--requests 1000] [--documents 6500] [--asks 2500] [--uploads 1000]
                                      [--pdfs 30] [--line-mb 10] [--bombs 4] [--slow 25] [--wide 8]
-                                     [--origins 500] [--unpunctuated 3] [--unpunctuated-kb 100]
+                                     [--origins 500] [--unpunctuated 3] [--unpunctuated-kb 100] [--cross 20]
                                      [--time-bound 30] [--memory-bound-mb 3072] [--no-write]
 
 A count of 0 leaves its part out. Stores benchmarks/measurements/server_fuzz.json (unless ``--no-write``; see
@@ -593,6 +599,110 @@ def run_unpunctuated(live: fz.LiveService, watch: fz.MemoryWatch, n: int, kb: in
 # -- the run -------------------------------------------------------------------------------------------------
 
 #: the parts whose inputs hypothesis generated
+# -- (5): each key at the other collection's ids ---------------------------------------------------------------
+
+#: each collection's own text: a line no other collection holds, so that a reply carrying it is a leak
+CROSS_TEXTS = {
+    "A": "# Harbour\n\n## Ferries\n\nThe night ferry to Brackwater leaves from pier 47 at eleven.\n",
+    "B": "# Lighthouse\n\n## Vault\n\nThe vault under the lighthouse opens with the word Calloway.\n",
+}
+#: the words of each collection's text only it holds (a reply to the other's keys may hold none of them)
+CROSS_MARKERS = {"A": ("Brackwater", "pier 47"), "B": ("Calloway", "lighthouse opens")}
+
+
+def cross_world(home: str) -> tuple[Any, dict[str, dict[str, str]], dict[str, dict[str, str]]]:
+    """The app with collections A and B, and for each its reader's and writer's tokens and its ids (document,
+    job, chat session, compose session, each opened by that collection's writer)."""
+    from marginalia.server import Settings, create_app
+    from marginalia.server.keys import Grants, KeyStore
+    from server_support import COMPOSE_SETTINGS, ComposeModels
+
+    app = create_app(Settings(home=home, api_key=fz.KEY, **COMPOSE_SETTINGS), generator=fz.scripted(),
+                     embedder=fz.HashingEmbedder(), loader=ComposeModels())
+    client = fz.TestClient(app, base_url="http://localhost", raise_server_exceptions=False)
+    store = KeyStore.of_home(home)
+    tokens: dict[str, dict[str, str]] = {}
+    ids: dict[str, dict[str, str]] = {}
+    for name, text in CROSS_TEXTS.items():
+        client.headers["Authorization"] = f"Bearer {fz.KEY}"
+        job = fz.index_text(client, name, f"{name.lower()}.md", text)
+        tokens[name] = {"reader": store.create(f"reader-{name}", Grants(read=frozenset({name})))[1],
+                        "writer": store.create(f"writer-{name}", Grants(write=frozenset({name})))[1]}
+        client.headers["Authorization"] = f"Bearer {tokens[name]['writer']}"
+        session = client.post("/v1/sessions", json={"collection": name}).json()["id"]
+        compose = client.post("/v1/compose/sessions", json={"collection": name, "options": {"debounce": 0.0}})
+        ids[name] = {"document": f"{name.lower()}.md", "job": job["id"], "session": session,
+                     "compose": compose.json()["id"]}
+    client.headers.pop("Authorization")
+    return client, tokens, ids
+
+
+def cross_requests(other: str, ids: dict[str, str], question: str) -> list[tuple[str, str, dict[str, Any], int]]:
+    """(method, url, request kwargs, the status it must get) for every request naming ``other``'s ids."""
+    ask = {"question": question, "collection": other}
+    return [
+        ("GET", f"/v1/collections/{other}", {}, 404),
+        ("DELETE", f"/v1/collections/{other}", {}, 403),
+        ("POST", f"/v1/collections/{other}/documents", {"files": {"file": ("x.md", b"# X\n\nx\n")}}, 404),
+        ("GET", f"/v1/collections/{other}/documents/{ids['document']}", {}, 404),
+        ("DELETE", f"/v1/collections/{other}/documents/{ids['document']}", {}, 404),
+        ("GET", f"/v1/jobs/{ids['job']}", {}, 404),
+        ("GET", f"/v1/jobs/{ids['job']}/events", {}, 404),
+        ("POST", "/v1/ask", {"json": ask}, 404),
+        ("POST", "/v1/ask", {"json": {**ask, "document": ids["document"]}}, 404),
+        ("POST", "/v1/sessions", {"json": {"collection": other}}, 404),
+        ("GET", f"/v1/sessions/{ids['session']}", {}, 404),
+        ("POST", f"/v1/sessions/{ids['session']}/messages", {"json": {"message": question}}, 404),
+        ("DELETE", f"/v1/sessions/{ids['session']}", {}, 404),
+        ("POST", "/v1/compose/sessions", {"json": {"collection": other}}, 404),
+        ("GET", f"/v1/compose/sessions/{ids['compose']}", {}, 404),
+        ("GET", f"/v1/compose/sessions/{ids['compose']}/memory", {}, 404),
+        ("POST", f"/v1/compose/sessions/{ids['compose']}/suggestions", {"json": {"text": "The vault"}}, 404),
+        ("DELETE", f"/v1/compose/sessions/{ids['compose']}", {}, 404),
+        ("POST", "/v1/chat/completions", {"json": {"model": f"marginalia:{other}",
+                                                   "messages": [{"role": "user", "content": question}]}}, 404),
+        ("POST", "/chat", {"json": {"message": question, "collection": other}}, 404),
+    ]
+
+
+def run_cross(watch: fz.MemoryWatch, home: str, rounds: int) -> Part:
+    """Part (5): every key of each collection at the other's ids, ``rounds`` times, in a shuffled order."""
+    part = Part("across keys", by_kind=True)
+    wrong, leaked = 0, 0
+    with measured(part, watch):
+        client, tokens, ids = cross_world(home)
+        rng = random.Random(73)
+        questions = ["What opens the vault?", "Which pier does the night ferry leave from?", "What is here?"]
+        for _ in range(rounds):
+            cells = [(own, role, request) for own, other in (("A", "B"), ("B", "A"))
+                     for role in ("reader", "writer")
+                     for request in cross_requests(other, ids[other], rng.choice(questions))]
+            cells += [(own, role, ("GET", path, {}, 200)) for own in ("A", "B") for role in ("reader", "writer")
+                      for path in ("/v1/collections", "/v1/models", "/v1/jobs", "/v1/me")]
+            rng.shuffle(cells)
+            for own, role, (method, url, kw, want) in cells:
+                t0 = time.perf_counter()
+                reply = client.request(method, url, headers={"Authorization": f"Bearer {tokens[own][role]}"}, **kw)
+                seconds = time.perf_counter() - t0
+                foreign = "B" if own == "A" else "A"
+                text = reply.text
+                leak = sum(text.count(m) * len(m.encode()) for m in CROSS_MARKERS[foreign]) + text.count(
+                    f"marginalia:{foreign}") + text.count(f'"{foreign}"')
+                kind = url.split("/")[2] if url.startswith("/v1/") else url.strip("/")
+                ok = reply.status_code == want and leak == 0
+                part.took(f"{kind}: {reply.status_code}{'' if ok else ' WRONG'}", seconds)
+                if reply.status_code >= 500:
+                    part.server_errors += 1
+                if not ok:
+                    wrong += 1
+                    leaked += leak
+                    if len(part.problems) < 10:
+                        part.problems.append(f"{own} {role} {method} {url}: {reply.status_code} (expected {want}), "
+                                             f"{leak} foreign bytes")
+    part.notes.update(cells_wrong=wrong, foreign_bytes=leaked, statuses=True)
+    return part
+
+
 HYPOTHESIS_PARTS = ("documents", "ask bodies", "uploads")
 
 
@@ -646,7 +756,8 @@ def in_process(args: argparse.Namespace, home: str) -> tuple[list[Part], fz.Tall
                            (args.asks, lambda: run_bodies(service(), watch, args.asks)),
                            (args.uploads, lambda: run_uploads(service(), watch, args.uploads)),
                            (args.pdfs, lambda: run_pdfs(watch, args.pdfs)),
-                           (args.line_mb, lambda: run_long_line(watch, args.line_mb))):
+                           (args.line_mb, lambda: run_long_line(watch, args.line_mb)),
+                           (args.cross, lambda: run_cross(watch, os.path.join(home, "cross"), args.cross))):
             if count:
                 parts.append(run())
                 report(parts[-1])
@@ -700,6 +811,8 @@ def main() -> None:
                        help="requests from a foreign Origin, to a foreign Host and from the page's own (default 500)")
     count.add_argument("--unpunctuated", type=int, default=3,
                        help="questions over a text without full stops (default 3)")
+    count.add_argument("--cross", type=int, default=20,
+                       help="rounds of every key's requests at the other collection's ids (default 20)")
     count.add_argument("--unpunctuated-kb", type=int, default=100,
                        help="KB of each text without full stops (default 100)")
     bounds = parser.add_argument_group("bounds")
@@ -720,8 +833,9 @@ def main() -> None:
         result = numbers(parts, (tally, live_tally), args, time.perf_counter() - t0,
                          (load_before, os.getloadavg()[0]))
     show(measurement("server_fuzz", result), write=not args.no_write)
+    cross = sum(p.get("cells_wrong", 0) for p in result["parts"])
     failed = (result["server_errors"] + result["unhandled"] + result["http"]["unhandled"]
-              + result["over_time_bound"] + (not result["memory_ok"]))
+              + result["over_time_bound"] + (not result["memory_ok"]) + cross)
     print(f"{result['inputs']} inputs: {result['server_errors']} server errors, {result['unhandled']} unhandled, "
           f"{result['bad']} bad replies; {result['over_time_bound']} over {args.time_bound:g} s; peak "
           f"{result['peak_rss_mb']:.0f} MiB, {'under' if result['memory_ok'] else 'over'} the bound of "

@@ -14,7 +14,7 @@ from typing import TextIO
 
 from .. import __version__
 from ..errors import ContextOverflow, MarginaliaError
-from . import compose, documents, reading, serve, tune
+from . import compose, documents, keys, reading, serve, tune
 from .bench import add_bench_parser, cmd_bench
 from .common import Formatter, common_options
 from .reading import demo_files, run_pattern, serve_command
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     reading.register(sub, common)
     documents.register(sub, common)
     serve.register(sub, common)
+    keys.register(sub, common)
     compose.register(sub, common)
     tune.register(sub, common)
     add_bench_parser(sub, [common], Formatter).set_defaults(handler=cmd_bench)

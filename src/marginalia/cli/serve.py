@@ -55,6 +55,18 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     server.add_argument("--no-auth", action="store_true", help="serve a non-loopback address without a key")
     # refused with a message that names both keys: a user who means to protect the server must not get an open one
     server.add_argument("--api-key", dest="misnamed_key", default=None, help=argparse.SUPPRESS)
+    access = serve.add_argument_group("access")
+    access.add_argument("--trusted-header", default=None, metavar="HEADER",
+                        help="a header naming the user a proxy in front signed in (e.g. X-Forwarded-User), taken "
+                             "only from --trusted-proxy addresses; users get grants with marginalia keys grant-user")
+    access.add_argument("--trusted-proxy", action="append", default=None, metavar="ADDRESS",
+                        help="the address or network of a proxy the trusted header is taken from (repeatable)")
+    access.add_argument("--key-rate", type=positive_int, default=defaults.key_rate, metavar="N",
+                        help="requests one key or proxy user may send per minute (more get 429)")
+    access.add_argument("--key-readings", type=positive_int, default=defaults.key_readings, metavar="N",
+                        help="readings one key or proxy user may have waiting or running at once (more get 429)")
+    access.add_argument("--audit-questions", action="store_true",
+                        help="write each question's text to the audit log (audit.jsonl in the home)")
     server.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
                         help="let a web page from ORIGIN call the API (repeatable); pages of other origins may "
                              "not change anything")
@@ -162,6 +174,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         import uvicorn
 
         from ..server import Settings, create_app
+        from ..server.keys import KeyStore
         from ..server.limits import server_config
         from ..server.net import listening_socket
         from ..server.settings import ENV_ALLOWED_HOSTS, ENV_SERVER_KEY, MIB, check_binding
@@ -172,7 +185,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UserError("serve takes no --api-key: give the key clients must send with --server-key KEY (or "
                         f"${ENV_SERVER_KEY}), and the key sent to an openai: model server with --model-api-key KEY")
     key = args.server_key or os.environ.get(ENV_SERVER_KEY) or None
-    warning = check_binding(args.host, key, args.no_auth)
+    stored = KeyStore.of_home(args.home).has_keys()
+    warning = check_binding(args.host, key, args.no_auth, keys_stored=stored or bool(args.trusted_header))
     hosts = args.allowed_host or [h.strip() for h in os.environ.get(ENV_ALLOWED_HOSTS, "").split(",") if h.strip()]
     settings = Settings(home=args.home, model=args.model, device=args.device, backend=args.backend,
                         model_api_key=args.api_key, embedder=args.embedder, api_key=key,
@@ -181,7 +195,9 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         queue_size=args.queue, session_ttl=float(args.session_ttl), max_sessions=args.max_sessions,
                         default_collection=args.collection, compose_memory_model=args.compose_memory_model,
                         max_compose_sessions=args.max_compose_sessions, cache_readings=not args.no_cache,
-                        ingest=record_from_args(IngestOptions, args), **bounds(args))
+                        ingest=record_from_args(IngestOptions, args), trusted_header=args.trusted_header,
+                        trusted_proxies=tuple(args.trusted_proxy or ()), key_rate=args.key_rate,
+                        key_readings=args.key_readings, audit_questions=args.audit_questions, **bounds(args))
     if args.collection:
         app.open_collection(args.collection, home=args.home)  # fail now, not at the first /chat
     sock = listening_socket(args.host, args.port)  # before the model loads: a port in use fails at once
@@ -190,8 +206,9 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if warning:
         print(warning, file=err, flush=True)
     shown = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"marginalia serving {app.public_spec(generator.name)} on http://{shown}:{args.port} (web page at /, API "
-          f"at /v1, docs at /docs; {'a key is needed' if key else 'no key'}); Ctrl-C stops it", file=err, flush=True)
+    print(f"marginalia serving {app.public_spec(generator.name)} on http://{shown}:{args.port} (web page at /, "
+          f"API at /v1, docs at /docs; {'a key is needed' if key or stored or args.trusted_header else 'no key'}); "
+          "Ctrl-C stops it", file=err, flush=True)
     config = server_config(create_app(settings, generator=generator), settings, host=args.host, port=args.port,
                            log_level="info" if args.verbose else "warning")
     with sock:

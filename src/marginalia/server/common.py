@@ -15,12 +15,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sse_starlette import EventSourceResponse
 
 from ..records import Answer, Done
-from .auth import authenticate
-from .errors import describe, error_body, error_response
+from .auth import NOBODY, ROUTE_SCOPES, Principal, RequestRate, Scope, caller
+from .errors import Forbidden, describe, error_body, error_response
 from .events import answer_dict, event_payload, margin_dict
 from .schemas import SCANNED, lone_surrogate
 from .service import Service
-from .worker import ClientGone, Failed, Reading
+from .worker import ClientGone, Failed, Prepared, Reading
 
 #: what a client sees when a client closed its request (nginx's convention; nobody reads it)
 CLIENT_CLOSED = 499
@@ -35,7 +35,7 @@ STREAMED: dict[int | str, dict[str, Any]] = {
               "properties": {"event": {"type": "string"}, "data": {"type": "string", "description": "JSON"}}}}}},
 }
 
-_bearer = HTTPBearer(auto_error=False, description="the server's key (marginalia serve --server-key)")
+_bearer = HTTPBearer(auto_error=False, description="a key (marginalia keys create, or serve --server-key)")
 
 
 #: bodies above this many bytes are decoded and checked in a worker thread, not on the event loop
@@ -88,11 +88,53 @@ def get_service(request: Request) -> Service:
     return service
 
 
+def route_scope(request: Request) -> Scope:
+    """The scope `ROUTE_SCOPES` gives the route a request matched (admin for a route it does not list)."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", None)
+    return ROUTE_SCOPES.get((request.method if request.method != "HEAD" else "GET", str(path)), Scope.ADMIN)
+
+
 async def require_key(request: Request,
-                      credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
-    """Refuse a request without the server's key (when it has one); ``credentials`` puts the scheme in the
-    API's description, `auth.authenticate` decides."""
-    authenticate(get_service(request).settings, request.headers.get("authorization"))
+                      credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
+    """The caller, checked against the scope of the route it asks for (`ROUTE_SCOPES`), every route's first
+    dependency; also counted against its key's bound on requests.
+
+    Raises:
+        Unauthorized: no key, or not a key of this server's.
+        NotFound: the collection the path names is missing or out of the caller's reach (the same reply).
+        Forbidden: the caller may see what the route names but not do this to it.
+        RateExceeded: the caller's key sent as many requests as it may this minute.
+    """
+    scope = route_scope(request)
+    if scope is Scope.PUBLIC:
+        return NOBODY
+    service = get_service(request)
+    settings = service.settings
+    who = caller(settings, request.headers, request.client.host if request.client else None)
+    if who.bounded:
+        rate: RequestRate = request.app.state.rate
+        rate.check(who.owner or who.actor)
+    if scope is Scope.ADMIN and not who.grants.admin:
+        raise Forbidden("only an admin key may do this; ask an admin (marginalia keys create NAME --admin)")
+    if scope in (Scope.READ, Scope.WRITE):
+        await run_in_threadpool(service.check_collection, request.path_params["name"], who, scope is Scope.WRITE)
+    return who
+
+
+#: what a route takes to know its caller (the dependency runs once per request, whoever asks for it)
+Caller = Annotated[Principal, Depends(require_key)]
+
+
+def start_reading(service: Service, prepared: Prepared, who: Principal) -> Reading:
+    """A reading for ``who``: only it may stop it, and a key's readings at once are bounded.
+
+    Raises:
+        TooManyReadings: the key has as many readings waiting or running as it may.
+        Busy: the model's queue is full.
+    """
+    limit = service.settings.key_readings if who.bounded else None
+    return Reading(service.worker, prepared, owner=who.owner, limit=limit)
 
 
 def sse(kind: str, data: Any) -> dict[str, str]:

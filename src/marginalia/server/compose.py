@@ -155,8 +155,10 @@ class ComposeSession:
     """
 
     def __init__(self, collection: str, options: ComposeOptions, exclude: Sequence[str], models: dict[str, str],
-                 composer: Composer, watch: MemoryWatch, borrowed: list[Borrowed], now: float) -> None:
+                 composer: Composer, watch: MemoryWatch, borrowed: list[Borrowed], now: float,
+                 owner: str | None = None) -> None:
         self.id = uuid.uuid4().hex
+        self.owner = owner  # the caller that opened it (`auth.Principal.owner`); None: anyone
         self.collection = collection
         self.options = options
         self.exclude = tuple(exclude)
@@ -231,8 +233,8 @@ class ComposeSessions(BoundedStore[ComposeSession]):
         self.pool = pool
 
     def start(self, store: Collection, options: ComposeOptions, exclude: Sequence[str], client_spec: str,
-              memory_spec: str) -> ComposeSession:
-        """A new session over ``store``, on borrowed models (loaded when none is free).
+              memory_spec: str, owner: str | None = None) -> ComposeSession:
+        """A new session over ``store``, on borrowed models (loaded when none is free), owned by ``owner``.
 
         Raises:
             SessionsFull: the store is full and every session is writing a suggestion (HTTP 429).
@@ -260,7 +262,7 @@ class ComposeSessions(BoundedStore[ComposeSession]):
             self.pool.give_back(borrowed)
             raise
         session = ComposeSession(store.name, options, exclude, {"model": client_spec, "memory_model": memory_spec},
-                                 composer, watch, borrowed, self.clock())
+                                 composer, watch, borrowed, self.clock(), owner)
         try:
             return self.add(session)
         except BaseException:

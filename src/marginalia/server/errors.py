@@ -72,6 +72,11 @@ class Unauthorized(UserError):
     """A request without the server's key."""
 
 
+class Forbidden(UserError):
+    """A request this caller's key may not make, on something it may see (a reader's upload, a writer's
+    new collection); what it may not see is answered as not found instead."""
+
+
 class Conflict(UserError):
     """What a request would create exists already."""
 
@@ -93,6 +98,7 @@ STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
     (Busy, 429, "busy"),
     (Overloaded, 503, "overloaded"),
     (Unauthorized, 401, "unauthorized"),
+    (Forbidden, 403, "forbidden"),
     (HostNotAllowed, 421, "host_not_allowed"),
     (OriginNotAllowed, 403, "origin_not_allowed"),
     (NotFound, 404, "not_found"),

@@ -17,11 +17,11 @@ from fastapi.staticfiles import StaticFiles
 from .. import __version__
 from ..app import Generator
 from . import errors, limits
-from .auth import authenticated
+from .auth import RequestRate, authenticated
 from .common import READING_HEADER, get_service, require_key
 from .edge import Edge
 from .gate import Gate
-from .routes import collections, compose, docqa, openai, reading
+from .routes import collections, compose, docqa, keys, openai, reading
 from .schemas import ErrorReply
 from .service import Service
 from .settings import Settings
@@ -37,8 +37,10 @@ long context (lc), retrieval (rag), or retrieval first and WiM where it is not e
 text, a document of a collection, or a collection.
 Suggest the next words of a text being written, from a memory drawn from a collection (compose).
 
-Every route but `/v1/health` and the web page needs the server's key when it has one, this schema
-(`/openapi.json`, `/docs`, `/redoc`) included: `Authorization: Bearer <key>`. A request must be addressed
+Every route but `/v1/health` and the web page needs a key when the server has any (`marginalia keys create`,
+or `--server-key`), this schema (`/openapi.json`, `/docs`, `/redoc`) included: `Authorization: Bearer <key>`.
+A key reads, or also writes, the collections it was given, or is an admin's; what is out of its reach is
+answered as not found, and `GET /v1/me` says what it may do. A request must be addressed
 to a host the server answers to (`--allowed-host`), and a browser may send one that changes something only
 from the server's own page or from an origin given with `--cors-origin`.
 Errors are `{"error": {"code", "message"}}`."""
@@ -97,9 +99,11 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
 
     max_body = settings.max_upload_bytes + BODY_SLACK
     # the schema and its pages are routes of their own below, so that they need the key as the API does
+    # every route is checked against its scope (`auth.ROUTE_SCOPES`) before anything else runs
     app = FastAPI(title="marginalia", version=__version__, description=DESCRIPTION, lifespan=lifespan,
-                  openapi_url=None, docs_url=None, redoc_url=None)
+                  openapi_url=None, docs_url=None, redoc_url=None, dependencies=[Depends(require_key)])
     app.state.service = service
+    app.state.rate = RequestRate(settings.key_rate)
     errors.install(app, max_body)
     limits.install(app, settings)
     # the key, the declared length and the room for it, before a byte of the body is read (inside CORS, so that
@@ -111,7 +115,8 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
                            expose_headers=[READING_HEADER])
     app.add_middleware(Edge, settings=settings)  # the outermost: before CORS and the body limit
 
-    # the page and its files need no key (they hold nothing); the page sends the key on its API calls
+    # the page and its files need no key (they hold nothing); the page sends the key on its API calls (the
+    # static files are a mount, which no dependency reaches: public by construction)
     @app.get("/", include_in_schema=False)
     def root() -> FileResponse:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache", **PAGE_HEADERS})
@@ -122,26 +127,24 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
              summary="Whether the server is up; with the key, its version, model (without credentials) and queue")
     def health(request: Request) -> dict[str, Any]:
         current = get_service(request)
-        if not authenticated(current.settings, request.headers.get("authorization")):
+        if not authenticated(current.settings, request.headers, request.client.host if request.client else None):
             return {"status": "ok"}  # nothing about the server for a caller without its key
         return {"status": "ok", "version": __version__, "model": current.model_name,
                 "queue": current.worker.status(), "sessions": len(current.sessions),
                 "compose_sessions": len(current.compose)}
 
-    keyed = [Depends(require_key)]
-
-    @app.get("/openapi.json", include_in_schema=False, dependencies=keyed)
+    @app.get("/openapi.json", include_in_schema=False)
     async def openapi_schema() -> JSONResponse:
         return JSONResponse(app.openapi())
 
-    @app.get("/docs", include_in_schema=False, dependencies=keyed)
+    @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - Swagger UI")
 
-    @app.get("/redoc", include_in_schema=False, dependencies=keyed)
+    @app.get("/redoc", include_in_schema=False)
     async def redoc() -> HTMLResponse:
         return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
 
-    for router in (collections.router, reading.router, compose.router, openai.router, docqa.router):
-        app.include_router(router, dependencies=keyed, responses=ERRORS)
+    for router in (keys.router, collections.router, reading.router, compose.router, openai.router, docqa.router):
+        app.include_router(router, responses=ERRORS)
     return app

@@ -197,9 +197,16 @@ class JobBoard:
         with self._lock:
             return self._refusal(size)
 
-    def get(self, job_id: str) -> dict[str, Any]:
+    def get(self, job_id: str, visible: Callable[[str], bool] | None = None) -> dict[str, Any]:
+        """A job with its version; ``visible``: whether the caller may see a collection's jobs.
+
+        Raises:
+            NotFound: no such job (or one of a collection the caller may not see: the same reply).
+        """
         with self._lock:
             job = self._jobs.get(job_id)
+            if job is not None and visible is not None and not visible(job.collection):
+                job = None
             if job is None:
                 raise NotFound(f"no job {job_id!r} (finished jobs are forgotten after {self.keep} more, and "
                                "when the server restarts)", "job", job_id)

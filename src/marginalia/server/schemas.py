@@ -322,6 +322,18 @@ class CollectionRequest(Body):
         default=None, max_length=MAX_NAME, description="'minilm' or 'hashing' (default: the server's embedder)")
 
 
+class KeyRequest(Body):
+    """A new key and what it may do (an admin's request)."""
+
+    name: str = Field(min_length=1, max_length=100,
+                      description="the key's name: letters, digits, '_', '.', '@' or '-' (whose key it is)")
+    read: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=1000, description="collections it may list, search, view and ask")
+    write: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=1000, description="collections it may also upload to and delete from")
+    admin: bool = Field(default=False, description="it may do everything, keys included")
+
+
 _COLLECTION = CollectionOptions.model_fields
 
 

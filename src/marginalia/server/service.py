@@ -20,8 +20,9 @@ from ..errors import NotFound, UserError
 from ..home import resolve_home
 from ..options import AutoOptions, ChunkingOptions, PatternOptions
 from ..records import Document, Section
+from .audit import Audit
 from .compose import ComposeSession, ComposeSessions, ModelPool
-from .errors import Conflict
+from .errors import Conflict, Forbidden
 from .jobs import STAGING, JobBoard, check_upload, display_name, index_upload
 from .schemas import ComposeSessionRequest, Target
 from .sessions import SessionStore
@@ -30,6 +31,7 @@ from .worker import ModelWorker, Prepared
 
 if TYPE_CHECKING:
     from ..app import Collection, DocumentInfo, Embedder, Run
+    from .auth import Principal
 
 #: embedders a client may name for a new collection (a folder path would let it load files of the server's)
 CLIENT_EMBEDDERS = ("minilm", "hashing")
@@ -60,6 +62,7 @@ class Service:
         self.sessions = SessionStore(settings.session_ttl, settings.max_sessions, max_bytes=settings.session_bytes)
         self.compose = ComposeSessions(settings.session_ttl, settings.max_compose_sessions,
                                        ModelPool(loader or self._load))
+        self.audit = Audit(settings.home, questions=settings.audit_questions)
 
     # -- what is loaded once ------------------------------------------------------------------------------
 
@@ -106,27 +109,42 @@ class Service:
 
     # -- collections ----------------------------------------------------------------------------------------
 
-    def open_collection(self, name: str, *, search: bool = False) -> Collection:
+    def open_collection(self, name: str, *, search: bool = False, who: Principal | None = None,
+                        write: bool = False) -> Collection:
         """An existing collection; with ``search``, holding its embedder (loaded once per process).
 
+        ``who``: the caller, who must be allowed to read it (to ``write`` it too); None: no caller (the
+        server itself).
+
         Raises:
-            NotFound: there is no collection by that name.
+            NotFound: there is no collection by that name, or the caller may not read it (the same reply:
+                the caller learns nothing of a collection out of its reach).
+            Forbidden: the caller may read it but not write it, and ``write``.
         """
-        if not app.collection_exists(name, home=self.settings.home):
-            known = ", ".join(c.name for c in app.list_collections(self.settings.home)) or "none"
-            raise NotFound(f"no collection named {name!r} (existing: {known}); create it with POST /v1/collections",
-                           "collection", name)
+        self.check_collection(name, who, write)
         store = app.open_collection(name, home=self.settings.home)
         if not search:
             return store
         return app.open_collection(name, home=self.settings.home, embedder=self.embedder(store.embedder_name))
 
-    def collections(self) -> list[dict[str, Any]]:
+    def check_collection(self, name: str, who: Principal | None, write: bool = False) -> None:
+        """Raise what `open_collection` raises for a collection missing or out of ``who``'s reach."""
+        if (who is not None and not who.can_read(name)) or not app.collection_exists(name, home=self.settings.home):
+            known = ", ".join(c["name"] for c in self.collections(who)) or "none"
+            raise NotFound(f"no collection named {name!r} (existing: {known}); create it with POST /v1/collections",
+                           "collection", name)
+        if write and who is not None and not who.can_write(name):
+            raise Forbidden(f"this key may read collection {name!r} but not change it; ask an admin for a key "
+                            f"with --write {name}")
+
+    def collections(self, who: Principal | None = None) -> list[dict[str, Any]]:
+        """The collections ``who`` may read (None: all)."""
         return [{"name": c.name, "embedder": c.embedder, "dim": c.dim, "created_at": c.created_at,
                  "documents": c.n_documents, "chunks": c.n_chunks, "questions": c.n_questions,
-                 "schema_version": c.schema_version} for c in app.list_collections(self.settings.home)]
+                 "schema_version": c.schema_version} for c in app.list_collections(self.settings.home)
+                if who is None or who.can_read(c.name)]
 
-    def create_collection(self, name: str, embedder: str | None) -> dict[str, Any]:
+    def create_collection(self, name: str, embedder: str | None, who: Principal | None = None) -> dict[str, Any]:
         """Create an empty collection.
 
         Raises:
@@ -137,11 +155,12 @@ class Service:
         if app.collection_exists(name, home=self.settings.home):
             raise Conflict(f"a collection named {name!r} exists already")
         store = app.create_collection(name, home=self.settings.home, embedder=self.embedder(embedder))
+        self.audit.record(_actor(who), "create_collection", collection=store.name)
         return self.describe_collection(store.name, tree=False)
 
-    def describe_collection(self, name: str, tree: bool = True) -> dict[str, Any]:
+    def describe_collection(self, name: str, tree: bool = True, who: Principal | None = None) -> dict[str, Any]:
         """A collection's settings and documents, each with its section tree."""
-        store = self.open_collection(name)
+        store = self.open_collection(name, who=who)
         docs = store.documents()
         return {"name": store.name, "embedder": store.embedder_name, "created_at": store.meta.get("created_at"),
                 "documents": [self._document_dict(store, d, tree) for d in docs],
@@ -157,9 +176,13 @@ class Service:
             data["sections"] = section_tree(store.sections(info.doc_id), doc)
         return data
 
-    def delete_collection(self, name: str) -> None:
-        self.open_collection(name)  # NotFound, in the API's words
+    def delete_collection(self, name: str, who: Principal | None = None) -> None:
+        self.open_collection(name, who=who)  # NotFound, in the API's words
+        if who is not None and not who.grants.admin:
+            raise Forbidden("only an admin key may delete a collection; delete its documents one by one, or ask "
+                            "an admin")
         app.delete_collection(name, home=self.settings.home)
+        self.audit.record(_actor(who), "delete_collection", collection=name)
 
     def find_document(self, store: Collection, name: str) -> DocumentInfo:
         """A document of a collection by its source or id.
@@ -173,10 +196,10 @@ class Service:
         raise NotFound(f"collection {store.name!r} has no document {name!r}; see GET /v1/collections/{store.name}",
                        "document", name)
 
-    def show_document(self, collection: str, name: str) -> dict[str, Any]:
+    def show_document(self, collection: str, name: str, who: Principal | None = None) -> dict[str, Any]:
         """A document of a collection with its text (references' character spans index it), the offset
         where each page begins, and its section tree."""
-        store = self.open_collection(collection)
+        store = self.open_collection(collection, who=who)
         info = self.find_document(store, name)
         doc = store.document(info.doc_id)
         data = self._document_dict(store, info, tree=False)
@@ -184,23 +207,25 @@ class Service:
                     sections=section_tree(store.sections(info.doc_id), doc))
         return data
 
-    def delete_document(self, collection: str, name: str) -> dict[str, Any]:
-        store = self.open_collection(collection)
+    def delete_document(self, collection: str, name: str, who: Principal | None = None) -> dict[str, Any]:
+        store = self.open_collection(collection, who=who, write=True)
         info = self.find_document(store, name)
         store.delete_document(info.doc_id)
+        self.audit.record(_actor(who), "delete_document", collection=collection, document=info.source,
+                          doc_id=info.doc_id)
         return {"deleted": info.doc_id, "source": info.source, "collection": collection}
 
     # -- uploads ------------------------------------------------------------------------------------------
 
     def upload(self, collection: str, filename: str | None, data: bytes,
-               chunking: ChunkingOptions) -> dict[str, Any]:
+               chunking: ChunkingOptions, who: Principal | None = None) -> dict[str, Any]:
         """Check an upload and queue it for indexing; returns the job.
 
         Raises:
             NotFound: no such collection.
             UnsupportedType: the content is not a document marginalia reads.
         """
-        self.open_collection(collection)
+        self.open_collection(collection, who=who, write=True)
         name = display_name(filename)
         suffix = check_upload(name, data)
         count = self.generator.tokenizer.count
@@ -208,13 +233,24 @@ class Service:
         def store() -> Collection:
             return self.open_collection(collection, search=True)
 
-        return self.jobs.submit(collection, name, data, suffix,
-                                partial(index_upload, store=store, count_tokens=count, chunking=chunking,
-                                        ingest=self.settings.ingest))
+        job = self.jobs.submit(collection, name, data, suffix,
+                               partial(index_upload, store=store, count_tokens=count, chunking=chunking,
+                                       ingest=self.settings.ingest))
+        self.audit.record(_actor(who), "upload", collection=collection, document=name, bytes=len(data),
+                          job=job["id"])
+        return job
+
+    def job(self, job_id: str, who: Principal | None = None) -> dict[str, Any]:
+        """An indexing job, as `JobBoard.get`; one of a collection ``who`` may not read is not found."""
+        return self.jobs.get(job_id, None if who is None else who.can_read)
+
+    def job_list(self, who: Principal | None = None) -> list[dict[str, Any]]:
+        """The indexing jobs of the collections ``who`` may read, oldest first."""
+        return [j for j in self.jobs.list() if who is None or who.can_read(j["collection"])]
 
     # -- composing ----------------------------------------------------------------------------------------
 
-    def start_compose(self, body: ComposeSessionRequest) -> ComposeSession:
+    def start_compose(self, body: ComposeSessionRequest, who: Principal | None = None) -> ComposeSession:
         """A compose session over a collection, on the server's models: the served model's spec completes,
         ``compose_memory_model`` (else the same spec) writes memory; each session has its own loads.
 
@@ -229,26 +265,33 @@ class Service:
         if body.options.memory_model not in (None, memory_spec):
             raise UserError(f"this server writes memory with {memory_spec}, loaded when it starts; leave "
                             "options.memory_model out (or give that spec)")
-        store = self.open_collection(body.collection, search=True)
+        store = self.open_collection(body.collection, search=True, who=who)
         app.compose_sources(store, body.exclude)  # an empty collection fails before a model loads
-        return self.compose.start(store, body.options, body.exclude, s.model, memory_spec)
+        return self.compose.start(store, body.options, body.exclude, s.model, memory_spec,
+                                  None if who is None else who.owner)
 
     # -- reading ------------------------------------------------------------------------------------------
 
-    def prepare(self, target: Target, question: str, temperature: float | None = None) -> Prepared:
+    def prepare(self, target: Target, question: str, temperature: float | None = None,
+                who: Principal | None = None, route: str = "ask") -> Prepared:
         """Check what can be checked at once (the question, the collection, the document) and return what
         starts the reading in the model's thread, and what places its references in their sections.
 
         ``target`` is a pasted text, a document of a collection, or a collection; a reading that names no
-        pattern takes the route by size (`app.default_options`), decided in the model's thread.
+        pattern takes the route by size (`app.default_options`), decided in the model's thread. ``who``
+        must be allowed to read the collection; the question is written to the audit log (its text only
+        where the server says so), as asked through ``route``.
         """
         app.check_question(question)
+        if target.collection is not None:
+            self.check_collection(target.collection, who)
+        self.audit.asked(_actor(who), target.collection, question, route, target.document)
         options = target.options
         if target.collection is None:
             doc = app.text_document(target.text or "", PASTED)
             return self._read_document(doc, app.document_sections(doc), options, target.by_size, question,
                                        temperature)
-        store = self.open_collection(target.collection, search=True)
+        store = self.open_collection(target.collection, search=True, who=who)
         if target.document is not None:
             info = self.find_document(store, target.document)
             return self._read_document(store.document(info.doc_id), store.sections(info.doc_id), options,
@@ -285,6 +328,10 @@ class Service:
         if by_size and isinstance(options, AutoOptions):
             return app.default_options(text, model, options)
         return options
+
+
+def _actor(who: Principal | None) -> str:
+    return "server" if who is None else who.actor
 
 
 def section_tree(sections: list[Section], doc: Document | None = None) -> dict[str, Any]:

@@ -42,6 +42,7 @@ class Session:
     history: list[dict[str, Any]] = field(default_factory=list)
     busy: int = 0
     size: int = 0  # bytes its pasted text takes in memory (counted against the store's bound)
+    owner: str | None = None  # the caller that opened it (`auth.Principal.owner`); None: anyone
 
     def prepare(self, question: str, temperature: float | None,
                 read: Callable[[Target, str, float | None], Prepared]) -> Prepared:
@@ -58,11 +59,13 @@ class Session:
 
 
 class Held(Protocol):
-    """What a `BoundedStore` keeps: an id, a count of requests using it, and when it was last used."""
+    """What a `BoundedStore` keeps: an id, a count of requests using it, when it was last used, and who
+    opened it."""
 
     id: str
     busy: int
     last_used: float
+    owner: str | None
 
 
 H = TypeVar("H", bound=Held)
@@ -163,10 +166,12 @@ class BoundedStore(Generic[H]):
         ended.append(idle)
         return True
 
-    def _take(self, item_id: str, busy: int) -> H:
+    def _take(self, item_id: str, busy: int, owner: str | None) -> H:
         with self._lock:
             ended = self._expire()
             item = self._items.get(item_id)
+            if item is not None and not owns(owner, item):
+                item = None  # another caller's: answered as if there were none
             if item is not None:
                 item.last_used = self.clock()
                 item.busy += busy
@@ -177,35 +182,39 @@ class BoundedStore(Generic[H]):
                            f"made room for newer ones; start a new one with {self.start_with}", self.what, item_id)
         return item
 
-    def get(self, item_id: str) -> H:
-        """The item, marked as used now.
+    def get(self, item_id: str, owner: str | None = None) -> H:
+        """The item, marked as used now. ``owner``: the caller asking (`owns`).
 
         Raises:
-            NotFound: no such item (it may have expired).
+            NotFound: no such item (it may have expired), or it is another caller's.
         """
-        return self._take(item_id, 0)
+        return self._take(item_id, 0, owner)
 
-    def acquire(self, item_id: str) -> H:
+    def acquire(self, item_id: str, owner: str | None = None) -> H:
         """The item, kept from expiring or making room until `release`."""
-        return self._take(item_id, 1)
+        return self._take(item_id, 1, owner)
 
-    def lease(self, item_id: str) -> Lease[H]:
+    def lease(self, item_id: str, owner: str | None = None) -> Lease[H]:
         """`acquire` as a `Lease`, whose release is safe to call from every path that ends the request."""
-        return Lease(self, self.acquire(item_id))
+        return Lease(self, self.acquire(item_id, owner))
 
     def release(self, item: H) -> None:
         with self._lock:
             item.busy -= 1
             item.last_used = self.clock()
 
-    def delete(self, item_id: str) -> None:
+    def delete(self, item_id: str, owner: str | None = None) -> None:
         """End an item.
 
         Raises:
-            NotFound: no such item.
+            NotFound: no such item, or it is another caller's.
         """
         with self._lock:
-            item = self._items.pop(item_id, None)
+            item = self._items.get(item_id)
+            if item is not None and owns(owner, item):
+                del self._items[item_id]
+            else:
+                item = None
         if item is None:
             raise NotFound(f"no {self.what} {item_id!r}", self.what, item_id)
         self.on_end([item])
@@ -226,6 +235,12 @@ class BoundedStore(Generic[H]):
         return count
 
 
+def owns(caller: str | None, item: Held) -> bool:
+    """Whether ``caller`` may use ``item``: the caller that opened it, or anyone on a server without keys
+    (``caller`` None)."""
+    return caller is None or item.owner == caller
+
+
 class SessionsHoldTooMuch(Busy):
     """The sessions answering messages hold so many bytes that a new one cannot make room (HTTP 429)."""
 
@@ -242,7 +257,7 @@ class SessionStore(BoundedStore[Session]):
         super().__init__(ttl, limit, "session", "POST /v1/sessions", lambda n: Busy(RETRY_AFTER, n), clock=clock)
         self.max_bytes = max_bytes
 
-    def create(self, target: Target) -> Session:
+    def create(self, target: Target, owner: str | None = None) -> Session:
         """A new session.
 
         Raises:
@@ -252,7 +267,7 @@ class SessionStore(BoundedStore[Session]):
         """
         now = self.clock()
         size = sys.getsizeof(target.text) if target.text is not None else 0
-        return self.add(Session(uuid.uuid4().hex, target, now, now, size=size))
+        return self.add(Session(uuid.uuid4().hex, target, now, now, size=size, owner=owner))
 
     def held(self) -> int:
         """Bytes the sessions' texts take now."""

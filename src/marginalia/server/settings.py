@@ -29,7 +29,8 @@ class Settings:
         backend: the engine for GGUF models.
         model_api_key: the key sent to an ``openai:`` model server (not the key clients send here).
         embedder: the embedder for new collections and for rag over a pasted text or a document.
-        api_key: the key every route but the health check requires, as a bearer token; None: no check.
+        api_key: the server's own key, an admin's, sent as a bearer token; None: only the key store's keys
+            (`marginalia keys`), and none at all while it holds none.
         cors_origins: origins a browser may call from (none: CORS stays off; ``*``: any); a state-changing
             request a browser sends from any other origin but the server's own is refused.
         host: the address the server listens on; requests addressed to it (their ``Host`` header) are
@@ -71,6 +72,14 @@ class Settings:
             about the same document reads no document token (off: every question reads it again).
         ingest: the bounds on converting an uploaded document (a PDF's pages, inflated size, seconds and
             memory); a client cannot change them.
+        trusted_header: a request header naming the user a proxy in front signed in (``X-Forwarded-User``),
+            taken only from ``trusted_proxies``; the user's grants are those of the key store's user entry.
+        trusted_proxies: the addresses or networks (``10.0.0.0/8``) of the proxies the trusted header is
+            taken from; from any other address it is ignored.
+        key_rate: the most requests one key or proxy user may send in a minute (more get 429).
+        key_readings: the most readings one key or proxy user may have waiting or running at once (more get
+            429).
+        audit_questions: write the text of each question to the audit log (else only who asked what, when).
     """
 
     home: str | None = None
@@ -107,12 +116,17 @@ class Settings:
     max_compose_sessions: int = 2
     cache_readings: bool = True
     ingest: IngestOptions = field(default_factory=IngestOptions)
+    trusted_header: str | None = None
+    trusted_proxies: tuple[str, ...] = ()
+    key_rate: int = 600
+    key_readings: int = 4
+    audit_questions: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_upload_bytes", "max_sessions", "max_jobs", "max_compose_sessions", "upload_queue",
                      "upload_queue_bytes", "session_bytes", "header_timeout", "body_timeout", "body_total_timeout",
                      "max_connections", "keep_alive", "shutdown_timeout", "max_header_bytes", "index_workers",
-                     "body_bytes_in_flight", "min_body_rate", "body_rate_grace"):
+                     "body_bytes_in_flight", "min_body_rate", "body_rate_grace", "key_rate", "key_readings"):
             if getattr(self, name) <= 0:
                 raise UserError(f"{name} must be positive, got {getattr(self, name)}")
         if self.queue_size < 0:
@@ -123,6 +137,15 @@ class Settings:
             raise UserError("the server key is empty; give a non-empty key or none")
         for name in self.allowed_hosts:
             check_host_name(name)
+        if self.trusted_header is not None and not self.trusted_proxies:
+            raise UserError("--trusted-header needs --trusted-proxy ADDRESS: the header is taken only from the "
+                            "proxy's address, else any client could name any user")
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise UserError(f"{proxy!r} is not an address or network; give the proxy's address as in "
+                                "127.0.0.1, 10.0.0.5 or 10.0.0.0/24") from None
         for origin in self.cors_origins:
             if origin != "*" and origin_of(origin) is None:
                 raise UserError(f"{origin!r} is not an origin; give a page's scheme, host and port, as in "
@@ -190,15 +213,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_binding(host: str, api_key: str | None, no_auth: bool) -> str | None:
+def check_binding(host: str, api_key: str | None, no_auth: bool, keys_stored: bool = False) -> str | None:
     """Refuse to expose an unauthenticated server beyond this machine; return a warning to print, if any.
+    ``keys_stored``: the home's key store holds keys or users (or a trusted proxy signs users in), so
+    every caller is asked for one.
 
     Raises:
         UserError: ``host`` is not a loopback address, no key is given and ``no_auth`` is false.
     """
     if api_key and no_auth:
         raise UserError("give either a server key or --no-auth, not both")
-    if api_key or is_loopback(host):
+    if api_key or is_loopback(host) or (keys_stored and not no_auth):
         return None
     if no_auth:
         return (f"warning: serving on {host} without a key: anyone who can reach this address can read "

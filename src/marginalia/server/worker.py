@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..app import close_stream
-from ..errors import NotFound
+from ..errors import MarginaliaError, NotFound
 from ..records import Answer, Done, Event, Margin, MarginJudged
 from .errors import Busy
 
@@ -37,6 +37,18 @@ if TYPE_CHECKING:
 
 #: seconds between checks that a waiting client is still there
 DISCONNECT_POLL = 0.25
+#: seconds a caller with as many readings as it may have is told to wait
+READINGS_RETRY_AFTER = 5
+
+
+class TooManyReadings(Busy):
+    """A key has as many readings waiting or running as the server allows one key (HTTP 429)."""
+
+    def __init__(self, limit: int) -> None:
+        MarginaliaError.__init__(self, f"this key has {limit} readings waiting or running, as many as the server "
+                                 "allows one key at once (--key-readings); wait for one to finish, or stop one "
+                                 "(POST /v1/readings/ID/stop)")
+        self.retry_after = READINGS_RETRY_AFTER
 
 
 class ModelWorker:
@@ -145,23 +157,33 @@ class ModelWorker:
         typical = sorted(self._durations)[len(self._durations) // 2]
         return max(1, min(600, math.ceil(typical / self._parallel)))
 
-    def track(self, reading: Reading) -> None:
-        """Know ``reading`` by its id until it is over (`forget`)."""
+    def track(self, reading: Reading, limit: int | None = None) -> None:
+        """Know ``reading`` by its id until it is over (`forget`).
+
+        Raises:
+            TooManyReadings: its owner has ``limit`` readings waiting or running already.
+        """
         with self._lock:
+            if limit is not None:
+                held = sum(1 for r in self._readings.values() if r.owner == reading.owner)
+                if held >= limit:
+                    raise TooManyReadings(limit)
             self._readings[reading.id] = reading
 
     def forget(self, reading: Reading) -> None:
         with self._lock:
             self._readings.pop(reading.id, None)
 
-    def reading(self, reading_id: str) -> Reading:
-        """A reading that is waiting or running, by its id.
+    def reading(self, reading_id: str, owner: str | None = None) -> Reading:
+        """A reading that is waiting or running, by its id; with ``owner``, only one that caller started.
 
         Raises:
-            NotFound: no such reading, or it is over.
+            NotFound: no such reading, it is over, or it is another caller's.
         """
         with self._lock:
             found = self._readings.get(reading_id)
+        if found is not None and owner is not None and found.owner != owner:
+            found = None
         if found is None:
             raise NotFound(f"no reading {reading_id!r} is waiting or running (it may be over already)",
                            "reading", reading_id)
@@ -211,9 +233,12 @@ class Reading:
     Args:
         worker: the model's worker (raises `Busy` here when its queue is full).
         prepared: what starts the run, in the model's thread, and what finishes its answer.
+        owner: the caller that started it (only it may stop it; None: anyone).
+        limit: the most readings its owner may have waiting or running (`TooManyReadings` past it).
     """
 
-    def __init__(self, worker: ModelWorker, prepared: Prepared) -> None:
+    def __init__(self, worker: ModelWorker, prepared: Prepared, owner: str | None = None,
+                 limit: int | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._cancelled = threading.Event()
@@ -226,8 +251,9 @@ class Reading:
         self._asked = 0.0  # when the client was last asked whether it is still there
         self.margins: list[Margin] = []  # judged so far, for an error that ends the reading early
         self.id = uuid.uuid4().hex
+        self.owner = owner
         self._worker = worker
-        worker.track(self)  # before it can run, and so end
+        worker.track(self, limit)  # before it can run, and so end
         try:
             self._queued = worker.submit(self._work)
         except BaseException:

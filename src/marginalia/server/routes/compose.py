@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from ...compose import Suggested
-from ..common import ParsedOffLoop, get_service, sse
+from ..common import Caller, ParsedOffLoop, get_service, sse
 from ..compose import ComposeSession, Suggestion, suggestion_dict
 from ..errors import describe, error_body, error_response
 from ..schemas import ComposeSessionRequest, SuggestionRequest
@@ -45,35 +45,43 @@ SUGGEST_DOC = (
                          "session). 400 when the collection holds nothing to draw memory from or a model cannot "
                          "serve, 404 for an unknown collection, 429 when every compose session is busy; the "
                          "least recently used idle session otherwise makes room. " + MEMORY_DOC)
-async def create_session(body: ComposeSessionRequest, service: ServiceDep) -> dict[str, Any]:
-    session = await run_in_threadpool(service.start_compose, body)
+async def create_session(body: ComposeSessionRequest, service: ServiceDep, who: Caller) -> dict[str, Any]:
+    session = await run_in_threadpool(service.start_compose, body, who)
     return session.to_dict(service.compose.ttl)
 
 
 @router.get("/sessions/{session_id}", summary="A compose session, with its memory")
-def get_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
-    return service.compose.get(session_id).to_dict(service.compose.ttl)
+def get_session(session_id: str, service: ServiceDep, who: Caller) -> dict[str, Any]:
+    return _session(service, session_id, who).to_dict(service.compose.ttl)
+
+
+def _session(service: Service, session_id: str, who: Caller) -> ComposeSession:
+    """The caller's compose session; one over a collection it may no longer read is not found."""
+    session = service.compose.get(session_id, who.owner)
+    service.check_collection(session.collection, who)
+    return session
 
 
 @router.get("/sessions/{session_id}/memory", summary="The memory a session's suggestions draw on, with sources",
             description=MEMORY_DOC)
-def get_memory(session_id: str, service: ServiceDep) -> dict[str, Any]:
-    return service.compose.get(session_id).memory()
+def get_memory(session_id: str, service: ServiceDep, who: Caller) -> dict[str, Any]:
+    return _session(service, session_id, who).memory()
 
 
 @router.delete("/sessions/{session_id}", summary="End a compose session")
-def delete_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
-    service.compose.delete(session_id)
+def delete_session(session_id: str, service: ServiceDep, who: Caller) -> dict[str, Any]:
+    service.compose.delete(session_id, who.owner)
     return {"deleted": session_id}
 
 
 @router.post("/sessions/{session_id}/suggestions", summary="Suggest what comes next in the text",
              description=SUGGEST_DOC)
-async def suggest(session_id: str, body: SuggestionRequest, service: ServiceDep) -> Response:
-    lease = service.compose.lease(session_id)
+async def suggest(session_id: str, body: SuggestionRequest, service: ServiceDep, who: Caller) -> Response:
+    lease = service.compose.lease(session_id, who.owner)
     session, release = lease.item, lease.release
     handed_over = False  # to the event stream, which then releases the session itself
     try:
+        await run_in_threadpool(service.check_collection, session.collection, who)
         suggestion = Suggestion(session, body.text)
         first = await suggestion.next()
         if isinstance(first, Failed):

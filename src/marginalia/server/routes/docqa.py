@@ -11,11 +11,10 @@ from fastapi.responses import Response
 
 from ...errors import UserError
 from ...records import Answer
-from ..common import ParsedOffLoop, answer, get_service
+from ..common import Caller, ParsedOffLoop, answer, get_service, start_reading
 from ..events import reference_dict, route_dict
 from ..schemas import AskRequest, DocqaChatRequest, Strict
 from ..service import Service
-from ..worker import Reading
 
 router = APIRouter(tags=["docqa"], route_class=ParsedOffLoop)
 ServiceDep = Annotated[Service, Depends(get_service)]
@@ -33,11 +32,11 @@ def docqa_output(result: Answer) -> dict[str, Any]:
 
 
 @router.post("/chat", summary="Answer a message from a collection (docqa's request and reply)")
-async def chat(body: DocqaChatRequest, request: Request, service: ServiceDep) -> Response:
+async def chat(body: DocqaChatRequest, request: Request, service: ServiceDep, who: Caller) -> Response:
     name = body.collection or service.settings.default_collection
     if name is None:
         raise UserError("name the collection: send 'collection', or start the server with --collection NAME")
     target = AskRequest(question=body.message, collection=name,
                         collection_options=Strict.CollectionOptions(**body.collection_options().model_dump()))
-    prepared = await run_in_threadpool(service.prepare, target, body.message, body.temperature)
-    return await answer(Reading(service.worker, prepared), request, stream=False, render=docqa_output)
+    prepared = await run_in_threadpool(service.prepare, target, body.message, body.temperature, who, "chat")
+    return await answer(start_reading(service, prepared, who), request, stream=False, render=docqa_output)

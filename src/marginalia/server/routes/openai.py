@@ -20,7 +20,7 @@ from sse_starlette import EventSourceResponse
 
 from ...errors import NotFound
 from ...records import Answer, AnswerDelta, Done, Stats
-from ..common import CLIENT_CLOSED, READING_HEADER, STREAMED, ParsedOffLoop, get_service
+from ..common import CLIENT_CLOSED, READING_HEADER, STREAMED, Caller, ParsedOffLoop, get_service, start_reading
 from ..errors import describe, error_body, error_response
 from ..events import reference_dict, route_dict
 from ..schemas import AskRequest, ChatCompletionRequest
@@ -33,10 +33,10 @@ PREFIX = "marginalia:"
 
 
 @router.get("/models", summary="The collections, as OpenAI models named marginalia:<collection>")
-def list_models(service: ServiceDep) -> dict[str, Any]:
+def list_models(service: ServiceDep, who: Caller) -> dict[str, Any]:
     return {"object": "list", "data": [
         {"id": PREFIX + c["name"], "object": "model", "created": _epoch(c["created_at"]), "owned_by": "marginalia"}
-        for c in service.collections()]}
+        for c in service.collections(who)]}
 
 
 def _epoch(iso: str) -> int:
@@ -65,7 +65,8 @@ def usage(stats: Stats) -> dict[str, int]:
                          "which still answers from what it read. The reply (or a stream's last chunk) carries "
                          "`references` and `marginalia: {route}` (auto: the reading that answered and why).",
              responses=STREAMED)
-async def chat_completions(body: ChatCompletionRequest, request: Request, service: ServiceDep) -> Response:
+async def chat_completions(body: ChatCompletionRequest, request: Request, service: ServiceDep,
+                           who: Caller) -> Response:
     if not body.model.startswith(PREFIX) or len(body.model) == len(PREFIX):
         raise NotFound(f"unknown model {body.model!r}; models are marginalia:<collection> (see GET /v1/models)",
                        "model", body.model)
@@ -75,8 +76,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
         reading_options = reading_options.model_copy(update={"max_new_tokens": max_tokens})
     target = AskRequest(question=body.question(), collection=body.model[len(PREFIX):], reading=reading_options,
                         collection_options=body.marginalia.collection_options)
-    prepared = await run_in_threadpool(service.prepare, target, target.question, body.temperature)
-    reading = Reading(service.worker, prepared)
+    prepared = await run_in_threadpool(service.prepare, target, target.question, body.temperature, who,
+                                       "chat/completions")
+    reading = start_reading(service, prepared, who)
     reply_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     headers = {READING_HEADER: reading.id}
     try:

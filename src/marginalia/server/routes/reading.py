@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, status
@@ -9,10 +10,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from ...records import Answer
-from ..common import STREAMED, ParsedOffLoop, answer, get_service
+from ..common import STREAMED, Caller, ParsedOffLoop, answer, get_service, start_reading
 from ..schemas import AskRequest, MessageRequest, SessionRequest
 from ..service import Service
-from ..worker import Reading
 
 router = APIRouter(prefix="/v1", tags=["reading"], route_class=ParsedOffLoop)
 ServiceDep = Annotated[Service, Depends(get_service)]
@@ -30,58 +30,61 @@ EVENTS_DOC = (
 
 @router.post("/ask", summary="Answer a question about a text, a document of a collection, or a collection",
              description=EVENTS_DOC, responses=STREAMED)
-async def ask(body: AskRequest, request: Request, service: ServiceDep) -> Response:
-    prepared = await run_in_threadpool(service.prepare, body, body.question, body.temperature)
-    return await answer(Reading(service.worker, prepared), request, body.stream)
+async def ask(body: AskRequest, request: Request, service: ServiceDep, who: Caller) -> Response:
+    prepared = await run_in_threadpool(service.prepare, body, body.question, body.temperature, who)
+    return await answer(start_reading(service, prepared, who), request, body.stream)
 
 
 @router.post("/readings/{reading_id}/stop", summary="Stop a reading; it answers from what it has read",
              description="The reading's id is the `Marginalia-Reading-Id` header of its stream. It finishes the "
                          "step in progress, reads nothing more and answers: its stream goes on to `done`, "
                          "which says `stopped_early`. 404 when no such reading waits or runs.")
-def stop_reading(reading_id: str, service: ServiceDep) -> dict[str, Any]:
-    service.worker.reading(reading_id).stop()
+def stop_reading(reading_id: str, service: ServiceDep, who: Caller) -> dict[str, Any]:
+    service.worker.reading(reading_id, who.owner).stop()
     return {"stopping": reading_id}
 
 
 @router.post("/sessions", status_code=status.HTTP_201_CREATED, tags=["sessions"],
              summary="Start a chat session over a text, a document of a collection, or a collection")
-async def create_session(body: SessionRequest, service: ServiceDep) -> dict[str, Any]:
+async def create_session(body: SessionRequest, service: ServiceDep, who: Caller) -> dict[str, Any]:
     if body.collection is not None:  # fail now, not at the first message
-        await run_in_threadpool(_check_target, service, body)
-    session = service.sessions.create(body)
+        await run_in_threadpool(_check_target, service, body, who)
+    session = service.sessions.create(body, who.owner)
     return session.to_dict(service.sessions.ttl)
 
 
-def _check_target(service: Service, body: SessionRequest) -> None:
-    store = service.open_collection(body.collection or "")
+def _check_target(service: Service, body: SessionRequest, who: Caller) -> None:
+    store = service.open_collection(body.collection or "", who=who)
     if body.document is not None:
         service.find_document(store, body.document)
 
 
 @router.get("/sessions/{session_id}", tags=["sessions"], summary="A session's source and its questions so far")
-def get_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
-    return service.sessions.get(session_id).to_dict(service.sessions.ttl)
+def get_session(session_id: str, service: ServiceDep, who: Caller) -> dict[str, Any]:
+    return service.sessions.get(session_id, who.owner).to_dict(service.sessions.ttl)
 
 
 @router.delete("/sessions/{session_id}", tags=["sessions"], summary="End a session")
-def delete_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
-    service.sessions.delete(session_id)
+def delete_session(session_id: str, service: ServiceDep, who: Caller) -> dict[str, Any]:
+    service.sessions.delete(session_id, who.owner)
     return {"deleted": session_id}
 
 
 @router.post("/sessions/{session_id}/messages", tags=["sessions"], summary="Ask the session's source a question",
              description=EVENTS_DOC, responses=STREAMED)
-async def send_message(session_id: str, body: MessageRequest, request: Request, service: ServiceDep) -> Response:
-    lease = service.sessions.lease(session_id)
+async def send_message(session_id: str, body: MessageRequest, request: Request, service: ServiceDep,
+                       who: Caller) -> Response:
+    lease = service.sessions.lease(session_id, who.owner)
     session, release = lease.item, lease.release
 
     def remember(result: Answer) -> None:
         session.remember(body.message, result.text)
 
     try:
-        prepared = await run_in_threadpool(session.prepare, body.message, body.temperature, service.prepare)
-        reading = Reading(service.worker, prepared)
+        # the session's collection is checked again: the key's grants may have changed since it began
+        prepared = await run_in_threadpool(session.prepare, body.message, body.temperature,
+                                           partial(service.prepare, who=who, route="session"))
+        reading = start_reading(service, prepared, who)
     except BaseException:
         release()
         raise

@@ -16,12 +16,14 @@ let busy = false;
 
 function showError(err) {
   if (err instanceof ApiError && err.status === 401) {
-    askForKey(serverKey() ? "The server refused that key; check it and try again."
-      : "This server needs its key (marginalia serve --server-key).");
+    askForKey(serverKey() ? `The server refused that key: ${err.message}`
+      : "Sign in with a key (an admin makes one with marginalia keys create).");
     return;
   }
   const box = $("error");
-  box.textContent = err.message || String(err);
+  // a refusal says why: the server's message names what this key may not do, and what to ask for
+  const refused = err instanceof ApiError && (err.status === 403 || err.status === 429);
+  box.textContent = (refused ? "Refused: " : "") + (err.message || String(err));
   box.hidden = false;
 }
 
@@ -203,6 +205,10 @@ async function start() {
     const queue = health.queue || {}; // without the key, the server says only that it is up
     $("server").textContent = health.version === undefined ? "" : `model ${health.model || "loading"} · v${health.version}`
       + (queue.running || queue.waiting ? ` · ${queue.running} reading, ${queue.waiting} waiting` : "");
+    const me = await call("GET", "/v1/me");
+    library.setGrants(me);
+    $("server").textContent += ` · ${signedIn(me)}`;
+    $("server").dataset.signedIn = me.signed_in_as;
     await options.load();
     await library.load();
     if (location.hash === "#write") showView("write");
@@ -210,6 +216,18 @@ async function start() {
   } catch (err) {
     showError(err);
   }
+}
+
+/** Who the page is signed in as, and what that allows, in words. */
+function signedIn(me) {
+  if (me.kind === "anonymous") return "open server (no keys)";
+  const who = me.kind === "user" ? `${me.name} (through the proxy)` : me.kind === "key" ? `key ${me.name}` : "the server key";
+  if (me.admin) return `signed in as ${who}, admin`;
+  const reads = me.read.filter((c) => !me.write.includes(c));
+  const parts = [];
+  if (me.write.length) parts.push(`writes ${me.write.join(", ")}`);
+  if (reads.length) parts.push(`reads ${reads.join(", ")}`);
+  return `signed in as ${who}: ${parts.join("; ") || "no collections"}`;
 }
 
 window.marginalia = { view, asker, library, options, writer }; // for the console (and the page's tests)

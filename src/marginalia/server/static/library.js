@@ -16,6 +16,7 @@ export class Library {
     this.els = els;
     this.on = on;
     this.detail = null;
+    this.me = null; // the caller's grants (GET /v1/me): what it may read and write, admin
     els.collection.addEventListener("change", () => this.select(els.collection.value));
     els.create.addEventListener("submit", (e) => {
       e.preventDefault();
@@ -31,6 +32,22 @@ export class Library {
     return this.detail ? this.detail.name : null;
   }
 
+  /** The caller's grants: only what they allow is shown (the server checks every request anyway). */
+  setGrants(me) {
+    this.me = me;
+    this.els.createBox.hidden = !me.admin;
+    this.showUpload();
+  }
+
+  canWrite(name) {
+    return !this.me || this.me.admin || (name !== null && this.me.write.includes(name));
+  }
+
+  /** The upload form only for a collection the key may write: a read-only key sees none. */
+  showUpload() {
+    this.els.upload.hidden = !this.canWrite(this.name);
+  }
+
   /** Load the collections and select `wanted` (or the one selected before, or the first). */
   async load(wanted) {
     const collections = await call("GET", "/v1/collections");
@@ -43,6 +60,7 @@ export class Library {
       this.els.createBox.open = true;
       this.els.upload.querySelector("button").disabled = true;
       this.detail = null;
+      this.showUpload();
       this.renderDocuments();
       this.on.collection(null);
       return;
@@ -62,6 +80,7 @@ export class Library {
       this.detail = null;
       this.on.error(err);
     }
+    this.showUpload();
     this.renderDocuments();
     this.on.collection(this.detail);
   }
@@ -120,7 +139,9 @@ export class Library {
     if (!docs.length) {
       const li = document.createElement("li");
       li.className = "empty";
-      li.textContent = this.detail ? "No documents yet: upload some above." : "Create a collection first.";
+      li.textContent = !this.detail ? (this.me && !this.me.admin ? "This key may read no collection yet."
+        : "Create a collection first.")
+        : this.canWrite(this.name) ? "No documents yet: upload some above." : "No documents yet.";
       list.replaceChildren(li);
       return;
     }
