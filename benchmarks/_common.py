@@ -92,6 +92,18 @@ def measurement(benchmark: str, numbers: dict[str, Any], *, name: str | None = N
             **extra, "numbers": numbers}
 
 
+def run_measurement(benchmark: str, numbers: dict[str, Any], info: dict[str, Any], command: str,
+                    name: str | None = None) -> dict[str, Any]:
+    """A `measurement` that summarises a `marginalia bench` run: the commit it started at, the machines it was
+    answered on and the time it started, from its run info (``info``); ``command``: the bench command."""
+    from marginalia.bench.analysis import cores_text, run_machines
+
+    machines = dict.fromkeys(f"{cores_text(m)}, {m.get('cpu', '?')}" for m in run_machines(info))
+    return measurement(benchmark, numbers, name=name, command=command,
+                       commit=str((info.get("commit") or {}).get("commit", "?"))[:10],
+                       machine_text="; ".join(machines) or "?", date=str(info.get("started", "?")))
+
+
 def plain(value: Any) -> Any:
     """``value`` as JSON can hold it: tuples and sets as lists, keys as strings, NaN and infinities as None."""
     if isinstance(value, float):

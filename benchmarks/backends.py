@@ -21,7 +21,6 @@ Stores benchmarks/measurements/backends.json (see benchmarks/report.py).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -30,9 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import BENCHMARKS, Benchmark, free_port, measurement, show, wait_up  # noqa: E402
-from _markdown import Record, made_by, num, ratio, table  # noqa: E402
+from _common import BENCHMARKS, Benchmark, free_port, measurement, show, wait_up
+from _markdown import Record, made_by, num, ratio, table
 
 NO_REUSE_LAUNCHER = """
 import runpy, sys

@@ -10,14 +10,11 @@ Run the benchmark first, then this:
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from dataclasses import asdict
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import BENCHMARKS, Benchmark, command_line, measurement, show  # noqa: E402
-from _markdown import Record, estimate, num, table  # noqa: E402
+from _common import BENCHMARKS, Benchmark, command_line, run_measurement, show
+from _markdown import Record, estimate, num, table
 
 
 def main() -> None:
@@ -27,19 +24,16 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     args = ap.parse_args()
 
-    from marginalia.bench.analysis import cores_text, find_run, load_run, pattern_order, run_machines
+    from marginalia.bench.analysis import find_run, load_run, pattern_order
 
     data = load_run(find_run(args.run, args.home))
     meta = data.info
     numbers = summarise(data.records, pattern_order(data), meta)
     numbers["run"] = args.run
     numbers["summarised_by"] = command_line()
-    machines = list(dict.fromkeys(f"{cores_text(m)}, {m.get('cpu', '?')}" for m in run_machines(meta)))
-    record = measurement("bench_example", numbers,
-                         command=f"marginalia bench run configs/bench/example.toml {_limit(meta)}".rstrip(),
-                         commit=str((meta.get("commit") or {}).get("commit", "?"))[:10],
-                         machine_text="; ".join(machines) or "?", date=str(meta.get("started", "?")))
-    show(record, write=not args.no_write)
+    show(run_measurement("bench_example", numbers, meta,
+                         f"marginalia bench run configs/bench/example.toml {_limit(meta)}".rstrip()),
+         write=not args.no_write)
 
 
 def summarise(records: list[dict[str, Any]], patterns: list[str], meta: dict[str, Any]) -> dict[str, Any]:

@@ -32,10 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import BENCHMARKS, ROOT, Benchmark, load_note, measurement, show  # noqa: E402
-from _markdown import Record, made_by, num, table  # noqa: E402
+from _common import BENCHMARKS, ROOT, Benchmark, load_note, measurement, show
+from _markdown import Record, made_by, num, table
 
 DATA = ROOT.parent / "shared" / "data" / "wikitext-test-articles.part1.jsonl"
 _HEADING = re.compile(r"^\s*(=(?: =)*) (.+?) \1\s*$")

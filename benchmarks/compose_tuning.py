@@ -29,12 +29,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, get_args
 
-from marginalia.options import TuneOptions
+from _common import BENCHMARKS, ROOT, Benchmark, load_note, measurement, show, write_if_changed
+from _markdown import Record, made_by, num, table
+from compose_latency import clean
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import BENCHMARKS, ROOT, Benchmark, load_note, measurement, show, write_if_changed  # noqa: E402
-from _markdown import Record, made_by, num, table  # noqa: E402
-from compose_latency import clean  # noqa: E402
+from marginalia.options import TuneOptions
 
 DATA = ROOT.parent / "shared" / "data" / "wikitext-test-articles.part1.jsonl"
 EVAL_MODEL = Path("~/.cache/marginalia-eval/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").expanduser()

@@ -58,8 +58,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import (  # noqa: E402
+from _common import (
     BENCHMARKS,
     MEASUREMENTS,
     ROOT,
@@ -70,8 +69,8 @@ from _common import (  # noqa: E402
     show,
     write_if_changed,
 )
-from _markdown import Record, made_by, num, table, times_interval  # noqa: E402
-from compose_items import (  # noqa: E402
+from _markdown import Record, made_by, num, table, times_interval
+from compose_items import (
     SHARED_RUN,
     Item,
     detokenize_email,
@@ -79,8 +78,8 @@ from compose_items import (  # noqa: E402
     shared_runs,
     wikitext_items,
 )
-from compose_latency import clean  # noqa: E402
-from compose_tuning import span  # noqa: E402
+from compose_latency import clean
+from compose_tuning import span
 
 DATA = ROOT.parent / "shared" / "data"
 EVAL_MODEL = Path.home() / ".cache" / "marginalia-eval" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"

@@ -38,10 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import BENCHMARKS, Benchmark, measurement, show  # noqa: E402
-from _markdown import Record, made_by, num, ratio, table  # noqa: E402
+from _common import BENCHMARKS, Benchmark, measurement, show
+from _markdown import Record, made_by, num, ratio, table
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 HEADING = re.compile(r"^ (=(?: =)*) (.+?) \1 $")

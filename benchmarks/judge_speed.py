@@ -24,14 +24,13 @@ import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import BENCHMARKS, Benchmark, load_note, measurement, show  # noqa: E402
-from _markdown import Record, made_by, num, table, tokens  # noqa: E402
+from _common import BENCHMARKS, Benchmark, load_note, measurement, show
+from _markdown import Record, made_by, num, table, tokens
 
-from marginalia.models.fake import Request, ScriptedGenerator  # noqa: E402
-from marginalia.patterns.judges import MarginJudge, Verdict  # noqa: E402
-from marginalia.patterns.wim import WiM  # noqa: E402
-from marginalia.records import Segment  # noqa: E402
+from marginalia.models.fake import Request, ScriptedGenerator
+from marginalia.patterns.judges import MarginJudge, Verdict
+from marginalia.patterns.wim import WiM
+from marginalia.records import Segment
 
 KINDS = ("punctuated", "unpunctuated")
 #: the most the time per segment may grow from the smallest size to the largest

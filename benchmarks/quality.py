@@ -14,15 +14,12 @@ the eval model's. A run still in progress is summarised as far as it got (the nu
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import BENCHMARKS, MEASUREMENTS, ROOT, Benchmark, command_line, measurement, show  # noqa: E402
-from _markdown import Record, difference, estimate, made_by, model_name, num, provenance, table, tokens  # noqa: E402
+from _common import BENCHMARKS, MEASUREMENTS, ROOT, Benchmark, command_line, run_measurement, show
+from _markdown import Record, difference, estimate, made_by, model_name, num, provenance, table, tokens
 
 
 def main() -> None:
@@ -37,7 +34,7 @@ def main() -> None:
                     help="leave out the figure (benchmarks/measurements/<name>.png: scores and paired differences)")
     args = ap.parse_args()
 
-    from marginalia.bench.analysis import cores_text, find_run, load_run, pattern_order, run_machines
+    from marginalia.bench.analysis import find_run, load_run, pattern_order
 
     folder = find_run(args.run, args.home)
     data = load_run(folder, rescore_answers=True)  # stored scores may predate a metric fix
@@ -56,11 +53,8 @@ def main() -> None:
     commits = sorted({str((i.get("commit") or {}).get("commit", "?"))[:10] for i in info.get("invocations") or []})
     numbers["resumed_at"] = [c for c in commits if c != commit]
     numbers["summarised_by"] = command_line()
-    machines = list(dict.fromkeys(f"{cores_text(m)}, {m.get('cpu', '?')}" for m in run_machines(info)))
-    record = measurement("quality", numbers, name=name,
-                         command=f"marginalia bench run configs/bench/{config.get('name', name)}.toml",
-                         commit=commit, machine_text="; ".join(machines) or "?", date=str(info.get("started", "?")))
-    show(record, write=not args.no_write)
+    show(run_measurement("quality", numbers, info, f"marginalia bench run configs/bench/{config.get('name', name)}.toml",
+                         name=name), write=not args.no_write)
 
 
 def summarise(records: list[dict[str, Any]], patterns: list[str], config: dict[str, Any], info: dict[str, Any],

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -25,9 +24,8 @@ import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import BENCHMARKS, Benchmark, measurement, show  # noqa: E402
-from _markdown import Record, made_by, num, ratio, table  # noqa: E402
+from _common import BENCHMARKS, Benchmark, measurement, show
+from _markdown import Record, made_by, num, ratio, table
 
 
 def load(branches: int, backend: str = "llamacpp") -> Any:

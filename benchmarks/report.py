@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import BENCHMARKS, MEASUREMENTS, ROOT, SCHEMA, section  # noqa: E402
-from _markdown import Record, table  # noqa: E402
+from _common import BENCHMARKS, MEASUREMENTS, ROOT, SCHEMA, section
+from _markdown import Record, table
 
 OUT = ROOT / "BENCHMARKS.md"
 #: the most BENCHMARKS.md may weigh: results on one screen, not a history

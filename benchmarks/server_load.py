@@ -43,12 +43,10 @@ from typing import Any
 
 import httpx
 import numpy as np
+from _common import BENCHMARKS, Benchmark, load_note, measurement, run_together, show, wait_up
+from _markdown import Record, made_by, num, table
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import BENCHMARKS, Benchmark, load_note, measurement, run_together, show, wait_up  # noqa: E402
-from _markdown import Record, made_by, num, table  # noqa: E402
-
-from marginalia.models.fake import Request  # noqa: E402
+from marginalia.models.fake import Request
 
 #: a request's own token: every question and text of part (a) holds one, and only its own
 TOKEN = re.compile(r"\bK[0-9a-f]{12}\b")

@@ -49,9 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import (  # noqa: E402
+from _common import (
     BENCHMARKS,
     MEASUREMENTS,
     ROOT,
@@ -65,7 +63,7 @@ from _common import (  # noqa: E402
     show,
     wait_up,
 )
-from _markdown import Record, made_by, num, ratio, short_commit, table  # noqa: E402
+from _markdown import Record, made_by, num, ratio, short_commit, table
 
 CONCURRENCY = (1, 2, 4, 8, 16)
 #: the command line, from this Python's environment

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import BENCHMARKS, Benchmark, measurement, show  # noqa: E402
-from _markdown import Record, made_by, num, ratio, table  # noqa: E402
+from _common import BENCHMARKS, Benchmark, measurement, show
+from _markdown import Record, made_by, num, ratio, table
 
 
 def child(pattern: str, model: str, segment_tokens: int, question_no: int) -> None:
