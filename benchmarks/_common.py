@@ -1,9 +1,11 @@
-"""Shared by the benchmark scripts: machine description, git commit, the measurement files they write, and
-the plumbing of those that start a server or many clients (a free port, waiting for a server, threads at once).
+"""Shared by the benchmark scripts: machine description, git commit, the measurement files they write, how
+BENCHMARKS.md shows each benchmark (`BENCHMARKS`), and the plumbing of those that start a server or many clients
+(a free port, waiting for a server, threads at once).
 
 Each script stores its result as one JSON file in benchmarks/measurements/ (`write_measurement`): the command
-that made it, the commit, the machine, the date and the numbers. benchmarks/report.py renders BENCHMARKS.md
-from those files; no script writes markdown into it.
+that made it, the commit, the machine, the date and the numbers; and registers, in `BENCHMARKS`, the code that
+shows those numbers: its rows of the summary table and its section. benchmarks/report.py renders BENCHMARKS.md
+from the files and the registry; no script writes markdown into it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from _markdown import Record, provenance
 
 from marginalia.files import atomic_write_json
 
@@ -87,6 +92,18 @@ def measurement(benchmark: str, numbers: dict[str, Any], *, name: str | None = N
             **extra, "numbers": numbers}
 
 
+def run_measurement(benchmark: str, numbers: dict[str, Any], info: dict[str, Any], command: str,
+                    name: str | None = None) -> dict[str, Any]:
+    """A `measurement` that summarises a `marginalia bench` run: the commit it started at, the machines it was
+    answered on and the time it started, from its run info (``info``); ``command``: the bench command."""
+    from marginalia.bench.analysis import cores_text, run_machines
+
+    machines = dict.fromkeys(f"{cores_text(m)}, {m.get('cpu', '?')}" for m in run_machines(info))
+    return measurement(benchmark, numbers, name=name, command=command,
+                       commit=str((info.get("commit") or {}).get("commit", "?"))[:10],
+                       machine_text="; ".join(machines) or "?", date=str(info.get("started", "?")))
+
+
 def plain(value: Any) -> Any:
     """``value`` as JSON can hold it: tuples and sets as lists, keys as strings, NaN and infinities as None."""
     if isinstance(value, float):
@@ -108,10 +125,39 @@ def write_measurement(record: dict[str, Any], folder: Path = MEASUREMENTS) -> Pa
     return path
 
 
+@dataclass(frozen=True)
+class Benchmark:
+    """How BENCHMARKS.md shows one benchmark's measurements: its section's ``title`` and ``section`` (a
+    measurement's lines below the title and its provenance), its ``summary`` rows ("what", "result", "made by").
+
+    A benchmark whose runs share one section (quality) gives ``together`` instead: that section, heading
+    included, of its runs, which come in the order of ``first`` (the others after them, by name); its summary
+    rows then go to a ``table`` of their own (the line above it, its header, its columns' alignment)."""
+
+    title: str
+    section: Callable[[Record], list[str]] | None = None
+    summary: Callable[[Record], list[list[str]]] | None = None
+    together: Callable[[list[Record]], list[str]] | None = None
+    table: tuple[str, Sequence[str], str] | None = None
+    first: tuple[str, ...] = ()
+
+
+#: each benchmark (its script's name, which its measurements name) as BENCHMARKS.md shows it; each script
+#: registers its own, and benchmarks/report.py shows them in the order of its `SCRIPTS`
+BENCHMARKS: dict[str, Benchmark] = {}
+
+
+def section(m: Record) -> str:
+    """One measurement's section as BENCHMARKS.md shows it (what a script prints after a run)."""
+    b = BENCHMARKS[m["benchmark"]]
+    if b.together is not None:
+        return "\n".join(b.together([m])).rstrip() + "\n"
+    name = f" ({m['name']})" if m["name"] != m["benchmark"] else ""
+    return "\n".join([f"## {b.title}{name}", "", provenance(m), "", *b.section(m)]) + "\n"
+
+
 def show(record: dict[str, Any], write: bool = True) -> None:
     """Store ``record`` (unless ``write`` is false) and print its section as BENCHMARKS.md will show it."""
-    from report import section
-
     if write:
         print(f"wrote {write_measurement(record).relative_to(ROOT)}", file=sys.stderr)
     print(section(plain(record)))

@@ -21,7 +21,6 @@ Stores benchmarks/measurements/backends.json (see benchmarks/report.py).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -30,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import free_port, measurement, show, wait_up  # noqa: E402
+from _common import BENCHMARKS, Benchmark, free_port, measurement, show, wait_up
+from _markdown import Record, made_by, num, ratio, table
 
 NO_REUSE_LAUNCHER = """
 import runpy, sys
@@ -219,6 +218,57 @@ def main() -> None:
                         for c in args.contexts],
     }
     show(measurement("backends", numbers), write=not args.no_write)
+
+
+def summary(m: Record) -> list[list[str]]:
+    n = m["numbers"]
+    rows = {r["label"]: r for r in n["rows"]}
+    a, b = rows.get("(a) transformers, in-process"), rows.get("(b) llama.cpp, in-process")
+    reuse = [r for label, r in rows.items() if label.startswith("(c)")]
+    fresh = [r for label, r in rows.items() if label.startswith("(d)")]
+    out = []
+    if a and b:
+        out.append(["Decoding: llama.cpp vs transformers, in process",
+                    f"{ratio(b['decode_tps'], a['decode_tps'])} the tokens per second", made_by(m)])
+    if reuse:
+        doc = n["document_tokens"]
+        out.append(["WiM over an OpenAI-compatible server: prompt tokens evaluated",
+                    f"{ratio(reuse[0]['evaluated'], doc)} the document with prefix reuse"
+                    + (f", {ratio(fresh[0]['evaluated'], doc)} without" if fresh else ""), made_by(m)])
+    return out
+
+
+def section(m: Record) -> list[str]:
+    n = m["numbers"]
+    doc = n["document_tokens"]
+    rows = [[r["label"], num(r["wall"]), num(r["evaluated"], 0), ratio(r["evaluated"], doc), num(r["generated"], 0),
+             num(r["decode_tps"]), "yes" if r["correct"] else "no"] for r in n["rows"]]
+    lines = [f"WiM (segments of {n['segment_tokens']} tokens unless said) over the demo report ({num(doc, 0)} tokens); "
+             f"{n['model']}. The server is `marginalia serve-model` (llama-cpp-python), its counts from its log; (d) "
+             "resets its context before every request.",
+             "", *table(["backend", "wall (s)", "prompt tokens evaluated", "/ document", "generated", "decode tok/s",
+                         "answer holds the gold"], rows, "lrrrrrl"), ""]
+    by = {r["label"]: r for r in n["rows"]}
+    b = by.get("(b) llama.cpp, in-process")
+    if b and b.get("round_ratios"):
+        lines.append(f"- (b) decodes {ratio(b['decode_tps'], by['(a) transformers, in-process']['decode_tps'])} as "
+                     f"fast as (a): medians of {len(b['round_ratios'])} interleaved rounds (per round "
+                     f"{min(b['round_ratios']):.2f}-{max(b['round_ratios']):.2f}).")
+    again = [f"{ratio(r['follow_up_evaluated'], doc)} ({r['label'].rsplit(', ', 1)[-1]})" for r in n["rows"]
+             if r.get("follow_up_evaluated") is not None]
+    if again:
+        lines.append("- (c): a second question on the same document evaluated " + ", ".join(again) + " the document "
+                     "again: this server keeps only its last prompt's cache, while WiM's document prefix does not "
+                     "depend on the question (a block prefix cache, as vLLM's or SGLang's, keeps it).")
+    if n.get("decode_step"):
+        steps = n["decode_step"]
+        lines.append(f"- The decode step alone, (b) against (a): {ratio(steps[0]['llamacpp'], steps[0]['transformers'])} "
+                     f"after {num(steps[0]['prefix'], 0)} tokens, {ratio(steps[-1]['llamacpp'], steps[-1]['transformers'])} "
+                     f"after {num(steps[-1]['prefix'], 0)}: attention over a long cache narrows the gap.")
+    return lines
+
+
+BENCHMARKS["backends"] = Benchmark("WiM through four backends", section, summary)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,11 @@ Run the benchmark first, then this:
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from dataclasses import asdict
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import command_line, measurement, show  # noqa: E402
+from _common import BENCHMARKS, Benchmark, command_line, run_measurement, show
+from _markdown import Record, estimate, num, table
 
 
 def main() -> None:
@@ -26,25 +24,23 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     args = ap.parse_args()
 
-    from marginalia.bench.report import cores_text, find_run, load_run, pattern_order, run_machines
+    from marginalia.bench.analysis import find_run, load_run, pattern_order
 
     data = load_run(find_run(args.run, args.home))
     meta = data.info
     numbers = summarise(data.records, pattern_order(data), meta)
     numbers["run"] = args.run
     numbers["summarised_by"] = command_line()
-    machines = list(dict.fromkeys(f"{cores_text(m)}, {m.get('cpu', '?')}" for m in run_machines(meta)))
-    record = measurement("bench_example", numbers,
-                         command=f"marginalia bench run configs/bench/example.toml {_limit(meta)}".rstrip(),
-                         commit=str((meta.get("commit") or {}).get("commit", "?"))[:10],
-                         machine_text="; ".join(machines) or "?", date=str(meta.get("started", "?")))
-    show(record, write=not args.no_write)
+    show(run_measurement("bench_example", numbers, meta,
+                         f"marginalia bench run configs/bench/example.toml {_limit(meta)}".rstrip()),
+         write=not args.no_write)
 
 
 def summarise(records: list[dict[str, Any]], patterns: list[str], meta: dict[str, Any]) -> dict[str, Any]:
     """The run's numbers: per task and pattern, answers holding the gold (`contains`) at each context length and
     over all with a 95% interval, mean F1 and EM; the answers' statuses; the cost per answer of each pattern."""
-    from marginalia.bench.report import cost_rows, estimate, metric_value
+    from marginalia.bench.analysis import cost_rows, metric_value
+    from marginalia.bench.statistics import estimate
 
     tasks = list(dict.fromkeys(r["task"] for r in records))
     lengths = sorted({r["target_tokens"] for r in records if r.get("target_tokens")})
@@ -83,6 +79,30 @@ def _limit(meta: dict[str, Any]) -> str:
     invocations = meta.get("invocations") or [{}]
     limit = invocations[-1].get("limit")
     return f"--limit {limit}" if limit else ""
+
+
+def section(m: Record) -> list[str]:
+    n = m["numbers"]
+    lengths = [str(x) for x in n["lengths"]]
+    seconds = {c["pattern"]: c["seconds"] for c in n["cost"]}
+    rows = []
+    for t in n["tasks"]:
+        for p in t["patterns"]:
+            cells = [f"{p['by_length'][x][0]:.0f}/{p['by_length'][x][1]}" if x in p["by_length"] else "–"
+                     for x in lengths]
+            rows.append([t["task"], p["pattern"], *cells, estimate(p["contains"]), num(p["f1"], 2),
+                         num(seconds.get(p["pattern"]))])
+    a = n["answers"]
+    tasks = ", ".join(f"{t['task']} ({t['questions']} questions)" for t in n["tasks"])
+    return [f"Tasks {tasks}, contexts of {' and '.join(lengths)} tokens, the gold at depths 0, 0.5 and 1; model "
+            f"`{n['model']}` ({n['engine']}); {a['ok']} answered, {a['overflow']} overflow, {a['error']} errors. So "
+            f"few questions show the harness at work, not a verdict (`marginalia bench report {n['run']}` for "
+            "depths and plots).", "",
+            *table(["task", "pattern", *(f"contains @ {x}" for x in lengths), "contains (95% CI)", "F1",
+                    "s / answer"], rows, "ll" + "r" * (len(lengths) + 3))]
+
+
+BENCHMARKS["bench_example"] = Benchmark("`marginalia bench` on the example config", section)
 
 
 if __name__ == "__main__":

@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, load_note, measurement, show  # noqa: E402
+from _common import BENCHMARKS, ROOT, Benchmark, load_note, measurement, show
+from _markdown import Record, made_by, num, table
 
 DATA = ROOT.parent / "shared" / "data" / "wikitext-test-articles.part1.jsonl"
 _HEADING = re.compile(r"^\s*(=(?: =)*) (.+?) \1\s*$")
@@ -374,6 +373,64 @@ def main() -> None:
         "load": load_note(load_before[0], load_after[0]), "total_min": (time.perf_counter() - t_start) / 60,
     }
     show(measurement("compose_latency", numbers, name=args.name), write=not args.no_write)
+
+
+COMPOSE_LATENCY_ROWS = {
+    "first": "first suggestion token",
+    "full": "full 15-token suggestion",
+    "first_refresh": "first token, memory refreshing",
+    "full_refresh": "full suggestion, memory refreshing",
+    "full_calm": "full suggestion, no refresh",
+    "baseline_first": "baseline: first token",
+    "baseline_full": "baseline: 15 tokens",
+}
+
+
+def summary(m: Record) -> list[list[str]]:
+    n = m["numbers"]
+    if "give_way" in n:
+        return []
+    r = n["rows"]
+    return [["Composition latency (SmolLM2 suggesting as one types)",
+             f"first suggestion token p50 {num(r['first']['p50_ms'], 0)} ms (p99 {num(r['first']['p99_ms'], 0)}), "
+             f"full suggestion p50 {num(r['full']['p50_ms'], 0)} ms; retrieve-then-write "
+             f"{num(n['baseline_first_ratio'])}x slower to its first token", made_by(m)]]
+
+
+def section(m: Record) -> list[str]:
+    n = m["numbers"]
+    if "give_way" in n:
+        return compose_give_way_section(n)
+    s, r, c = n["setup"], n["rows"], n["counts"]
+    return [f"Client: {s['client']}; memory model: {s['memory_model']}; memory: {s['memory_mode']}, threshold "
+            f"{s['threshold']} token edits. {s['words']} words of WikiText's {s['article']!r} typed "
+            f"({s['keystrokes']} keystrokes, {s['char_delay_ms']:g} ms apart, {s['word_pause_ms']:g} ms more after "
+            f"each word), each keystroke starting a suggestion; {c['memory_updates']} memory updates, "
+            f"{c['memory_failed']} failures. Baseline at {c['baseline_texts']} word ends: retrieve, then the memory "
+            "model writes the 15 tokens.", "",
+            *table(["ms", "p50", "p90", "p99", "n"],
+                   [[label, num(r[k]["p50_ms"], 0), num(r[k]["p90_ms"], 0), num(r[k]["p99_ms"], 0), str(r[k]["n"])]
+                    for k, label in COMPOSE_LATENCY_ROWS.items() if k in r]), "",
+            f"The baseline takes {num(n['baseline_first_ratio'])}x compose's median time to the first token and "
+            f"{num(n['baseline_full_ratio'])}x its median full suggestion. Memory updates took "
+            f"{num(n['memory_update_p50_s'])} s (median); suggestions never wait for them."]
+
+
+def compose_give_way_section(n: dict[str, Any]) -> list[str]:
+    s = n["setup"]
+    return [f"The first {s['words']} words of WikiText's {s['article']!r} typed {s['replays']} times in one process "
+            f"({s['keystrokes']} keystrokes each), the memory model ({s['memory_model']}) pausing before each of its "
+            "steps while a suggestion is written, and not, in ABBA order; times pooled over the replays of each "
+            "kind (n in brackets).", "",
+            *table(["memory model", "first token p50 (ms)", "full suggestion p50 (ms)", "full p99", "full p50 during "
+                    "a refresh", "full p50, no refresh", "memory update p50 (s)"],
+                   [[kind, num(c["first_p50_ms"], 0), f"{num(c['full_p50_ms'], 0)} ({c['full_n']})",
+                     num(c["full_p99_ms"], 0), f"{num(c['refresh_full_p50_ms'], 0)} ({c['refresh_n']})",
+                     f"{num(c['calm_full_p50_ms'], 0)} ({c['calm_n']})", num(c["update_p50_s"])]
+                    for kind, c in n["give_way"].items()])]
+
+
+BENCHMARKS["compose_latency"] = Benchmark("Composition latency", section, summary)
 
 
 if __name__ == "__main__":

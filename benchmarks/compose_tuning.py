@@ -29,11 +29,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, get_args
 
-from marginalia.options import TuneOptions
+from _common import BENCHMARKS, ROOT, Benchmark, load_note, measurement, show, write_if_changed
+from _markdown import Record, made_by, num, table
+from compose_latency import clean
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import ROOT, load_note, measurement, show, write_if_changed  # noqa: E402
-from compose_latency import clean  # noqa: E402
+from marginalia.options import TuneOptions
 
 DATA = ROOT.parent / "shared" / "data" / "wikitext-test-articles.part1.jsonl"
 EVAL_MODEL = Path("~/.cache/marginalia-eval/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").expanduser()
@@ -236,6 +236,36 @@ def main() -> None:
     }
     show(measurement("compose_tuning", numbers), write=not args.no_write)
     print(f"\ntuned model spec: {report.spec}")
+
+
+def summary(m: Record) -> list[list[str]]:
+    n = m["numbers"]
+    return [["Tuning the composition client (LoRA, CPU)",
+             f"held-out label perplexity {num(n['perplexity_before'], 2)} → {num(n['perplexity_after'], 2)}",
+             made_by(m)]]
+
+
+def section(m: Record) -> list[str]:
+    n = m["numbers"]
+    lo = n["lora"]
+    curve = ", ".join(f"{step}: {loss:.3f}" for step, loss in n.get("held_out_curve") or [])
+    return [f"Labels by {n['label_model']} (at most {n['label_tokens']} tokens) for prefixes of {n['articles']} (not "
+            f"those the utility benchmark cuts), each with memory ({n['memory_mode']} by {n['memory_model']}); "
+            f"{num(n['examples'], 0)} examples. LoRA on {n['client']} (CPU, {n['precision']}): rank {lo['rank']} on "
+            f"{lo['modules']}; {lo['steps']} steps of {lo['batch_size']} examples, lr {lo['learning_rate']:g} "
+            f"({lo['schedule']}), loss on the label tokens; {n['train_examples']} training examples, "
+            f"{n['held_out_examples']} held out (whole articles); {num(n['train_s'] / 60)} min.", "",
+            *table(["", "before", "after"], [
+                [f"training loss (mean of the first / last {n['loss_steps']} steps)", num(n["loss_first"], 3),
+                 num(n["loss_last"], 3)],
+                ["held-out label loss (nats per token)", num(n["held_out_before"], 3), num(n["held_out_after"], 3)],
+                ["held-out label perplexity", num(n["perplexity_before"], 2), num(n["perplexity_after"], 2)]]), "",
+            (f"Held-out loss every {n['eval_every']} steps: {curve}; step {n['kept_step']} kept (the lowest, so "
+             "'after' is a little optimistic)." if curve else "The last step's model is kept.")
+            + f" The tuned client loads as `{n['spec']}` (e.g. `marginalia compose --model <spec>`)."]
+
+
+BENCHMARKS["compose_tuning"] = Benchmark("Instruction tuning of the composition client", section, summary)
 
 
 if __name__ == "__main__":

@@ -58,9 +58,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import MEASUREMENTS, ROOT, git_commit, load_note, measurement, show, write_if_changed  # noqa: E402
-from compose_items import (  # noqa: E402
+from _common import (
+    BENCHMARKS,
+    MEASUREMENTS,
+    ROOT,
+    Benchmark,
+    git_commit,
+    load_note,
+    measurement,
+    show,
+    write_if_changed,
+)
+from _markdown import Record, made_by, num, table, times_interval
+from compose_items import (
     SHARED_RUN,
     Item,
     detokenize_email,
@@ -68,8 +78,8 @@ from compose_items import (  # noqa: E402
     shared_runs,
     wikitext_items,
 )
-from compose_latency import clean  # noqa: E402
-from compose_tuning import span  # noqa: E402
+from compose_latency import clean
+from compose_tuning import span
 
 DATA = ROOT.parent / "shared" / "data"
 EVAL_MODEL = Path.home() / ".cache" / "marginalia-eval" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -723,6 +733,69 @@ def main() -> None:
     out.write_text(json.dumps({"results": rows.results, "freshness": fresh_rows, "predictions": rows.predictions,
                                "commit": git_commit(), "args": {k: str(v) for k, v in vars(args).items()}},
                               indent=1), "utf-8")
+
+
+def summary(m: Record) -> list[list[str]]:
+    out = []
+    for d in m["numbers"]["datasets"].values():
+        g = d["gleu_vs_vanilla"]
+        result = (f"tuned client + memory {times_interval(g.get('tuned'))} the vanilla client's GLEU; "
+                  if g.get("tuned") else "") + f"takeaways memory alone {times_interval(g.get('takeaways'))}"
+        out.append([f"Composition utility, {d['title'].split(' (')[0]} ({d['rows']['vanilla']['n']} items)", result,
+                    made_by(m)])
+    return out
+
+
+UTILITY_ROWS = {
+    "vanilla": "vanilla client, no memory",
+    "chunks": "client + retrieved chunks",
+    "takeaways": "client + memory (takeaways)",
+    "margins": "client + memory (WiM margins)",
+    "tuned-bare": "tuned client, no memory",
+    "tuned": "tuned client + memory (takeaways)",
+}
+
+
+def section(m: Record) -> list[str]:
+    n = m["numbers"]
+    s = n["setup"]
+    lines = [f"Items: {s['items']}. The eval model ({s['eval_model']}) writes each item's memory from {s['hits']} "
+             f"retrieved chunks ({s['memory_from']}) and its label, its own continuation given that memory. Each row's "
+             f"client ({s['client']}, {s['tokens']} new tokens{', ' + s['decoding'] if s.get('decoding') else ''}) "
+             "completes the prefix; PPL: the labels' perplexity under it; GLEU: its completions against the labels; "
+             "with memory: items whose memory held anything."
+             + (f" The tuned client learned from {s['tuned_on']}." if s.get("tuned_on") else ""), ""]
+    datasets = list(n["datasets"].values())
+    lines += table(["row", *(f"{d['title'].split(' (')[0]} ({d['rows']['vanilla']['n']}): PPL · GLEU [95% CI] · "
+                             "with memory" for d in datasets)],
+                   [[label, *(f"{num(r['ppl'])} · {num(r['gleu'])} [{num(r['gleu_ci'][0])}, {num(r['gleu_ci'][1])}]"
+                              + ("" if r.get("with_memory") is None else f" · {r['with_memory']}")
+                              if (r := d["rows"].get(key)) else "–" for d in datasets)]
+                    for key, label in UTILITY_ROWS.items() if any(key in d["rows"] for d in datasets)]) + [""]
+    for d in datasets:
+        g = d["gleu_vs_vanilla"]
+        line = (f"{d['title']}: GLEU over the vanilla client's (paired 95% interval) "
+                + ", ".join(f"{row} {times_interval(g[row])}" for row in ("chunks", "takeaways", "margins", "tuned")
+                            if g.get(row)) + ".")
+        if g.get("tuned"):
+            line += f" Goal for the tuned client + memory, at least 2x: {'met' if g['tuned'][0] >= 2 else 'not met'}."
+        # the labels' perplexity per row is in the table; its ratios with intervals stay in the measurement file
+        if d["draw"].get("share") is not None:
+            line += (f" The labels draw {100 * d['draw']['share']:.0f}% of the words they add from their memory, the "
+                     "most memory can give a client.")
+        lines += [line, ""]
+    fresh = n.get("freshness") or {}
+    if fresh.get("rows"):
+        lines += [f"**Freshness against cost**: {fresh['items']} WikiText prefixes typed token by token through the "
+                  "coordinator, retrieved chunks as memory; a lower threshold asks for memory more often.", "",
+                  *table(["threshold (token edits)", "memory requests / 1,000 typed tokens", "GLEU"],
+                         [[str(r["threshold"]), num(r["rate"]), num(r["gleu"])] for r in fresh["rows"]]), ""]
+        if n.get("figure"):
+            lines += [f"![freshness against cost]({n['figure']})", ""]
+    return lines[:-1]
+
+
+BENCHMARKS["compose_utility"] = Benchmark("Composition utility", section, summary)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,13 @@ import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import load_note, measurement, show  # noqa: E402
+from _common import BENCHMARKS, Benchmark, load_note, measurement, show
+from _markdown import Record, made_by, num, table, tokens
 
-from marginalia.models.fake import Request, ScriptedGenerator  # noqa: E402
-from marginalia.patterns.judges import MarginJudge, Verdict  # noqa: E402
-from marginalia.patterns.wim import WiM  # noqa: E402
-from marginalia.records import Segment  # noqa: E402
+from marginalia.models.fake import Request, ScriptedGenerator
+from marginalia.patterns.judges import MarginJudge, Verdict
+from marginalia.patterns.wim import WiM
+from marginalia.records import Segment
 
 KINDS = ("punctuated", "unpunctuated")
 #: the most the time per segment may grow from the smallest size to the largest
@@ -182,6 +182,27 @@ def main() -> None:
     show(measurement("judge_speed", numbers), write=not args.no_write)
     if not all(g["flat"] for g in numbers["goal"].values()):
         sys.exit(1)
+
+
+def summary(m: Record) -> list[list[str]]:
+    n = m["numbers"]
+    rows = sorted(n["rows"], key=lambda r: r["tokens"])
+    kinds = ", ".join(f"{kind} {num(mine[0]['median_ms'])} → {num(mine[-1]['median_ms'])}"
+                      for kind in n["goal"] if (mine := [r for r in rows if r["kind"] == kind]))
+    flat = all(g["flat"] for g in n["goal"].values())
+    return [[f"Grounded judge ms/segment, {tokens([rows[0]['tokens']])} → {tokens([rows[-1]['tokens']])} tokens",
+             f"{kinds} ({'flat' if flat else 'not flat'}: ≤{n['flat']:g}x)", made_by(m)]]
+
+
+def section(m: Record) -> list[str]:
+    n = m["numbers"]
+    sizes = sorted({r["tokens"] for r in n["rows"]})
+    cell = {(r["kind"], r["tokens"]): num(r["median_ms"]) for r in n["rows"]}
+    return [f"Median ms per segment; scripted WiM, {n['segment_tokens']}-token segments.", "",
+            *table(["tokens", *n["goal"]], [[tokens([x]), *(cell.get((k, x), "–") for k in n["goal"])] for x in sizes])]
+
+
+BENCHMARKS["judge_speed"] = Benchmark("The grounded judge's speed", section, summary)
 
 
 if __name__ == "__main__":

@@ -14,14 +14,12 @@ the eval model's. A run still in progress is summarised as far as it got (the nu
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import MEASUREMENTS, ROOT, command_line, measurement, show  # noqa: E402
+from _common import BENCHMARKS, MEASUREMENTS, ROOT, Benchmark, command_line, run_measurement, show
+from _markdown import Record, difference, estimate, made_by, model_name, num, provenance, table, tokens
 
 
 def main() -> None:
@@ -36,7 +34,7 @@ def main() -> None:
                     help="leave out the figure (benchmarks/measurements/<name>.png: scores and paired differences)")
     args = ap.parse_args()
 
-    from marginalia.bench.report import cores_text, find_run, load_run, pattern_order, run_machines
+    from marginalia.bench.analysis import find_run, load_run, pattern_order
 
     folder = find_run(args.run, args.home)
     data = load_run(folder, rescore_answers=True)  # stored scores may predate a metric fix
@@ -55,11 +53,8 @@ def main() -> None:
     commits = sorted({str((i.get("commit") or {}).get("commit", "?"))[:10] for i in info.get("invocations") or []})
     numbers["resumed_at"] = [c for c in commits if c != commit]
     numbers["summarised_by"] = command_line()
-    machines = list(dict.fromkeys(f"{cores_text(m)}, {m.get('cpu', '?')}" for m in run_machines(info)))
-    record = measurement("quality", numbers, name=name,
-                         command=f"marginalia bench run configs/bench/{config.get('name', name)}.toml",
-                         commit=commit, machine_text="; ".join(machines) or "?", date=str(info.get("started", "?")))
-    show(record, write=not args.no_write)
+    show(run_measurement("quality", numbers, info, f"marginalia bench run configs/bench/{config.get('name', name)}.toml",
+                         name=name), write=not args.no_write)
 
 
 def summarise(records: list[dict[str, Any]], patterns: list[str], config: dict[str, Any], info: dict[str, Any],
@@ -69,7 +64,8 @@ def summarise(records: list[dict[str, Any]], patterns: list[str], config: dict[s
     ``wim`` against each other pattern on the same items; the margins ``wim`` kept; and the goals (`goals`)."""
     if wim not in patterns:
         raise SystemExit(f"the run has no pattern {wim!r} (it has {', '.join(patterns)}): pass --wim NAME")
-    from marginalia.bench.report import cost_rows, estimate, margin_counts, metric_value, paired, primary_metric
+    from marginalia.bench.analysis import cost_rows, margin_counts, metric_value, paired, primary_metric
+    from marginalia.bench.statistics import estimate
 
     planned = {t.get("name") or t.get("dataset"): t.get("limit") for t in config.get("tasks", [])}
     lc = "lc-own" if "lc-own" in patterns else "lc"  # long context on its own reading, where the run has it
@@ -131,7 +127,7 @@ def goals(records: list[dict[str, Any]], patterns: list[str], wim: str = "wim",
           tasks: set[str] | None = None) -> list[dict[str, str]]:
     """The quality goals of the run's ``tasks`` (default: all), each with what the run measured and whether
     that meets it; ``wim`` is the pattern that stands for WiM."""
-    from marginalia.bench.report import margin_counts, paired
+    from marginalia.bench.analysis import margin_counts, paired
 
     lc = "lc-own" if "lc-own" in patterns else "lc"  # long context on its own reading, where the run has it
     rows: list[dict[str, str]] = []
@@ -181,7 +177,8 @@ def goal_metric(records: list[dict[str, Any]]) -> str:
 def plot_data(records: list[dict[str, Any]], patterns: list[str], wim: str) -> list[dict[str, Any]]:
     """Per task (in run order): its goal metric, each pattern's `Estimate`, and ``wim`` minus each other pattern
     on the same items (`Paired`; patterns ``wim`` shares no item with are left out)."""
-    from marginalia.bench.report import estimate, metric_value, paired
+    from marginalia.bench.analysis import metric_value, paired
+    from marginalia.bench.statistics import estimate
 
     out = []
     for task in dict.fromkeys(r["task"] for r in records):
@@ -250,6 +247,79 @@ def plot(records: list[dict[str, Any]], patterns: list[str], wim: str, path: Pat
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     return True
+
+
+#: the order quality tasks are shown in (others after them, by name)
+TASK_ORDER = ("hotpotqa", "multihop", "squad", "cwe")
+
+
+def task_order(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(tasks, key=lambda t: (TASK_ORDER.index(t["task"]) if t["task"] in TASK_ORDER else len(TASK_ORDER),
+                                        t["task"]))
+
+
+def summary(m: Record) -> list[list[str]]:
+    """Summary rows of a quality run: per task, long context, RAG and WiM with intervals, WiM's paired
+    differences and the seconds per answer."""
+    n = m["numbers"]
+    rows = []
+    lc, rag, wim = n["lc"], n.get("rag"), n["wim"]
+    where = f"{model_name(n['model']).split(' (')[0]}, {tokens(n['lengths'])}"
+    for t in task_order(n["tasks"]):
+        p = t["patterns"]
+        if wim not in p:
+            continue
+        task = t["task"] + (f" ({n['wim_label']})" if n.get("wim_label") else "")
+        seconds = " · ".join(num((p[x]["cost"] or {}).get("seconds"), 0) if x in p else "–" for x in (lc, rag, wim))
+        rows.append([task, where, estimate(p.get(lc, {}).get("score")),
+                     estimate(p.get(rag, {}).get("score")) if rag else "–", estimate(p[wim]["score"]),
+                     difference(t["paired"].get(lc)), difference(t["paired"].get(rag)) if rag else "–",
+                     seconds, made_by(m)])
+    return rows
+
+
+def quality_cell(p: dict[str, Any]) -> str:
+    """A pattern's results on one task, compactly: score (/ judge) · tokens generated · seconds, per answer."""
+    cost = p.get("cost") or {}
+    judge = p.get("judge") or {}
+    return (f"{num((p.get('score') or {}).get('mean'), 2)}"
+            + (f" / {num(judge.get('mean'), 2)}" if judge.get("mean") is not None else "")
+            + f" · {num(cost.get('generated'), 0)} tok · {num(cost.get('seconds'), 0)} s")
+
+
+def together(runs: list[Record]) -> list[str]:
+    lines = ["## Quality: long context vs RAG vs WiM", "",
+             "Each question once per pattern, on the same items; a QA task's gold at one of five depths in turn. "
+             "A cell: the mean score, then the model judge's accuracy where the run was judged (a small, lenient "
+             "judge), tokens generated and seconds per answer. Margins WiM kept: precision (holding a gold answer "
+             "or a multi-hop bridge fact) / recall (answer-bearing notes kept).", ""]
+    for m in runs:
+        n = m["numbers"]
+        patterns = list(dict.fromkeys(p for t in n["tasks"] for p in t["patterns"]))
+        lines += [f"### {n['config']}: {model_name(n['model'])}, {tokens(n['lengths'])} tokens", "",
+                  provenance(m) + "".join(f" `{p}`: {note}." for p, note in (n.get("pattern_notes") or {}).items()), "",
+                  *table(["task", *patterns],
+                         [[f"{t['task']} ({t['patterns'][n['wim']]['n'] if n['wim'] in t['patterns'] else '?'})",
+                           *(quality_cell(t["patterns"][p]) if p in t["patterns"] else "–" for p in patterns)]
+                          for t in task_order(n["tasks"])], "l" + "r" * len(patterns))]
+        margins = [f"{t['task']} {num(t['margins']['precision'], 2)} / {num(t['margins']['recall'], 2)}"
+                   for t in task_order(n["tasks"]) if t.get("margins")]
+        if margins:
+            lines += ["", f"Margins `{n['wim']}` kept: " + ", ".join(margins) + "."]
+        if n.get("figure"):
+            lines += ["", f"![{n['config']}: scores and paired differences]({n['figure']})"]
+        lines.append("")
+    return lines
+
+
+BENCHMARKS["quality"] = Benchmark(
+    "Quality: long context vs RAG vs WiM", summary=summary, together=together, first=("quality", "aggregation-lists-8k", "quality-smollm2"),
+    table=("**Quality.** Mean score per answer with its 95% interval (`contains` for QA, set F1 for CWE), "
+           "WiM minus long context and minus RAG on the same items (paired 95% interval: clear when it "
+           "excludes zero), and seconds per answer; made by `marginalia bench run configs/bench/<config>` and "
+           "summarised by `python benchmarks/quality.py`.",
+           ["task", "model, context tokens", "long context", "RAG", "WiM", "WiM − long context", "WiM − RAG",
+            "s / answer (LC · RAG · WiM)", "made by"], "llrrrrrrl"))
 
 
 if __name__ == "__main__":

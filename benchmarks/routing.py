@@ -30,7 +30,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from _common import MEASUREMENTS, ROOT, measurement, show, write_measurement
+from _common import BENCHMARKS, MEASUREMENTS, ROOT, Benchmark, measurement, show, write_measurement
+from _markdown import Record, made_by, num, table  # noqa: E402
 
 from marginalia import app, bench
 from marginalia.options import AutoOptions, RagOptions
@@ -360,6 +361,95 @@ def main(argv: list[str] | None = None) -> None:
     else:
         live = None if args.live is None else Path(args.live) if Path(args.live).is_dir() else bench.runs_dir() / args.live
         report(args.run, live, not args.no_plot, args.aggregate, args.check)
+
+
+def summary(m: Record) -> list[list[str]]:
+    g = m["numbers"]["goals"]
+    tasks = ", ".join(f"{t} {num(v['auto'], 2)} (best {num(v['best_score'], 2)})" for t, v in g["tasks"].items())
+    return [["Routing (auto: RAG, then WiM where needed), Qwen2.5-Coder-0.5B, 8k",
+             f"score {tasks}; {num(g['cost_ratio'], 2)}x WiM's seconds per answer", made_by(m)]]
+
+
+def live_line(live: dict[str, Any]) -> str:
+    """Live auto against the best single pattern of the stored run, on the same items."""
+    parts = []
+    for task, v in live.items():
+        by = v["patterns"]
+        best = max((k for k in by if k in ("rag", "wim", "lc-own")), key=lambda k: by[k]["score"])
+        parts.append(f"{task} {num(by['auto']['score'], 2)} against {best}'s {num(by[best]['score'], 2)}")
+    return ("Live, on the same items, auto against the best single pattern: " + ", ".join(parts)
+            + "; the live answers were today's code's, the others the stored run's.")
+
+
+def section(m: Record) -> list[str]:
+    n = m["numbers"]
+    d = n["default"]
+    live = n.get("live", {})
+    rows = []
+    for task, by in n["singles"].items():
+        auto = d["tasks"].get(task, {})
+        lv = live.get(task, {}).get("patterns", {}).get("auto")
+        cells = [num(by[p]["score"], 2) if p in by else "–" for p in ("rag", "wim", "lc-own")]
+        seconds = " · ".join(num(by[p]["seconds"], 0) if p in by else "–" for p in ("rag", "wim"))
+        rows.append([f"{task} ({auto.get('items', '–')})", *cells, num(auto.get("score"), 2),
+                     f"{num(100 * auto.get('escalated', 0), 0)}%",
+                     f"{num(lv['score'], 2)} ({lv['items']}) · {num(lv['seconds'], 0)} s" if lv else "–",
+                     f"{seconds} · {num(auto.get('seconds'), 0)}"])
+    g = n["goals"]
+    missed = [f"{t} {num(v['auto'], 2)} against {v['best']}'s {num(v['best_score'], 2)} (short by "
+              f"{num(v['best_score'] - 0.02 - v['auto'], 2)}: RAG's answer kept on {d['tasks'][t]['kept_worse']} "
+              f"items WiM had right and RAG wrong, WiM read on {d['tasks'][t]['escalated_worse']} it had wrong and "
+              "RAG right)" for t, v in g["tasks"].items() if not v["met"]]
+    best, none = [], []
+    for signal, sweep in n["sweeps"].items():
+        fits = [r for r in sweep if all(r["tasks"][t]["score"] >= g["tasks"][t]["best_score"] - 0.02 - 1e-9
+                                       for t in r["tasks"])]
+        cheapest = min(fits, key=lambda r: sum(v["seconds"] for v in r["tasks"].values()), default=None)
+        if cheapest is None:
+            none.append(signal)
+        else:
+            best.append(f"{signal} ≥ {cheapest['threshold']:g} holds every QA task's goal, escalating "
+                        + ", ".join(f"{t} {num(100 * v['escalated'], 0)}%" for t, v in cheapest["tasks"].items()))
+    if none:
+        best.append(f"no threshold of {' or '.join(none)} holds every QA task's goal")
+    cwe = ""
+    if n.get("cwe_from"):
+        source = n["cwe_from"].removesuffix(" (live auto)")
+        cwe = (f" CWE: its questions gather over the whole document and go to WiM at once, so the live auto run "
+               f"(`{source}`) stands for WiM too; LC: that run's stored summary." if n["cwe_from"] != source else
+               f" CWE: `{source}`'s WiM, where such a question goes at once.")
+    check = n.get("timing_check")
+    timing = (f" The stored run's WiM seconds were {num(check['ratio'], 2)}x a fresh WiM run's on {check['items']} of "
+              f"its items (median; {num(check['lowest'], 2)}–{num(check['highest'], 2)}x), timed beside the live CWE "
+              "run; with the QA tasks' seconds divided by that, "
+              f"{num(n['goals'].get('checked_cost_ratio'), 2)}x." if check else "")
+    return [f"`auto` keeps RAG's answer where a sentence of its passages supports it (support ≥ {d['threshold']:g}) "
+            "and it does not say they are silent; else WiM reads the document. Offline: the router's signals per "
+            f"item ({n['signals_from']} step), the stored run's rag or WiM score and seconds.{cwe} Score: contains "
+            "(QA), set F1 (CWE); LC: lc-own.", "",
+            *table(["task (items)", "RAG", "WiM", "LC", "auto", "escalated", "auto, live",
+                    "s / answer (RAG · WiM · auto)"], rows, "lrrrrrrr"), "",
+            "Goal, auto ≥ the best single pattern − 0.02 on every task: "
+            + ("met." if not missed else f"missed on {'; '.join(missed)}.")
+            + " Goal, at most half of WiM's seconds per answer over the tasks (each task's mean): "
+            f"{num(g['auto_seconds'], 0)} s against {num(g['wim_seconds'], 0)} s ({num(g['cost_ratio'], 2)}x): "
+            + ("met" if g["cost_met"] else "missed"
+               + (", as CWE's questions go to WiM, its costliest reading, at once" if "cwe" in g["tasks"] else ""))
+            + f"; over the QA tasks alone {num(g['qa_cost_ratio'], 2)}x.{timing}", "",
+            *([live_line(live), ""] if live else []),
+            "Made with `python benchmarks/routing.py signals configs/bench/quality.toml` and, after "
+            "`marginalia bench import benchmarks/measurements/quality`, `marginalia bench run "
+            "configs/bench/quality.toml --patterns auto --limit 30` (the live run; squad without the limit)"
+            + ("; the same with `aggregation-lists-8k` for CWE" if (n.get("cwe_from") or "").endswith("(live auto)") else "")
+            + (f"; `{check['run']}`: `--limit 2 --patterns wim` of the quality run" if check and check.get("run") else "")
+            + ".", "",
+            (lambda t: t[:1].upper() + t[1:])("; ".join(best))
+            + (" (passages_answer: the model's P(YES), measured, not used)" if "passages_answer" in n["sweeps"] else "")
+            + ".", "",
+            "![routing: score against seconds per answer as the threshold varies](benchmarks/measurements/routing.png)"]
+
+
+BENCHMARKS["routing"] = Benchmark("Routing: RAG first, WiM where RAG's answer does not stand", section, summary)
 
 
 if __name__ == "__main__":

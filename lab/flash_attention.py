@@ -17,11 +17,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lab_common import EVAL_GGUF, command_line, git_commit, load_note, machine, write_finding  # noqa: E402
+from _lab_common import EVAL_GGUF, command_line, finish, git_commit, load_note, machine
 
 
 def measure(path: str, ids: list[int], steps: int, flash: bool, threads: int) -> tuple[float, float, list[int]]:
@@ -106,9 +104,7 @@ def main() -> None:
         "",
         *lines,
     ])
-    if not args.no_write:
-        write_finding("flash_attention", body)
-    print(body)
+    finish("flash_attention", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

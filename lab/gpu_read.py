@@ -33,8 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lab_common import command_line, git_commit, write_finding  # noqa: E402
+from _lab_common import command_line, finish, git_commit
 
 #: model shapes (from the models' published configs); the window is set from --tokens
 SHAPES: dict[str, dict[str, Any]] = {
@@ -289,9 +288,7 @@ def main() -> None:
         if args.save:
             Path(args.save).write_text(json.dumps(m, indent=1), "utf-8")
     body = render(m)
-    if not args.no_write:
-        write_finding("gpu_read", body, section=args.section)
-    print(body)
+    finish("gpu_read", body, write=not args.no_write, section=args.section)
 
 
 if __name__ == "__main__":

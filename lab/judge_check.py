@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lab_common import DATA, EVAL_GGUF, auc, command_line, git_commit, write_finding  # noqa: E402
+from _lab_common import DATA, EVAL_GGUF, auc, command_line, git_commit, write_finding
 
 KINDS = ("gold, bare", "gold sentence", "other answer, bare", "other answer's sentence", "a refusal",
          "a hedge between the gold and another answer", "gold number in words",

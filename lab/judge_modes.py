@@ -16,15 +16,12 @@ as a repeat of an earlier kept one is not a miss); generated tokens and wall tim
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
 import string
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lab_common import command_line, git_commit, machine, write_finding  # noqa: E402
+from _lab_common import command_line, finish, git_commit, machine
 
 
 def normalise(text: str) -> str:
@@ -124,9 +121,7 @@ def main() -> None:
         "",
         *lines,
     ])
-    if not args.no_write:
-        write_finding("judge_modes", body)
-    print(body)
+    finish("judge_modes", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lab_common import command_line, git_commit, machine, write_finding  # noqa: E402
+from _lab_common import command_line, git_commit, machine, write_finding
 
 QUESTIONS = (0, 1, 2)  # the bundled report's own questions, by position in its list
 

@@ -23,8 +23,7 @@ import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lab_common import command_line, git_commit, machine, write_finding  # noqa: E402
+from _lab_common import command_line, finish, git_commit, machine
 
 STEPS = 32
 
@@ -129,9 +128,7 @@ def main() -> None:
         "",
         *lines,
     ])
-    if not args.no_write:
-        write_finding("llamacpp_settings", body)
-    print(body)
+    finish("llamacpp_settings", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,11 @@ at least 0.8 at every length, BABILong answered at lengths where long context ca
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 from collections import defaultdict
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lab_common import load_run, write_finding  # noqa: E402
+from _lab_common import finish, load_run
 
 
 def bucket(tokens: int) -> str:
@@ -93,9 +90,7 @@ def main() -> None:
         f"{len(babilong_beyond)}.",
         *(f"- {note}" for note in args.note),
     ])
-    if not args.no_write:
-        write_finding("long_documents", body)
-    print(body)
+    finish("long_documents", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,11 @@ the pairs kept (valid JSON, a question, an answer the text holds) and why others
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lab_common import EVAL_GGUF, command_line, git_commit, write_finding  # noqa: E402
+from _lab_common import EVAL_GGUF, command_line, finish, git_commit
 
 
 def first_sections(markdown: str, count: int) -> str:
@@ -74,9 +71,7 @@ def main() -> None:
         "",
         *examples,
     ])
-    if not args.no_write:
-        write_finding("question_bank", body)
-    print(body)
+    finish("question_bank", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(1, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from _lab_common import DATA, command_line, git_commit, load_note, machine, write_finding  # noqa: E402
-from compose_latency import clean, pct, split_lead  # noqa: E402
+from _lab_common import DATA, command_line, finish, git_commit, load_note, machine
+from compose_latency import clean, pct, split_lead
 
 WIKITEXT = DATA / "wikitext-test-articles.part1.jsonl"
 TOKENS = 15
@@ -152,9 +151,7 @@ def main() -> None:
         f"first word: {same_first} of {len(lora)} (the adapter on quantised weights against the merged fp32 "
         "model: near-ties can go the other way, and a suggestion that differs in one token differs after it).",
     ])
-    if not args.no_write:
-        write_finding("tuned_client_speed", body)
-    print(body)
+    finish("tuned_client_speed", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lab_common import command_line, cpu_flags, git_commit, load_note, machine, write_finding  # noqa: E402
+from _lab_common import command_line, cpu_flags, finish, git_commit, load_note, machine
 
 
 def main() -> None:
@@ -108,9 +107,7 @@ def main() -> None:
         f"as fast); its held-out label loss after the same steps is {bf16['report'].held_out_after:.3f} against "
         f"{fp32['report'].held_out_after:.3f}.",
     ])
-    if not args.no_write:
-        write_finding("tuning_precision", body)
-    print(body)
+    finish("tuning_precision", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,10 @@ right by `contains`, stored and anew, with the paired difference; the stored ans
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lab_common import command_line, git_commit, stored_run, write_finding  # noqa: E402
+from _lab_common import command_line, git_commit, stored_run, write_finding
 
 
 def main() -> None:

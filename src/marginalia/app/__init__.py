@@ -5,14 +5,18 @@ functions, and reach the layers below (index, ingest, patterns, models) through 
 Every way of reading takes its options record (`AutoOptions`, `WimOptions`, `LcOptions`, `RagOptions`, and
 `CollectionOptions` for what a collection contributes; none: the route by size, `default_options`); long work
 reports progress through callbacks.
+
+The benchmark harness (`marginalia.bench`) reads with more of the layers below than the use-cases show, and gets
+that here too: the generator's types, the reading patterns' classes, the question writer, the document loaders
+and the cores a backend may use (those in `_LAZY`, loaded when first asked for).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..ingest.isolated import stop_conversions
-from ..models.base import CachingGenerator, GenerationParams, Generator, close_stream
+from ..models.base import CachingGenerator, GenerationParams, Generator, Message, Tokenizer, close_stream
 from ..models.openai.spec import public_spec
 from ..models.registry import BACKENDS, DEVICES
 from .composing import check_tuning, compose, compose_sources, tune_client, tuned_folder, tuning_data
@@ -60,16 +64,49 @@ from .reading import (
     text_document,
 )
 
-if TYPE_CHECKING:  # types the front ends name in annotations (``as``: re-exported)
+if TYPE_CHECKING:  # types the front ends name in annotations, and the names in _LAZY (``as``: re-exported)
+    from ..index.embedders import CachedEmbedder as CachedEmbedder
     from ..index.embedders import Embedder as Embedder
+    from ..index.embedders import minilm_dir as minilm_dir
+    from ..index.question_bank import BankReport as BankReport
+    from ..index.question_bank import QuestionWriter as QuestionWriter
     from ..index.schema import CollectionInfo as CollectionInfo
     from ..index.schema import DocumentInfo as DocumentInfo
     from ..index.store import Collection as Collection
+    from ..ingest.chunking import paragraph_spans as paragraph_spans
+    from ..ingest.loaders import load_document as load_document
+    from ..ingest.loaders import load_paths as load_paths
+    from ..models.llamacpp.backend import usable_cores as usable_cores
     from ..patterns import Run as Run
+    from ..patterns.base import Pattern as Pattern
+    from ..patterns.long_context import LongContext as LongContext
+    from ..patterns.wim import REPEAT_REASON as REPEAT_REASON
+    from ..patterns.wim import SharedReading as SharedReading
+    from ..patterns.wim import WiM as WiM
+
+#: the benchmark harness's names from the layers below, by the module that holds each (imported when first asked
+#: for: some of those modules load numpy)
+_LAZY = {
+    "CachedEmbedder": "index.embedders", "Embedder": "index.embedders", "minilm_dir": "index.embedders",
+    "BankReport": "index.question_bank", "QuestionWriter": "index.question_bank", "paragraph_spans": "ingest.chunking",
+    "load_document": "ingest.loaders", "load_paths": "ingest.loaders", "usable_cores": "models.llamacpp.backend",
+    "Pattern": "patterns.base", "LongContext": "patterns.long_context", "REPEAT_REASON": "patterns.wim",
+    "SharedReading": "patterns.wim", "WiM": "patterns.wim",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"marginalia.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     # loading
-    "BACKENDS", "DEFAULT_EMBEDDER", "DEVICES", "CachingGenerator", "GenerationParams", "Generator", "close_stream",
+    "BACKENDS", "DEFAULT_EMBEDDER", "DEVICES", "CachingGenerator", "GenerationParams", "Generator", "Message",
+    "Tokenizer", "close_stream",
     "demo", "load_embedder", "load_model", "model_folder", "model_server_command", "model_specs", "public_spec",
     # reading
     "DEFAULT_CACHE_BYTES", "ask_collection", "ask_file", "ask_text", "check_question", "collection_reader",
@@ -81,4 +118,7 @@ __all__ = [
     "list_collections", "open_collection", "section_outline", "stop_conversions", "upload_suffix",
     # composing
     "check_tuning", "compose", "compose_sources", "tune_client", "tuned_folder", "tuning_data",
+    # for the benchmark harness (`_LAZY`)
+    "REPEAT_REASON", "BankReport", "CachedEmbedder", "Embedder", "LongContext", "Pattern", "QuestionWriter",
+    "SharedReading", "WiM", "load_document", "load_paths", "minilm_dir", "paragraph_spans", "usable_cores",
 ]

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
         says_neither_yes_nor_no,
         score_item,
     )
-    from .report import bootstrap, wilson
     from .runner import run_benchmark
+    from .statistics import bootstrap, wilson
     from .tasks import build_items
 
 _LAZY = {
@@ -52,8 +52,8 @@ _LAZY = {
     "normalize_answer": "metrics",
     "is_yes_no_gold": "metrics",
     "says_neither_yes_nor_no": "metrics",
-    "bootstrap": "report",
-    "wilson": "report",
+    "bootstrap": "statistics",
+    "wilson": "statistics",
     "ModelJudge": "judge",
     "ProbabilityJudge": "judge",
     "yes_no_verdict": "judge",

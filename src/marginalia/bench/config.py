@@ -15,9 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..app import DEFAULT_EMBEDDER
+from ..app import BACKENDS, DEFAULT_EMBEDDER, DEVICES
 from ..errors import UserError
-from ..models.registry import BACKENDS, DEVICES
 from ..options import AutoOptions, LcOptions, PatternOptions, RagOptions, WimOptions, pattern_options
 from .items import TaskSpec
 

@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..app import REPEAT_REASON
 from ..errors import UserError
 from ..files import append_line, atomic_write_json, atomic_write_lines
-from ..patterns.wim import REPEAT_REASON
 from .folder import DISAGREEMENTS, RESULTS, RUN_INFO, Key, locked, read_results, result_key
 from .metrics import bearing_is_telling, holds_answer, is_yes_no_gold, same_words, says_neither_yes_nor_no
 

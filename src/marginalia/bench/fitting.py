@@ -8,7 +8,7 @@ import random
 import re
 from collections.abc import Sequence
 
-from ..models.base import Tokenizer
+from ..app import Tokenizer
 
 TOLERANCE = 0.02  # a context holds between (1 - TOLERANCE) * target and target tokens
 _SENTENCE_END = re.compile(r"[.!?][\"')\]\u201d\u2019]*(?=\s)")

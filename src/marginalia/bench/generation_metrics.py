@@ -173,7 +173,7 @@ def bertscore_model() -> tuple[str, int]:
     layer is the one it was trained to embed with)."""
     import json
 
-    from ..index.embedders import minilm_dir
+    from ..app import minilm_dir
 
     folder = minilm_dir()
     layers = int(json.loads((Path(folder) / "config.json").read_text())["num_hidden_layers"])

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..app import CachingGenerator, GenerationParams, Generator, Message
 from ..errors import MarginaliaError, UserError
-from ..models.base import CachingGenerator, GenerationParams, Generator, Message
 from ..prompts import template
 from .metrics import YES_NO, is_yes_no_gold, normalize_answer
 from .metrics import token_f1 as metric_f1

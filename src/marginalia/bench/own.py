@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..app import Generator
 from ..errors import UserError
 from ..files import append_lines, atomic_write_lines
-from ..models.base import Generator
 from .items import Example, Passage
 
 STATUSES = ("pending", "accepted", "rejected")
@@ -81,9 +81,7 @@ def generate_pairs(
     Each document's pairs are appended as soon as they are written, so an interrupted run resumes
     with the next document.
     """
-    from ..app import chunk_document
-    from ..index.question_bank import BankReport, QuestionWriter
-    from ..ingest.loaders import load_paths
+    from ..app import BankReport, QuestionWriter, chunk_document, load_paths
 
     existing = read_pairs(out_path)
     done_docs = {p["doc_id"] for p in existing}
@@ -199,8 +197,7 @@ def load_own(path: Path) -> list[Example]:
     documents are the example's distractors. A pair whose document changed since generation is an error
     that names it (its offsets would point at other text).
     """
-    from ..ingest.chunking import paragraph_spans
-    from ..ingest.loaders import load_document
+    from ..app import load_document, paragraph_spans
 
     pairs = [p for p in read_pairs(path) if p["status"] == "accepted"]
     if not pairs and not Path(path).exists():

@@ -60,7 +60,7 @@ def machine_info(jobs: int = 1) -> dict[str, Any]:
     """CPU, cores (all, and those this process may use: ``taskset`` narrows them, and llama.cpp takes a thread
     per usable core), memory and GPUs of this machine (without importing torch); ``jobs``: the worker
     processes of ``--jobs``, each on its own ``usable_cores``."""
-    from ..models.llamacpp.backend import usable_cores
+    from ..app import usable_cores
 
     cpu = cpu_name()
     try:

@@ -19,14 +19,10 @@ from typing import Any, TextIO
 
 from filelock import FileLock
 
+from ..app import CachedEmbedder, Embedder, Generator, LongContext, Pattern, SharedReading, Tokenizer, WiM
 from ..errors import ContextOverflow, MarginaliaError, UserError
 from ..files import append_line, atomic_write_json, mend_tail
-from ..index.embedders import CachedEmbedder, Embedder
-from ..models.base import Generator, Tokenizer
 from ..options import RunSettings
-from ..patterns.base import Pattern
-from ..patterns.long_context import LongContext
-from ..patterns.wim import SharedReading, WiM
 from ..records import Answer, Margin, Stats
 from .config import PatternConfig, RunConfig, VotingConfig, pattern_record
 from .folder import (
@@ -235,11 +231,11 @@ def _make_judge(config: RunConfig, generator: Generator, judge_generator: Genera
                 (config.model, config.backend, config.device):
             jgen = generator
         else:
-            from ..models import load_generator
+            from ..app import load_model
 
             say(f"loading judge {config.judge.model}")
-            jgen = load_generator(config.judge.model, home=home, device=config.judge.device,
-                                  backend=config.judge.backend, log=say)
+            jgen = load_model(config.judge.model, home=home, device=config.judge.device, backend=config.judge.backend,
+                              log=say)
     return make_model_judge(jgen, config.judge, seed=config.seed)
 
 
@@ -379,10 +375,10 @@ def run_benchmark(
         done = {result_key(r) for r in records}
 
         if generator is None:
-            from ..models import load_generator
+            from ..app import load_model
 
             say(f"loading {config.model}")
-            generator = load_generator(config.model, home=home, device=config.device, backend=config.backend,
+            generator = load_model(config.model, home=home, device=config.device, backend=config.backend,
                                        log=say)
         cached: list[Embedder] = []
 
@@ -390,7 +386,7 @@ def run_benchmark(
             if not cached:
                 inner = embedder
                 if inner is None:
-                    from ..index.embedders import load_embedder
+                    from ..app import load_embedder
 
                     say(f"loading embedder {config.embedder}")
                     inner = load_embedder(config.embedder)

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from ..app import Tokenizer
 from ..errors import MissingDependency, UserError
-from ..models.base import Tokenizer
 from .datasets import load_pool
 from .fitting import TokenCache, cut_text, example_rng, label, window
 from .items import Item, TaskSpec

@@ -38,8 +38,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..app import Tokenizer
 from ..errors import MarginaliaError, UserError
-from ..models.base import Tokenizer
 from .datasets import FORMATS, LOADERS, load_pool, select
 from .fitting import TokenCache, cut_text, example_rng, label, window
 from .items import Example, Item, Passage, TaskSpec

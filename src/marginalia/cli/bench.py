@@ -262,7 +262,8 @@ def _write_report(folder: Any, out: TextIO, log: Callable[[str], None]) -> None:
 
 
 def _print_summary(folder: Any, out: TextIO) -> None:
-    from ..bench.report import estimate, load_run, metric_value, pattern_order, primary_metric
+    from ..bench.analysis import load_run, metric_value, pattern_order, primary_metric
+    from ..bench.statistics import estimate
 
     data = load_run(folder)
     for task in dict.fromkeys(r["task"] for r in data.records):
@@ -284,11 +285,11 @@ def _cmd_judge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     from pydantic import ValidationError
 
+    from ..bench.analysis import find_run
     from ..bench.config import JudgeConfig
     from ..bench.folder import RUN_INFO, check_unlocked
     from ..bench.judge import make_model_judge
     from ..bench.rejudge import rejudge
-    from ..bench.report import find_run
 
     folder = find_run(args.run, args.home)
     quiet = getattr(args, "quiet", False)
@@ -350,8 +351,8 @@ def _cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import json
 
+    from ..bench.analysis import find_run
     from ..bench.folder import runs_dir
-    from ..bench.report import find_run
     from ..bench.status import list_runs, read_status, status_lines
 
     statuses = [read_status(find_run(r, args.home)) for r in args.run] if args.run else list_runs(args.home)
@@ -372,8 +373,8 @@ def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pathlib import Path
 
+    from ..bench.analysis import find_run
     from ..bench.export import export_run
-    from ..bench.report import find_run
 
     export_run(find_run(args.run, args.home), Path(args.dest).expanduser(), say=lambda m: print(m, file=err))
     out.write(f"{Path(args.dest).expanduser().resolve()}\n")
