@@ -32,8 +32,7 @@ from typing import Any
 
 from _common import MEASUREMENTS, ROOT, measurement, show, write_measurement
 
-from marginalia import app, bench
-from marginalia.options import AutoOptions, RagOptions
+from marginalia import AutoOptions, RagOptions, app, bench
 from marginalia.patterns import make_pattern
 from marginalia.patterns.auto import Auto, abstains, gathers_whole
 

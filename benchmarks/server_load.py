@@ -315,8 +315,7 @@ def fairness(n: int, stagger: float, threads: int | None) -> dict[str, Any]:
 def overhead(rounds: int, chars: int | None, threads: int | None) -> dict[str, Any]:
     """Each way, each round: (seconds to the first margin, to the answer) as the caller saw them, and the
     same two as the reading measured itself (its stats), so that what lies between is what the way adds."""
-    from marginalia import app
-    from marginalia.options import WimOptions
+    from marginalia import WimOptions, app
     from marginalia.records import Done, MarginWritten
 
     report, questions = app.demo()

@@ -10,7 +10,7 @@ from fastapi.responses import Response
 
 from ...records import Answer
 from ..common import STREAMED, answer, get_service
-from ..schemas import AskRequest, MessageRequest, SessionRequest
+from ..schemas import AskRequest, MessageRequest, SessionRequest, options_schema
 from ..service import Service
 from ..worker import Reading
 
@@ -33,6 +33,15 @@ EVENTS_DOC = (
 async def ask(body: AskRequest, request: Request, service: ServiceDep) -> Response:
     prepared = await run_in_threadpool(service.prepare, body, body.question, body.temperature)
     return await answer(Reading(service.worker, prepared), request, body.stream)
+
+
+@router.get("/patterns", summary="The ways of reading and their options, as JSON Schema",
+            description="A JSON Schema of a request's reading options: `reading` is one of the registered patterns "
+                        "(its name as `title`, its `description`, its options with their defaults, bounds and "
+                        "descriptions), with `temperature` and `collection_options`. The web page builds its "
+                        "form from it.")
+def patterns() -> dict[str, Any]:
+    return options_schema()
 
 
 @router.post("/readings/{reading_id}/stop", summary="Stop a reading; it answers from what it has read",
