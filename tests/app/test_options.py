@@ -103,7 +103,7 @@ def test_a_bad_combination_is_a_usage_error(tmp_path: Path) -> None:
     ("wim", {"judge": "vibes"}, "unknown judge 'vibes'"),
     ("rag", {"top_k": 0}, "top_k"),
     ("lc", {"top_k": 3}, "lc has no option 'top_k'"),
-    ("skim", {}, "choose one of wim, lc, rag"),
+    ("skim", {}, "choose one of auto, wim, lc, rag"),
 ])
 def test_records_refuse_bad_values_with_the_field_named(pattern: str, values: dict[str, Any], says: str) -> None:
     with pytest.raises(UserError) as info:

@@ -71,7 +71,7 @@ def test_ask_options_come_in_groups_in_order(monkeypatch: pytest.MonkeyPatch) ->
     assert {"collection", *CollectionOptions.model_fields} == found["collection (--collection NAME)"]
     assert {"json", "quiet"} == found["output"]
     assert {"model", "device", "backend", "api_key"} == found["model"]
-    assert "--embedder SPEC" in text and "--pattern rag or auto: minilm" in " ".join(text.split())
+    assert "--no-cache neither use nor keep a stored reading (auto, wim)" in " ".join(text.split())
 
 
 @pytest.mark.parametrize(("names", "records"), [

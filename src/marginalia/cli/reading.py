@@ -45,23 +45,24 @@ def add_reading_options(parser: argparse.ArgumentParser, *, collection: bool = F
     specs = app.pattern_specs()
     reading = parser.add_argument_group("reading")
     by_size = f"auto for a collection or a document of over {ROUTE_TOKENS} tokens, else wim"
-    named = [f"{s.name} ({s.title})" if s.title and s.title != s.name else s.name for s in specs]
-    reading.add_argument("--pattern", choices=[s.name for s in specs], default=default,
-                         help=", ".join(named[:-1]) + f" or {named[-1]}" + ("" if default else f" (default: "
+    names = [s.name for s in specs]
+    reading.add_argument("--pattern", choices=names, default=default,
+                         help=", ".join(names[:-1]) + f" or {names[-1]}" + ("" if default else f" (default: "
                                                                              f"{by_size})"))
     add_record_options(reading, PatternOptions, metavars=METAVARS)
-    reading.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",
-                         help=f"{_for(s.name for s in specs if s.needs_embedder)}: minilm, hashing or st:<folder>")
-    cached = _for(s.name for s in specs if s.read_text is not None)
-    reading.add_argument("--no-cache", action="store_true", help=f"{cached}: neither use nor keep a stored reading")
+    reading.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",  # loaded where `app.needs_embedder`
+                         help="minilm, hashing or st:<folder>")
+    cached = ", ".join(s.name for s in specs if s.read_text is not None)
+    reading.add_argument("--no-cache", action="store_true", help=f"neither use nor keep a stored reading ({cached})")
     reading.add_argument("--cache-size", type=_checked(float, [annotated_types.Gt(0)]),
                          default=app.DEFAULT_CACHE_BYTES / 2**30, metavar="GB",
-                         help=f"{cached}: the most disk stored readings take")
+                         help="the most disk stored readings take")
     claimed = set(PatternOptions.model_fields)
     for spec in sorted(specs, key=lambda s: len(s.options.__mro__)):  # a record before those built on it
         own = [name for name in spec.options.model_fields if name not in claimed]
         if own:
-            users = _for(s.name for s in specs if set(own) & set(s.options.model_fields))
+            users = _for([spec.name] + [s.name for s in specs
+                                        if s is not spec and set(own) & set(s.options.model_fields)])
             add_record_options(parser.add_argument_group(f"{spec.heading} ({users})"), spec.options, fields=own,
                                metavars=METAVARS)
             claimed.update(own)
