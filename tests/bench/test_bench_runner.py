@@ -167,7 +167,7 @@ def test_config_fills_defaults_and_resolves_paths(tmp_path: Path) -> None:
      ["top level", "unknown key 'max_new_token'", "did you mean 'max_new_tokens'"]),
     (("limit = 2", "limit = 2\nlenghts = [1]"), ["[[tasks]] #1 (fake)", "unknown key 'lenghts'", "'lengths'"]),
     (("segment_tokens = 300", "segment_tokens = 300\ntop_k = 3"), ["[[patterns]] #3 (wim)", "unknown key 'top_k'"]),
-    (('kind = "lc"', 'kind = "lcx"'), ["[[patterns]] #1 (lcx)", "kind must be one of lc, rag, wim"]),
+    (('kind = "lc"', 'kind = "lcx"'), ["[[patterns]] #1 (lcx)", "kind must be one of auto, wim, lc, rag"]),
     (("depths = [0.0, 1.0]", "depths = [0.0, 1.5]"), ["[[tasks]] #1", "depths.1", "less than or equal to 1"]),
     (('segment_tokens = 300', 'segment_tokens = 300\n[judge]\nmodell = "x"'), ["[judge]", "unknown key 'modell'"]),
     (('kind = "rag"', 'kind = "rag"\nname = "lc"'), ["two patterns are called 'lc'"]),

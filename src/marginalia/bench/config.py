@@ -278,8 +278,9 @@ def _describe(err: Any, raw: dict[str, Any]) -> str:
     key = ".".join(str(part) for part in loc)
     if kind == "extra_forbidden":
         known = list(model.model_fields)
-        other = [k for k, m in _PATTERN_MODELS.items() if model in _PATTERN_MODELS.values()
-                 and m is not model and loc and loc[-1] in m.model_fields]
+        other = sorted((k for k, m in _PATTERN_MODELS.items() if model in _PATTERN_MODELS.values()
+                        and m is not model and loc and loc[-1] in m.model_fields),
+                       key=lambda k: len(_PATTERN_MODELS[k].model_fields))  # the record that adds it first
         close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.75) if loc else []
         hint = (f" (an option of kind = \"{other[0]}\")" if other else f"; did you mean {close[0]!r}?" if close
                 else f" (known keys: {', '.join(known)})")

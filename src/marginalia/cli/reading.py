@@ -50,7 +50,8 @@ def add_reading_options(parser: argparse.ArgumentParser, *, collection: bool = F
                          help=", ".join(names[:-1]) + f" or {names[-1]}" + ("" if default else f" (default: "
                                                                              f"{by_size})"))
     add_record_options(reading, PatternOptions, metavars=METAVARS)
-    reading.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",  # loaded where `app.needs_embedder`
+    # the embedder loads only for a pattern that needs one (`app.needs_embedder`)
+    reading.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",
                          help="minilm, hashing or st:<folder>")
     cached = ", ".join(s.name for s in specs if s.read_text is not None)
     reading.add_argument("--no-cache", action="store_true", help=f"neither use nor keep a stored reading ({cached})")
