@@ -58,15 +58,16 @@ def test_the_openai_client_gets_an_answer_and_its_references(served):
     assert any(FACT in r["text"] and r["source"] == "report.md" for r in references)
 
 
-def test_the_openai_client_streams_with_the_references_once_at_the_end(served):
+def test_the_openai_client_streams_with_the_answer_once_at_the_end(served):
     client = openai.OpenAI(base_url=f"{served}/v1", api_key="sesame")
     chunks = list(client.chat.completions.create(
         model="marginalia:docs", messages=[{"role": "user", "content": QUESTION}], stream=True,
         stream_options={"include_usage": True}, extra_body={"marginalia": {"reading": {"pattern": "rag"}}}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == ANSWER
-    with_refs = [c for c in chunks if (c.model_extra or {}).get("references")]
-    assert with_refs == [chunks[-1]] and chunks[-1].choices[0].finish_reason == "stop"
+    with_answer = [c for c in chunks if "answer" in (c.model_extra or {}).get("marginalia", {})]
+    assert with_answer == [chunks[-1]] and chunks[-1].choices[0].finish_reason == "stop"
+    assert chunks[-1].model_extra["marginalia"]["answer"]["references"]
     assert chunks[-1].usage.total_tokens > 0
 
 
