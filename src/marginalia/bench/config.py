@@ -117,6 +117,8 @@ def pattern_config(spec: PatternSpec) -> type[PatternTable]:
 
 #: every registered pattern's table, by kind (the registry as it stood when the config module was loaded)
 PATTERN_CONFIGS: dict[str, type[PatternTable]] = {spec.name: pattern_config(spec) for spec in pattern_specs()}
+# module attributes by their names, so that a config pickles (`bench --jobs` hands it to its workers)
+globals().update({model.__name__: model for model in PATTERN_CONFIGS.values()})
 if TYPE_CHECKING:
     PatternConfig = PatternTable
 else:
