@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lab-test bench benchmarks-md check clean vllm-serve
+.PHONY: setup demo test test-fast lab-test bench benchmarks-md answer-schema check clean vllm-serve
 
 setup: $(STAMP)
 
@@ -53,6 +53,11 @@ bench: setup
 # BENCHMARKS.md from the stored measurements (no benchmark is run)
 benchmarks-md: setup
 	$(BIN)/python benchmarks/report.py
+
+# docs/answer.schema.json from the Answer record (a test checks that it is up to date)
+answer-schema: setup
+	$(BIN)/python -c "import json; from marginalia.records import Answer; \
+	print(json.dumps(Answer.json_schema(), indent=2, ensure_ascii=False))" > docs/answer.schema.json
 
 # lint, types and the import-linter layer contracts (the tests check the contracts too)
 check: setup

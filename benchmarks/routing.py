@@ -33,8 +33,7 @@ from typing import Any
 from _common import BENCHMARKS, MEASUREMENTS, ROOT, Benchmark, measurement, show, write_measurement
 from _markdown import Record, made_by, num, table  # noqa: E402
 
-from marginalia import app, bench
-from marginalia.options import AutoOptions, RagOptions
+from marginalia import AutoOptions, RagOptions, app, bench
 from marginalia.patterns import make_pattern
 from marginalia.patterns.auto import Auto, abstains, gathers_whole
 

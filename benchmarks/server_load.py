@@ -221,12 +221,12 @@ def check_own(token: str, got: Streamed) -> list[str]:
     if answer is None:
         return [*wrong, "no answer"]
     streamed = "".join(json.loads(raw)["text"] for kind, raw in got.events if kind == "answer_delta")
-    if streamed != answer["answer"]:
-        wrong.append(f"streamed {streamed!r} but answered {answer['answer']!r}")
-    if answer["answer"] != f"Ferry {token} leaves from pier {pier(token)}." or token not in answer["question"]:
-        wrong.append(f"answer {answer['answer']!r} to {answer['question']!r}")
-    if not answer["references"] or any(r["quote"] != fact_sentence(token) for r in answer["references"]):
-        wrong.append(f"references {[r['quote'] for r in answer['references']]}")
+    if streamed != answer["text"]:
+        wrong.append(f"streamed {streamed!r} but answered {answer['text']!r}")
+    if answer["text"] != f"Ferry {token} leaves from pier {pier(token)}." or token not in answer["question"]:
+        wrong.append(f"answer {answer['text']!r} to {answer['question']!r}")
+    if not answer["references"] or any(r["text"] != fact_sentence(token) for r in answer["references"]):
+        wrong.append(f"references {[r['text'] for r in answer['references']]}")
     return wrong
 
 
@@ -314,8 +314,7 @@ def fairness(n: int, stagger: float, threads: int | None) -> dict[str, Any]:
 def overhead(rounds: int, chars: int | None, threads: int | None) -> dict[str, Any]:
     """Each way, each round: (seconds to the first margin, to the answer) as the caller saw them, and the
     same two as the reading measured itself (its stats), so that what lies between is what the way adds."""
-    from marginalia import app
-    from marginalia.options import WimOptions
+    from marginalia import WimOptions, app
     from marginalia.records import Done, MarginWritten
 
     report, questions = app.demo()
@@ -345,7 +344,7 @@ def overhead(rounds: int, chars: int | None, threads: int | None) -> dict[str, A
                     got = stream_ask(http, {"question": question, "text": text, "reading": {"pattern": "wim"}})
                     if got.answer is None or got.first_margin is None or got.done is None:
                         raise RuntimeError(f"the server's reading failed: {got.error}")
-                    first, total, answer, stats = got.first_margin, got.done, got.answer["answer"], got.answer["stats"]
+                    first, total, answer, stats = got.first_margin, got.done, got.answer["text"], got.answer["stats"]
                 row = seen[way]
                 row["first"].append(first)
                 row["total"].append(total)
@@ -403,7 +402,7 @@ def main() -> None:
     served_order = sorted(range(len(clients)), key=lambda i: clients[i]["got"].started or float("inf"))
     fifo = served_order == list(range(len(clients)))
     everyone = all(c["got"].answer is not None and c["got"].answer["question"] == c["question"]
-                   and c["got"].answer["answer"].strip() for c in clients)
+                   and c["got"].answer["text"].strip() for c in clients)
     t = over["times"]
     med = {w: {k: statistics.median(v) for k, v in t[w].items()} for w in t}
     ratio_first = med["http"]["first"] / med["in process"]["first"]

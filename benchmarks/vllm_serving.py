@@ -172,9 +172,9 @@ def ask(reader: Any, question: str) -> dict[str, Any]:
 
 
 def margins(url: str, rounds: int) -> dict[str, Any]:
+    from marginalia import WimOptions
     from marginalia.app import demo, load_model
     from marginalia.app import reader as app_reader
-    from marginalia.options import WimOptions
 
     doc, items = demo()
     first, second = items[0], items[1]

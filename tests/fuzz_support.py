@@ -29,13 +29,14 @@ pytest.importorskip("lancedb")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from marginalia import app as marginalia_app  # noqa: E402
+from marginalia.app import pattern_specs  # noqa: E402
 from marginalia.cli.common import _field_type  # noqa: E402
 from marginalia.errors import IngestError, UserError  # noqa: E402
 from marginalia.index.embedders import HashingEmbedder  # noqa: E402
 from marginalia.ingest.base import Loader  # noqa: E402
 from marginalia.ingest.loaders import _registry, loader_for  # noqa: E402
 from marginalia.models.fake import WordTokenizer  # noqa: E402
-from marginalia.options import PATTERN_OPTIONS, PATTERNS, ChunkingOptions, CollectionOptions  # noqa: E402
+from marginalia.options import ChunkingOptions, CollectionOptions  # noqa: E402
 from marginalia.server import Settings, create_app  # noqa: E402
 
 KEY = "fuzz-key"
@@ -205,7 +206,8 @@ def record_dicts(cls: Any) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries({}, optional={name: field_values(info) for name, info in cls.model_fields.items()})
 
 
-readings = st.sampled_from(PATTERNS).flatmap(
+PATTERN_OPTIONS = {spec.name: spec.options for spec in pattern_specs()}
+readings = st.sampled_from(list(PATTERN_OPTIONS)).flatmap(
     lambda p: record_dicts(PATTERN_OPTIONS[p]).map(lambda d, p=p: {"pattern": p, **d}))
 sources = st.sampled_from([{"text": REPORT}, {"collection": "docs"}, {"collection": "docs", "document": "report.md"},
                            {"text": REPORT}, {"collection": "docs"}, {"collection": "docs", "document": "other.md"},

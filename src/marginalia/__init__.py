@@ -17,8 +17,9 @@ then WiM where RAG's answer does not stand, for a collection or a long document;
 with suggestions), `tuning_data` and `tune_client` (instruction tuning of the composer's client), `demo`.
 Options: `AutoOptions`, `WimOptions`, `LcOptions`, `RagOptions`, `RunSettings` (what one run may change),
 `CollectionOptions`, `ChunkingOptions`, `IngestOptions` (the bounds on converting a document), `ComposeOptions`,
-`TuneDataOptions`, `TuneOptions`.
-Lower layers: `make_pattern`, `segment_text`.
+`TuneDataOptions`, `TuneOptions` (the patterns' own records live in their modules: `marginalia.patterns.wim`
+and its siblings).
+Lower layers: `make_pattern`, `segment_text`; a new way of reading registers a `PatternSpec` (docs/patterns.md).
 
 Importing the package is cheap (no torch); backends load when a model is asked for. It sets how the OpenMP
 runtime waits (`marginalia.openmp`) unless the environment already says.
@@ -35,11 +36,13 @@ __version__ = "0.1.0"
 _APP = ("load_model", "load_embedder", "read_file", "ask_text", "ask_file", "default_options", "reader",
         "document_cache", "ask_collection", "collection_reader", "index_paths", "generate_questions", "compose",
         "tuning_data", "tune_client", "demo")
-_OPTIONS = ("AutoOptions", "WimOptions", "LcOptions", "RagOptions", "RunSettings", "CollectionOptions",
-            "ChunkingOptions", "IngestOptions", "ComposeOptions", "TuneDataOptions", "TuneOptions")
+_PATTERN_OPTIONS = {"AutoOptions": "auto", "WimOptions": "wim", "LcOptions": "long_context", "RagOptions": "rag"}
+_OPTIONS = (*_PATTERN_OPTIONS, "RunSettings", "CollectionOptions", "ChunkingOptions", "IngestOptions",
+            "ComposeOptions", "TuneDataOptions", "TuneOptions")
 _LAZY = {
     **{name: ("marginalia.app", name) for name in _APP},
-    **{name: ("marginalia.options", name) for name in _OPTIONS},
+    **{name: ("marginalia.options", name) for name in _OPTIONS if name not in _PATTERN_OPTIONS},
+    **{name: (f"marginalia.patterns.{module}", name) for name, module in _PATTERN_OPTIONS.items()},
     "make_pattern": ("marginalia.patterns", "make_pattern"),
     "segment_text": ("marginalia.ingest.segment", "segment_text"),
     # earlier names, kept working

@@ -1,9 +1,11 @@
-"""The options records: one frozen, validated record per way of reading, and one for reading a collection.
+"""The options records: the base of every way of reading's record (`PatternOptions`; each pattern's own
+record lives in its module, `marginalia.patterns.wim` and its siblings), and the records of reading a
+collection, ingesting, composing and tuning.
 
-Each option's default, allowed values, bounds and one-line description are written here and nowhere
-else. `make_pattern` takes a pattern record; the CLI's flags, the benchmark config's ``[[patterns]]``
-tables and the HTTP request bodies are built from these records (a test checks that every default
-agrees). Validation errors become one `UserError` naming each bad field.
+Each option's default, allowed values, bounds and one-line description are written on its record and
+nowhere else; the CLI's flags, the benchmark config's tables and the HTTP request bodies are built from
+the records (a test checks that every default agrees). Validation errors become one `UserError` naming
+each bad field.
 """
 
 from __future__ import annotations
@@ -14,13 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import UserError
 
-PatternName = Literal["wim", "lc", "rag", "auto"]
 JudgeMode = Literal["grounded", "separate"]
 Scope = Literal["sections", "chunks", "documents"]
 SearchMode = Literal["hybrid", "dense", "bm25"]
 MemoryMode = Literal["takeaways", "margins"]
 
-PATTERNS: tuple[str, ...] = get_args(PatternName)
 JUDGE_MODES: tuple[str, ...] = get_args(JudgeMode)
 SCOPES: tuple[str, ...] = get_args(Scope)
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
@@ -69,78 +69,11 @@ class Options(BaseModel):
 
 
 class PatternOptions(Options):
-    """What every way of reading takes."""
+    """What every way of reading takes; each pattern's record subclasses it and names its pattern in the class
+    attribute ``pattern`` (the registry's name, `marginalia.patterns.registry`)."""
 
     pattern: ClassVar[str]
     max_new_tokens: int = Field(default=96, gt=0, le=MAX_TOKENS, description="the most tokens of the answer")
-
-
-class LcOptions(PatternOptions):
-    """Long context: the whole document, then the question, in one prompt."""
-
-    pattern: ClassVar[str] = "lc"
-
-
-class RagOptions(PatternOptions):
-    """Retrieval over one document: the ``top_k`` closest chunks, then the question."""
-
-    pattern: ClassVar[str] = "rag"
-    chunk_tokens: int = Field(default=128, gt=0, le=MAX_TOKENS, description="rag: model tokens per retrieved chunk")
-    top_k: int = Field(default=4, gt=0, le=MAX_ITEMS, description="rag: how many chunks the answer sees")
-
-
-class WimOptions(PatternOptions):
-    """Writing in the Margins: segment by segment through one KV cache, a margin after each."""
-
-    pattern: ClassVar[str] = "wim"
-    segment_tokens: int = Field(default=512, gt=0, le=MAX_TOKENS, description="wim: model tokens per segment")
-    judge: JudgeMode = Field(
-        default="grounded",
-        description="wim: how a margin is judged relevant: grounded, when the text read supports it and is on the "
-                    "question; or separate, the model classifies it in a request of its own beside the reading "
-                    "(the WiM paper's method)")
-    margin_tokens: int = Field(default=48, gt=0, le=MAX_TOKENS, description="wim: the most tokens per margin")
-    grounding_threshold: float = Field(
-        default=0.5, ge=0.0, le=1.0,
-        description="wim, grounded judge: share of a margin's new words (by rarity) one sentence read must "
-                    "hold; a margin copied from the text holds them all")
-    topic_threshold: float = Field(
-        default=TOPIC_THRESHOLD, ge=0.0, le=1.0,
-        description="wim, grounded judge: share of the question's words (by rarity) the sentence supporting "
-                    "a margin must hold (0: any supported margin is on topic)")
-    batch_margins: bool = Field(
-        default=False,
-        description="wim: write margins side by side in-process once their segments are read: faster where a "
-                    "decode step costs less per token with more tokens in it (a GPU); a greedy margin may differ "
-                    "where two tokens nearly tie")
-    stop_at_score: float | None = Field(
-        default=None, ge=0.0, le=1.0,
-        description="wim: stop reading once a margin is judged relevant with at least this score (grounded: "
-                    "its support times its topicality; separate: 1); off when not given")
-
-
-class AutoOptions(RagOptions, WimOptions):
-    """Routing: read with RAG; where its answer does not stand on the passages it read, or the question
-    gathers over the whole document, read with WiM. Takes rag's and wim's options for the two readings."""
-
-    pattern: ClassVar[str] = "auto"
-    support_threshold: float = Field(
-        default=SUPPORT_THRESHOLD, ge=0.0, le=1.0,
-        description="auto: the least support (share of the RAG answer's new words, by rarity, that one sentence "
-                    "of the retrieved passages holds) for the RAG answer to stand; below it, WiM reads (0: RAG's "
-                    "answer always stands, unless the question gathers over the whole document)")
-
-    def rag_options(self) -> RagOptions:
-        """The first reading's record."""
-        return RagOptions(**self.model_dump(include=set(RagOptions.model_fields)))
-
-    def wim_options(self) -> WimOptions:
-        """The second reading's record."""
-        return WimOptions(**self.model_dump(include=set(WimOptions.model_fields)))
-
-
-PATTERN_OPTIONS: dict[str, type[PatternOptions]] = {
-    "wim": WimOptions, "lc": LcOptions, "rag": RagOptions, "auto": AutoOptions}
 
 
 class RunSettings(Options):
@@ -216,10 +149,6 @@ class CollectionOptions(Options):
         if self.uncertain > self.certain:
             raise ValueError(f"uncertain ({self.uncertain}) must not be above certain ({self.certain})")
         return self
-
-    def scope_for(self, pattern: str) -> str:
-        """The scope a pattern reads: as given, else chunks for rag and sections for lc and wim."""
-        return self.scope or ("chunks" if pattern == "rag" else "sections")
 
 
 class ComposeOptions(Options):
@@ -326,20 +255,6 @@ class TuneOptions(Options):
         default=10, ge=0, le=MAX_STEPS,
         description="save the training state every this many steps beside the output folder, so that running the "
                     "same tuning again after a crash or Ctrl-C goes on from there (0: never)")
-
-
-def pattern_options(pattern: str, **values: Any) -> PatternOptions:
-    """The record for ``pattern`` (``wim``, ``lc``, ``rag`` or ``auto``) built from ``values``.
-
-    Raises:
-        UserError: an unknown pattern, an option the pattern does not take, or a bad value.
-    """
-    try:
-        cls = PATTERN_OPTIONS[pattern]
-    except KeyError:
-        raise UserError(f"unknown pattern {pattern!r}; choose one of {', '.join(PATTERNS)}") from None
-    result: PatternOptions = cls.build(**values)
-    return result
 
 
 def describe(exc: ValidationError, cls: type[BaseModel]) -> str:

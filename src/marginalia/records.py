@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+#: the version of an answer's JSON document (`Answer.to_dict`, docs/answer.schema.json): raised when a key is
+#: renamed or removed, or changes its meaning
+ANSWER_SCHEMA = 1
+
 
 @dataclass(frozen=True)
 class Document:
@@ -201,8 +205,55 @@ class Answer:
     #: pattern ``auto``: the route taken and why (None for the other patterns)
     route: Route | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self, quote_chars: int | None = None) -> dict[str, Any]:
+        """The answer as a JSON-ready document: the one shape an answer has wherever it leaves the program
+        (``ask --json``, the HTTP answer and its ``done`` event, the docqa and OpenAI routes' extensions, the
+        benchmark results), described by `Answer.json_schema` (docs/answer.schema.json). Its keys are the
+        record's fields, recursively, and ``schema`` (`ANSWER_SCHEMA`).
+
+        Args:
+            quote_chars: cut each reference's ``text`` to this many characters, the last an ellipsis (a
+                reference may be a whole section; a reply over the network stays small); None: whole.
+        """
+        data: dict[str, Any] = {"schema": ANSWER_SCHEMA, **to_json(self)}
+        if quote_chars is not None:
+            for ref in data["references"]:
+                if len(ref["text"]) > quote_chars:
+                    ref["text"] = ref["text"][:max(quote_chars - 1, 0)] + "\u2026"
+        return data
+
+    @staticmethod
+    def json_schema() -> dict[str, Any]:
+        """The JSON Schema of `to_dict`'s document: every key is always there (null where it says so), and
+        there are no others."""
+        schema: dict[str, Any] = _adapter(Answer).json_schema(mode="serialization")
+        for part in [schema, *schema.get("$defs", {}).values()]:
+            if part.get("type") == "object" and "properties" in part:
+                part.update(required=list(part["properties"]), additionalProperties=False)
+        schema["properties"] = {
+            "schema": {"const": ANSWER_SCHEMA, "type": "integer", "title": "Schema",
+                       "description": "the version of this document's shape"}, **schema["properties"]}
+        schema["required"] = list(schema["properties"])
+        return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+_ADAPTERS: dict[type, Any] = {}
+
+
+def _adapter(kind: type) -> Any:
+    """pydantic's serialiser and schema of a record class, made once (pydantic is imported here, so that
+    importing the records stays light)."""
+    if kind not in _ADAPTERS:
+        from pydantic import TypeAdapter
+
+        _ADAPTERS[kind] = TypeAdapter(kind)
+    return _ADAPTERS[kind]
+
+
+def to_json(record: Any) -> dict[str, Any]:
+    """A record (a Margin, a Route, an Answer's parts) as JSON-ready data: its fields by name, tuples as lists."""
+    data: dict[str, Any] = _adapter(type(record)).dump_python(record, mode="json")
+    return data
 
 
 # Events: what a pattern yields while it reads. Each carries a `kind` for JSON consumers.

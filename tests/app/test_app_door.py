@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from marginalia import app
+from marginalia import LcOptions, WimOptions, app
 from marginalia.errors import BadInput, EmptyDocument
 from marginalia.models.fake import Request, ScriptedGenerator
-from marginalia.options import LcOptions, WimOptions
 from marginalia.records import Reference
 from wim_requests import is_margin
 

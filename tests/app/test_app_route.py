@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from marginalia import app
+from marginalia import AutoOptions, WimOptions, app
 from marginalia.index.embedders import HashingEmbedder
 from marginalia.models.fake import Request, ScriptedGenerator
-from marginalia.options import ROUTE_TOKENS, AutoOptions, WimOptions
+from marginalia.options import ROUTE_TOKENS
 from marginalia.records import Routed, SegmentRead
 from wim_requests import is_margin
 

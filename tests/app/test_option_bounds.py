@@ -11,8 +11,9 @@ import annotated_types
 import pytest
 from pydantic import BaseModel
 
+from marginalia import WimOptions
 from marginalia.errors import UserError
-from marginalia.options import ComposeOptions, Options, WimOptions
+from marginalia.options import ComposeOptions, Options
 
 #: numbers that are neither a time, a size nor a count, or are bounded where they are used, and why
 UNBOUNDED = {

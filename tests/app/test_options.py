@@ -10,23 +10,13 @@ from typing import Any
 
 import pytest
 
+from marginalia import AutoOptions, LcOptions, RagOptions, WimOptions
+from marginalia.app import pattern_options, pattern_specs
 from marginalia.bench.config import parse_config, pattern_record
 from marginalia.cli import build_parser, main
 from marginalia.errors import UserError
 from marginalia.models.fake import ScriptedGenerator
-from marginalia.options import (
-    JUDGE_MODES,
-    PATTERN_OPTIONS,
-    TOPIC_THRESHOLD,
-    AutoOptions,
-    ChunkingOptions,
-    CollectionOptions,
-    IngestOptions,
-    LcOptions,
-    RagOptions,
-    WimOptions,
-    pattern_options,
-)
+from marginalia.options import JUDGE_MODES, TOPIC_THRESHOLD, ChunkingOptions, CollectionOptions, IngestOptions
 from marginalia.patterns import make_pattern
 from marginalia.patterns.judges import make_judge
 
@@ -58,10 +48,10 @@ def test_every_document_limit_default_is_the_ingest_records(command: tuple[str, 
 
 
 def test_every_bench_pattern_default_is_the_records(tmp_path: Path) -> None:
-    raw = {"tasks": [{"dataset": "niah"}], "patterns": [{"kind": k} for k in PATTERN_OPTIONS]}
+    raw = {"tasks": [{"dataset": "niah"}], "patterns": [{"kind": s.name} for s in pattern_specs()]}
     config = parse_config(raw, tmp_path / "run.toml")
     for table in config.patterns:
-        record = PATTERN_OPTIONS[table.kind]
+        record = next(s.options for s in pattern_specs() if s.name == table.kind)
         assert pattern_record(table) == record()
         for name, info in record.model_fields.items():
             assert type(table).model_fields[name].default == info.default, (table.kind, name)
@@ -113,7 +103,7 @@ def test_a_bad_combination_is_a_usage_error(tmp_path: Path) -> None:
     ("wim", {"judge": "vibes"}, "unknown judge 'vibes'"),
     ("rag", {"top_k": 0}, "top_k"),
     ("lc", {"top_k": 3}, "lc has no option 'top_k'"),
-    ("skim", {}, "choose one of wim, lc, rag"),
+    ("skim", {}, "choose one of auto, wim, lc, rag"),
 ])
 def test_records_refuse_bad_values_with_the_field_named(pattern: str, values: dict[str, Any], says: str) -> None:
     with pytest.raises(UserError) as info:

@@ -28,6 +28,7 @@ from marginalia.index.embedders import CachedEmbedder, HashingEmbedder
 from marginalia.models.base import Tokenizer
 from marginalia.models.fake import Request, ScriptedGenerator
 from marginalia.patterns.rag import RAG, paragraph_spans
+from marginalia.records import ANSWER_SCHEMA
 from wim_requests import is_margin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,7 +167,7 @@ def test_config_fills_defaults_and_resolves_paths(tmp_path: Path) -> None:
      ["top level", "unknown key 'max_new_token'", "did you mean 'max_new_tokens'"]),
     (("limit = 2", "limit = 2\nlenghts = [1]"), ["[[tasks]] #1 (fake)", "unknown key 'lenghts'", "'lengths'"]),
     (("segment_tokens = 300", "segment_tokens = 300\ntop_k = 3"), ["[[patterns]] #3 (wim)", "unknown key 'top_k'"]),
-    (('kind = "lc"', 'kind = "lcx"'), ["[[patterns]] #1 (lcx)", "kind must be one of lc, rag, wim"]),
+    (('kind = "lc"', 'kind = "lcx"'), ["[[patterns]] #1 (lcx)", "kind must be one of auto, wim, lc, rag"]),
     (("depths = [0.0, 1.0]", "depths = [0.0, 1.5]"), ["[[tasks]] #1", "depths.1", "less than or equal to 1"]),
     (('segment_tokens = 300', 'segment_tokens = 300\n[judge]\nmodell = "x"'), ["[judge]", "unknown key 'modell'"]),
     (('kind = "rag"', 'kind = "rag"\nname = "lc"'), ["two patterns are called 'lc'"]),
@@ -235,6 +236,9 @@ def test_run_writes_one_line_per_pair_with_scores_and_run_info(tmp_path: Path) -
     assert len(set(keys(records))) == 24
     # every pattern finds both facts in these small contexts
     assert all(r["prediction"].startswith("It is ") for r in records)
+    # each answer as it leaves the program anywhere (`Answer.to_dict`), beside the fields the reports read
+    assert all(r["answer"]["text"] == r["prediction"] and r["answer"]["schema"] == ANSWER_SCHEMA
+               and r["answer"]["pattern"] == r["kind"] for r in records)
     assert all(r["scores"] == {"em": 0.0, "f1": pytest.approx(r["scores"]["f1"]), "contains": 1.0}
                for r in records)
     first = records[0]

@@ -1,5 +1,5 @@
-"""`--help` on one screen: options in groups (reading, WiM, retrieval, collection, output), one line of help
-each with its default, and every flag of an options record named as its field."""
+"""`--help` on one screen: options in groups (reading, a group per pattern record, collection, output), one line
+of help each with its default, and every flag of an options record named as its field."""
 
 from __future__ import annotations
 
@@ -8,20 +8,18 @@ from typing import Any
 
 import pytest
 
+from marginalia import AutoOptions, RagOptions, WimOptions
 from marginalia.cli import build_parser
 from marginalia.cli.common import short_help
 from marginalia.options import (
-    AutoOptions,
     ChunkingOptions,
     CollectionOptions,
     ComposeOptions,
     IngestOptions,
     Options,
     PatternOptions,
-    RagOptions,
     TuneDataOptions,
     TuneOptions,
-    WimOptions,
 )
 
 
@@ -55,21 +53,25 @@ def test_help_lines_fit_the_terminal(monkeypatch: pytest.MonkeyPatch, names: tup
 
 
 def test_ask_options_come_in_groups_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group per pattern record for what it adds to the records it is built on, titled by the patterns that
+    take those options (the registry's order, a record before those built on it)."""
     parser = command("ask")
     found = groups(parser)
     titles = ["options", "model", "reading", "WiM (--pattern wim or auto)", "retrieval (--pattern rag or auto)",
-              "collection (--collection NAME)", "output"]
+              "routing (--pattern auto)", "collection (--collection NAME)", "output"]
     text = help_text(monkeypatch, "ask")
     assert [t for t in found if t in titles] == titles
     assert [text.index(f"\n{t}:\n") for t in titles] == sorted(text.index(f"\n{t}:\n") for t in titles)
-    assert {"pattern", *PatternOptions.model_fields} == found["reading"]
-    assert set(WimOptions.model_fields) - set(PatternOptions.model_fields) <= found["WiM (--pattern wim or auto)"]
-    # auto's own option (when rag's answer stands) sits with retrieval's
-    assert (set(AutoOptions.model_fields) - set(WimOptions.model_fields)
-            == found["retrieval (--pattern rag or auto)"] - {"embedder"})
+    assert {"pattern", "embedder", "no_cache", "cache_size", *PatternOptions.model_fields} == found["reading"]
+    assert set(WimOptions.model_fields) - set(PatternOptions.model_fields) == found["WiM (--pattern wim or auto)"]
+    assert set(RagOptions.model_fields) - set(PatternOptions.model_fields) \
+        == found["retrieval (--pattern rag or auto)"]
+    assert set(AutoOptions.model_fields) - set(WimOptions.model_fields) - set(RagOptions.model_fields) \
+        == found["routing (--pattern auto)"]
     assert {"collection", *CollectionOptions.model_fields} == found["collection (--collection NAME)"]
     assert {"json", "quiet"} == found["output"]
     assert {"model", "device", "backend", "api_key"} == found["model"]
+    assert "--no-cache neither use nor keep a stored reading (auto, wim)" in " ".join(text.split())
 
 
 @pytest.mark.parametrize(("names", "records"), [

@@ -16,12 +16,12 @@ import pytest
 
 pytest.importorskip("pymupdf4llm")
 
+from marginalia import RagOptions  # noqa: E402
 from marginalia.index.embedders import HashingEmbedder  # noqa: E402
 from marginalia.ingest.chunking import chunk_sections  # noqa: E402
 from marginalia.ingest.loaders import load_document  # noqa: E402
 from marginalia.ingest.sections import parse_sections  # noqa: E402
 from marginalia.models.fake import ScriptedGenerator  # noqa: E402
-from marginalia.options import RagOptions  # noqa: E402
 from marginalia.patterns import make_pattern  # noqa: E402
 
 HERE = Path(__file__).parents[1] / "data" / "pdf"

@@ -38,8 +38,8 @@ def test_a_reading_fork_has_a_usage_account_and_a_prefix_of_its_own() -> None:
 
 
 def test_a_second_reading_says_the_document_came_from_the_servers_prefix_cache() -> None:
+    from marginalia import WimOptions
     from marginalia.app import ask_text
-    from marginalia.options import WimOptions
 
     text = " ".join(f"Entry {i}: the tide was calm." for i in range(60)) + " The ferry leaves from pier 41."
     borrowed = ScriptedGenerator()
@@ -57,7 +57,7 @@ def test_a_second_reading_says_the_document_came_from_the_servers_prefix_cache()
 
 
 def test_a_kept_readings_margins_are_all_sent_at_once() -> None:
-    from marginalia.options import WimOptions
+    from marginalia import WimOptions
     from marginalia.patterns.wim import WiM
 
     text = " ".join(f"Entry {i}: the tide was calm." for i in range(60)) + " The ferry leaves from pier 41."

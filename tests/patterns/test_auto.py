@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from marginalia import AutoOptions, RagOptions, WimOptions
 from marginalia.index.embedders import HashingEmbedder
 from marginalia.models.fake import ScriptedGenerator
-from marginalia.options import AutoOptions, RagOptions, WimOptions
 from marginalia.patterns import make_pattern
 from marginalia.patterns.auto import Auto, abstains, answer_support, combined, gathers_whole
 from marginalia.records import AnswerDelta, Routed, SegmentRead, Started, Stats

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from marginalia import WimOptions
 from marginalia.models.base import GenerationParams
 from marginalia.models.fake import Request, ScriptedGenerator
 from marginalia.models.snapshots import SnapshotStore
-from marginalia.options import WimOptions
 from marginalia.patterns.long_context import LongContext
 from marginalia.patterns.wim import WiM
 from marginalia.records import Answer, SegmentRead

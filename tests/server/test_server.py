@@ -7,7 +7,9 @@ import threading
 
 import pytest
 
-from marginalia.options import ROUTE_TOKENS, AutoOptions, LcOptions, RagOptions, WimOptions
+from marginalia import AutoOptions, LcOptions, RagOptions, WimOptions
+from marginalia.options import ROUTE_TOKENS
+from marginalia.records import ANSWER_SCHEMA
 from marginalia.server import Settings
 from server_support import ANSWER, FACT, MARGIN, QUESTION, REPORT, make_client, parse_sse, respond, scripted, wait_for
 from wim_requests import is_margin
@@ -34,13 +36,13 @@ def test_ask_a_text_answers_with_references_in_sections():
     reply = ask(client, reading={"pattern": "wim", "segment_tokens": 24})
     assert reply.status_code == 200, reply.text
     data = reply.json()
-    assert data["answer"] == ANSWER and data["pattern"] == "wim"
+    assert data["text"] == ANSWER and data["pattern"] == "wim" and data["schema"] == ANSWER_SCHEMA
     assert data["segments_total"] > 3 and data["segments_read"] == data["segments_total"]
     kept = [m for m in data["margins"] if m["relevant"]]
     assert [m["text"] for m in kept] == [MARGIN]
     (ref,) = data["references"]
-    assert ref["document"] == "text" and ref["section_path"] == ["Harbour report", "Ferries"]
-    assert REPORT[ref["start"]:ref["end"]] == ref["quote"] == FACT
+    assert ref["source"] == "text" and ref["section_path"] == ["Harbour report", "Ferries"]
+    assert REPORT[ref["start"]:ref["end"]] == ref["text"] == FACT
 
 
 def test_stream_sends_one_event_per_step_and_the_same_answer_as_json():
@@ -57,10 +59,10 @@ def test_stream_sends_one_event_per_step_and_the_same_answer_as_json():
     assert kinds.count("segment_read") == kinds.count("margin_written") == kinds.count("margin_judged") == n
     assert kinds.index("answer_delta") > max(i for i, k in enumerate(kinds) if k == "margin_judged")
     done = events[-1][1]
-    assert "".join(d["text"] for k, d in events if k == "answer_delta").strip() == done["answer"]
+    assert "".join(d["text"] for k, d in events if k == "answer_delta").strip() == done["text"]
     # the references travel once, in done; what differs between the two runs is only timing
-    assert all("quote" not in str(d) for k, d in events[:-1])
-    for key in ("answer", "references", "margins", "segments_read", "pattern"):
+    assert all(FACT not in str(d) for k, d in events[:-1])
+    for key in ("text", "references", "margins", "segments_read", "pattern"):
         assert done[key] == whole[key]
 
 
@@ -70,9 +72,9 @@ def test_other_patterns_read_a_text(pattern):
     reply = ask(client, reading={"pattern": pattern})
     assert reply.status_code == 200, reply.text
     data = reply.json()
-    assert data["pattern"] == pattern and data["answer"] == ANSWER
+    assert data["pattern"] == pattern and data["text"] == ANSWER
     if pattern == "rag":
-        assert any(FACT in r["quote"] for r in data["references"])
+        assert any(FACT in r["text"] for r in data["references"])
 
 
 def test_a_text_that_names_no_pattern_is_read_by_its_size():
@@ -84,8 +86,8 @@ def test_a_text_that_names_no_pattern_is_read_by_its_size():
     short = ask(client, reading={"segment_tokens": 24}).json()  # a short text: WiM, with the values given
     assert short["pattern"] == "wim" and short["route"] is None and short["segments_total"] > 3
     long = ask(client, text=REPORT + weather).json()
-    assert long["pattern"] == "auto" and long["route"]["taken"] == "rag" and long["answer"] == ANSWER
-    assert long["margins"] == [] and any(FACT in r["quote"] for r in long["references"])
+    assert long["pattern"] == "auto" and long["route"]["taken"] == "rag" and long["text"] == ANSWER
+    assert long["margins"] == [] and any(FACT in r["text"] for r in long["references"])
     # a pattern named is read as named, whatever the size
     named = ask(client, reading={"pattern": "auto"}).json()
     assert named["pattern"] == "auto" and named["route"]["taken"] == "rag"

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from marginalia.options import CollectionOptions, ComposeOptions, WimOptions, pattern_options
+from marginalia import WimOptions
+from marginalia.app import pattern_options
+from marginalia.options import CollectionOptions, ComposeOptions
 from marginalia.server.errors import MAX_PROBLEMS
 from marginalia.server.schemas import AskRequest
 from server_support import REPORT, index_text, make_client

@@ -212,9 +212,9 @@ def test_ask_a_collection_with_each_pattern(client):
                                              "reading": {"pattern": pattern}})
         assert reply.status_code == 200, reply.text
         data = reply.json()
-        assert data["answer"] == ANSWER and data["retrieval"] == "references" and data["pattern"] == pattern
-        assert all(r["document"] == "report.md" for r in data["references"])
-        assert any(FACT in r["quote"] and r["section_path"] == ["Harbour report", "Ferries"]
+        assert data["text"] == ANSWER and data["retrieval"] == "references" and data["pattern"] == pattern
+        assert all(r["source"] == "report.md" for r in data["references"])
+        assert any(FACT in r["text"] and r["section_path"] == ["Harbour report", "Ferries"]
                    for r in data["references"]), data["references"]
 
 
@@ -247,7 +247,7 @@ def test_nothing_relevant_found_is_said_not_guessed(client):
     reply = client.post("/v1/ask", json={"question": "zebra quantum marmalade?", "collection": "docs",
                                          "collection_options": {"uncertain": 0.8, "certain": 0.9}})
     data = reply.json()
-    assert data["retrieval"] == "none" and "No relevant references" in data["answer"]
+    assert data["retrieval"] == "none" and "No relevant references" in data["text"]
     # auto, the default, does not search again for WiM: the same search would find nothing again
     assert data["pattern"] == "auto" and data["route"]["taken"] == "rag"
     assert data["route"]["reason"] == "nothing in the collection is relevant to it: WiM would find nothing to read"
@@ -264,7 +264,7 @@ def test_a_collection_with_no_pattern_answers_at_rags_cost_and_sends_the_route(c
     whole = client.post("/v1/ask", json={"question": QUESTION, "collection": "docs"}).json()
     rag = client.post("/v1/ask", json={"question": QUESTION, "collection": "docs",
                                        "reading": {"pattern": "rag"}}).json()
-    assert whole["pattern"] == "auto" and whole["answer"] == ANSWER and whole["margins"] == []
+    assert whole["pattern"] == "auto" and whole["text"] == ANSWER and whole["margins"] == []
     assert whole["route"]["taken"] == "rag" and "stands on the retrieved passages" in whole["route"]["reason"]
     assert whole["route"]["signals"]["support"] == 1.0
     costs = ("prefilled_context_tokens", "prefilled_other_tokens", "generated_answer_tokens", "generated_margin_tokens")
@@ -296,7 +296,7 @@ def test_a_collection_reads_with_wim_where_rags_answer_does_not_stand(client):
     assert "answer_delta" not in kinds[:at] and "margin_judged" in kinds[at:] and "retrieved" in kinds[at:]
     done = events[-1][1]
     assert done["pattern"] == "auto" and done["route"]["taken"] == "wim" and done["margins"]
-    assert done["answer"] == "Captain Ahab's pier."
+    assert done["text"] == "Captain Ahab's pier."
     assert any(m["relevant"] and m["text"] == MARGIN for m in done["margins"])
 
 
@@ -318,7 +318,7 @@ def test_ask_one_document_of_a_collection(client):
                                              "reading": {"pattern": "wim", "segment_tokens": 24}})
         assert reply.status_code == 200, reply.text
         (ref,) = reply.json()["references"]
-        assert (ref["document"], ref["section_path"], ref["quote"]) == (
+        assert (ref["source"], ref["section_path"], ref["text"]) == (
             "report.md", ["Harbour report", "Ferries"], FACT)
     missing = client.post("/v1/ask", json={"question": QUESTION, "collection": "docs", "document": "other.md"})
     assert missing.status_code == 404 and "other.md" in missing.json()["error"]["message"]

@@ -33,7 +33,7 @@ def check(reply) -> None:
         assert isinstance(error["code"], str) and isinstance(error["message"], str) and error["message"]
     elif reply.headers["content-type"].startswith("application/json"):
         data = reply.json()
-        assert isinstance(data.get("answer", data.get("choices")), str | list)
+        assert isinstance(data.get("text", data.get("choices")), str | list)
     else:
         assert any(end in reply.text for end in ("event: done", "event: error", "data: [DONE]"))
 

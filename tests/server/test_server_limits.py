@@ -115,7 +115,7 @@ def test_clients_that_left_the_queue_free_their_places_at_once():
         model.release()
         waiting.join(30)
         first.join(30)
-        assert ninth["reply"].status_code == 200 and ninth["reply"].json()["answer"] == ANSWER
+        assert ninth["reply"].status_code == 200 and ninth["reply"].json()["text"] == ANSWER
         assert model.calls == 2  # the first and the ninth: the eight that left never read
 
 

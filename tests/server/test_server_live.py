@@ -54,19 +54,20 @@ def test_the_openai_client_gets_an_answer_and_its_references(served):
                                                      {"role": "user", "content": QUESTION}])
     assert reply.choices[0].message.content == ANSWER and reply.choices[0].finish_reason == "stop"
     assert reply.usage.completion_tokens > 0
-    references = reply.model_extra["references"]
-    assert any(FACT in r["quote"] and r["document"] == "report.md" for r in references)
+    references = reply.model_extra["marginalia"]["answer"]["references"]
+    assert any(FACT in r["text"] and r["source"] == "report.md" for r in references)
 
 
-def test_the_openai_client_streams_with_the_references_once_at_the_end(served):
+def test_the_openai_client_streams_with_the_answer_once_at_the_end(served):
     client = openai.OpenAI(base_url=f"{served}/v1", api_key="sesame")
     chunks = list(client.chat.completions.create(
         model="marginalia:docs", messages=[{"role": "user", "content": QUESTION}], stream=True,
         stream_options={"include_usage": True}, extra_body={"marginalia": {"reading": {"pattern": "rag"}}}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == ANSWER
-    with_refs = [c for c in chunks if (c.model_extra or {}).get("references")]
-    assert with_refs == [chunks[-1]] and chunks[-1].choices[0].finish_reason == "stop"
+    with_answer = [c for c in chunks if "answer" in (c.model_extra or {}).get("marginalia", {})]
+    assert with_answer == [chunks[-1]] and chunks[-1].choices[0].finish_reason == "stop"
+    assert chunks[-1].model_extra["marginalia"]["answer"]["references"]
     assert chunks[-1].usage.total_tokens > 0
 
 
@@ -105,14 +106,16 @@ def test_the_openai_route_reads_with_auto_and_says_which_reading_answered():
     messages = [{"role": "user", "content": QUESTION}]
     reply = oa.chat.completions.create(model="marginalia:docs", messages=messages)
     assert reply.choices[0].message.content == ANSWER
-    route = reply.model_extra["marginalia"]["route"]
+    answer = reply.model_extra["marginalia"]["answer"]
+    route = answer["route"]
+    assert answer["text"] == ANSWER and answer["pattern"] == "auto"
     assert route["taken"] == "rag" and "stands on the retrieved passages" in route["reason"]
     chunks = list(oa.chat.completions.create(model="marginalia:docs", stream=True, messages=messages))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ANSWER
-    assert chunks[-1].model_extra["marginalia"] == {"route": route}
+    assert chunks[-1].model_extra["marginalia"]["answer"]["route"] == route
     named = oa.chat.completions.create(model="marginalia:docs", messages=messages,
                                        extra_body={"marginalia": {"reading": {"pattern": "lc"}}})
-    assert named.model_extra["marginalia"]["route"] is None  # a pattern named reads as named
+    assert named.model_extra["marginalia"]["answer"]["route"] is None  # a pattern named reads as named
 
 
 def test_an_openai_reading_has_an_id_and_can_be_stopped():

@@ -101,7 +101,7 @@ def test_readings_over_a_batching_server_run_side_by_side_each_counting_its_own_
             assert not engine.gave_up and engine.most_at_once == READINGS
         # each client got the answer about its own document
         for replies in answers:
-            assert [r["answer"] for r in replies] == [f"Pier {41 + k}." for k in range(READINGS)]
+            assert [r["text"] for r in replies] == [f"Pier {41 + k}." for k in range(READINGS)]
             assert all(r["margins"] and all(m["text"] != "NONE" for m in r["margins"] if m["relevant"])
                        for r in replies)
         # each answer counts its own requests: what the same reading reports when it runs alone
@@ -125,7 +125,7 @@ def test_a_server_with_a_prompt_per_slot_or_one_request_at_a_time_reads_one_at_a
         engine.hold(2, deadline=1.0)  # never met: one reading's requests at a time
         replies = at_once([lambda k=k: http.post("/v1/ask", json={"question": QUESTIONS[0], "text": document(k),
                                                                   "reading": WIM}) for k in range(2)])
-        assert [r.json()["answer"] for r in replies] == ["Pier 41.", "Pier 42."]
+        assert [r.json()["text"] for r in replies] == ["Pier 41.", "Pier 42."]
         assert engine.gave_up and engine.most_at_once == 1
 
 
@@ -166,7 +166,7 @@ def test_an_in_process_model_still_reads_one_request_at_a_time() -> None:
                                                                     "queue_size": READINGS, "parallel": 1})
         gate.open.set()
         asking.join(60)
-        assert sorted(r.json()["answer"] for r in replies) == ["Pier 41.", "Pier 42.", "Pier 43."]
+        assert sorted(r.json()["text"] for r in replies) == ["Pier 41.", "Pier 42.", "Pier 43."]
         assert gate.most == 1
 
 

@@ -19,7 +19,7 @@ def test_a_session_over_a_text_answers_each_message_and_keeps_the_history():
     assert session["pattern"] == "lc" and session["history"] == []
     url = f"/v1/sessions/{session['id']}"
     first = client.post(f"{url}/messages", json={"message": QUESTION})
-    assert first.status_code == 200 and first.json()["answer"] == ANSWER
+    assert first.status_code == 200 and first.json()["text"] == ANSWER
     streamed = client.post(f"{url}/messages", json={"message": "And the lifeboat?", "stream": True})
     assert parse_sse(streamed.text)[-1][0] == "done"
     history = client.get(url).json()["history"]
@@ -113,7 +113,7 @@ def test_without_the_reading_cache_every_question_reads_the_document(tmp_path):
     pytest.importorskip("lancedb")
     first, second = two_messages(make_client(Settings(home=str(tmp_path), cache_readings=False)))
     for reply in (first, second):
-        assert reply["answer"] == ANSWER
+        assert reply["text"] == ANSWER
         assert reply["stats"]["prefilled_context_tokens"] == reply["stats"]["context_tokens"] > 0
     assert not (tmp_path / "cache" / "documents").exists() or not any((tmp_path / "cache" / "documents").iterdir())
 

@@ -29,7 +29,7 @@ def test_a_document_comes_with_its_text_pages_and_sections():
     answer = client.post("/v1/ask", json={"question": QUESTION, "collection": "docs", "document": "report.md",
                                           "reading": {"pattern": "wim", "segment_tokens": 24}}).json()
     (ref,) = answer["references"]
-    assert doc["text"][ref["start"]:ref["end"]] == ref["quote"] == FACT
+    assert doc["text"][ref["start"]:ref["end"]] == ref["text"] == FACT
 
 
 def test_an_unknown_document_is_404():
@@ -75,7 +75,7 @@ def test_a_stopped_reading_still_answers_from_what_it_read():
                 if kind == "done":
                     done = json.loads(data)
         assert done is not None and kinds[-1] == "done"
-        assert done["stopped_early"] and done["answer"] == ANSWER
+        assert done["stopped_early"] and done["text"] == ANSWER
         assert 2 <= done["segments_read"] <= 4 < total, (done["segments_read"], total)
         assert len(done["margins"]) == done["segments_read"] == kinds.count("margin_judged")
         assert "answer_delta" in kinds

@@ -2,9 +2,11 @@
 generate questions, compose. The CLI, the benchmark runner and the HTTP service only translate to and from these
 functions, and reach the layers below (index, ingest, patterns, models) through this package only.
 
-Every way of reading takes its options record (`AutoOptions`, `WimOptions`, `LcOptions`, `RagOptions`, and
-`CollectionOptions` for what a collection contributes; none: the route by size, `default_options`); long work
-reports progress through callbacks.
+Every way of reading takes its options record (`AutoOptions`, `WimOptions`, `LcOptions`, `RagOptions`, a
+registered pattern's own, and `CollectionOptions` for what a collection contributes; none: the route by size,
+`default_options`); long work reports progress through callbacks. The registry of ways of reading
+(`pattern_specs`, `pattern_spec`, `needs_embedder`) is what the front ends derive their flags, bodies and
+choices from.
 
 The benchmark harness (`marginalia.bench`) reads with more of the layers below than the use-cases show, and gets
 that here too: the generator's types, the reading patterns' classes, the question writer, the document loaders
@@ -19,6 +21,11 @@ from ..ingest.isolated import stop_conversions
 from ..models.base import CachingGenerator, GenerationParams, Generator, Message, Tokenizer, close_stream
 from ..models.openai.spec import public_spec
 from ..models.registry import BACKENDS, DEVICES
+from ..patterns.auto import AutoOptions
+from ..patterns.long_context import LcOptions
+from ..patterns.rag import RagOptions
+from ..patterns.registry import PatternSpec
+from ..patterns.wim import WimOptions
 from .composing import check_tuning, compose, compose_sources, tune_client, tuned_folder, tuning_data
 from .indexing import (
     DocumentQuestions,
@@ -58,7 +65,11 @@ from .reading import (
     document_cache,
     document_sections,
     locate,
+    needs_embedder,
     pattern,
+    pattern_options,
+    pattern_spec,
+    pattern_specs,
     read_file,
     reader,
     text_document,
@@ -112,6 +123,9 @@ __all__ = [
     "DEFAULT_CACHE_BYTES", "ask_collection", "ask_file", "ask_text", "check_question", "collection_reader",
     "default_options", "document_cache", "document_sections", "locate", "pattern", "read_file", "reader",
     "text_document",
+    # the ways of reading
+    "AutoOptions", "LcOptions", "PatternSpec", "RagOptions", "WimOptions", "needs_embedder", "pattern_options",
+    "pattern_spec", "pattern_specs",
     # indexing
     "DocumentQuestions", "IndexReport", "Indexed", "Progress", "check_paths", "chunk_document", "collection_exists",
     "create_collection", "delete_collection", "export_questions", "generate_questions", "index_paths",

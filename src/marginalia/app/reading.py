@@ -7,30 +7,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..models.base import CachingGenerator, Generator
+from ..models.base import Generator
 from ..models.snapshots import DEFAULT_MAX_BYTES
-from ..options import (
-    ROUTE_TOKENS,
-    AutoOptions,
-    CollectionOptions,
-    LcOptions,
-    PatternOptions,
-    RagOptions,
-    RunSettings,
-    WimOptions,
-)
+from ..options import ROUTE_TOKENS, CollectionOptions, PatternOptions, RunSettings
+from ..patterns import registry
+from ..patterns.auto import AutoOptions
+from ..patterns.wim import WimOptions
 from ..records import Answer, Document, Section
 from .indexing import open_collection
 
 if TYPE_CHECKING:
     from ..index.embedders import Embedder
-    from ..index.policy import Piece, Retrieval
     from ..index.store import Collection
     from ..models.snapshots import SnapshotStore
     from ..patterns import Pattern, Run
-    from ..patterns.collection import CollectionReader, CollectionRouter
     from ..patterns.wim import WimReader
 
 #: the most disk the stored WiM readings take by default (`document_cache`)
@@ -47,9 +39,7 @@ def check_question(question: str) -> None:
 def pattern(options: PatternOptions | None, generator: Generator, embedder: Embedder | None = None) -> Pattern:
     """The pattern an options record describes (WiM with its defaults when None: a pattern is built before
     it is given what it reads, so the route by size, `default_options`, is not its to take)."""
-    from ..patterns import make_pattern
-
-    return make_pattern(options if options is not None else WimOptions(), generator, embedder=embedder)
+    return registry.build(options if options is not None else WimOptions(), generator, embedder=embedder)
 
 
 def default_options(text: str | None, generator: Generator, options: AutoOptions | None = None) -> PatternOptions:
@@ -100,15 +90,8 @@ def ask_text(text: str, question: str, options: PatternOptions | None = None, *,
     if options is None:
         check_question(question)  # before counting a long text's tokens
         options = default_options(text, generator)
-    if cache is not None and isinstance(options, AutoOptions) and isinstance(generator, CachingGenerator):
-        from ..patterns.auto import Auto
-
-        stored = reader(text, options.wim_options(), generator=generator, source=source, cache=cache)
-        routed = Auto(generator, options, embedder=embedder, second=stored.pattern())
-        return routed.run(text, question, source=source, settings=settings)
-    if cache is not None and type(options) is WimOptions:  # from a stored reading when there is one
-        return reader(text, options, generator=generator, source=source, cache=cache).ask(question, settings)
-    return pattern(options, generator, embedder).run(text, question, source=source, settings=settings)
+    return registry.read_text(options, generator, text, question, source=source, embedder=embedder, cache=cache,
+                              settings=settings)
 
 
 def read_file(path: str | Path) -> Document:
@@ -159,64 +142,20 @@ def locate(answer: Answer, doc: Document, sections: Sequence[Section]) -> Answer
 
 def collection_reader(collection: Collection | str, options: PatternOptions | None = None,
                       reading: CollectionOptions | None = None, *, generator: Generator,
-                      home: str | Path | None = None) -> CollectionReader | CollectionRouter:
-    """A reader that answers from a collection: the retrieval policy gathers references, a pattern reads them.
+                      home: str | Path | None = None) -> Pattern:
+    """A reader that answers from a collection (its ``ask(question, source, settings)`` starts a `Run`): the
+    retrieval policy gathers references, a pattern reads them, as its registration says.
 
     ``rag`` answers from the retrieved chunks (its ``top_k`` hits), ``lc`` and ``wim`` read the retrieved
     sections (or what ``reading.scope`` says); ``auto`` (the default) answers as rag does, then reads as wim
     does where rag's answer does not stand. For lc and rag, the references are cut to what fits the window
     beside the prompt and the answer.
     """
-    from ..patterns.collection import CollectionRouter
-
     options = options if options is not None else default_options(None, generator)
     reading = reading if reading is not None else CollectionOptions()
     store = open_collection(collection, home=home) if isinstance(collection, str) else collection
-    if isinstance(options, AutoOptions):
-        second = (_reader(store, options.wim_options(), reading, generator)
-                  if isinstance(generator, CachingGenerator) else None)
-        return CollectionRouter(generator, options, first=_reader(store, options.rag_options(), reading, generator),
-                                second=second)
-    return _reader(store, options, reading, generator)
-
-
-def _reader(store: Collection, options: PatternOptions, reading: CollectionOptions,
-            generator: Generator) -> CollectionReader:
-    """One pattern's reader of a collection (see `collection_reader`)."""
-    from dataclasses import replace
-
-    from ..index.policy import RetrievalPolicy, piece_header, retrieve
-    from ..patterns import make_pattern
-    from ..patterns.collection import CollectionReader
-    from ..patterns.long_context import LongContext
-
-    policy = RetrievalPolicy(
-        certain=reading.certain, uncertain=reading.uncertain,
-        k=options.top_k if isinstance(options, RagOptions) else reading.hits,
-        scope=reading.scope_for(options.pattern), max_context_tokens=reading.max_context_tokens,
-        mode=reading.search, use_questions=reading.use_questions,
-    )
-    count = generator.tokenizer.count
-
-    def header(piece: Piece) -> int:  # each piece is read under a line naming it
-        return count(piece_header(piece))
-
-    if options.pattern == "wim":
-        inner = make_pattern(options, generator)
-
-        def gather(question: str) -> Retrieval:
-            return retrieve(store, question, policy, count, header)
-    else:  # one prompt: the references must fit the window beside the prompt and the answer
-        intro = "passages_intro" if options.pattern == "rag" else "document_intro"
-        lc = LongContext(generator, LcOptions(max_new_tokens=options.max_new_tokens), intro=intro)
-        inner = lc
-
-        def gather(question: str) -> Retrieval:
-            room = generator.context_window - lc.prompt_overhead(question)
-            budget = min(policy.max_context_tokens or room, room)
-            return retrieve(store, question, replace(policy, max_context_tokens=budget), count, header)
-
-    return CollectionReader(inner, gather, name=options.pattern)
+    reader: Pattern = registry.collection_reader(store, options, reading, generator)
+    return reader
 
 
 def ask_collection(collection: Collection | str, question: str, options: PatternOptions | None = None,
@@ -226,5 +165,27 @@ def ask_collection(collection: Collection | str, question: str, options: Pattern
     ``temperature`` as in `ask_text`)."""
     check_question(question)
     store = open_collection(collection, home=home) if isinstance(collection, str) else collection
-    reader = collection_reader(store, options, reading, generator=generator)
+    reader: Any = collection_reader(store, options, reading, generator=generator)
     return reader.ask(question, source=store.name, settings=RunSettings(temperature=temperature))
+
+
+def pattern_specs() -> list[registry.PatternSpec]:
+    """Every way of reading the registry knows (`marginalia.patterns.registry`): the built-ins, then those
+    registered from other packages. The front ends derive their flags, bodies and choices from these."""
+    return registry.specs()
+
+
+def pattern_spec(name: str) -> registry.PatternSpec:
+    """The registered pattern called ``name`` (a `UserError` naming the known ones when there is none)."""
+    return registry.get(name)
+
+
+def pattern_options(name: str, **values: object) -> PatternOptions:
+    """The options record of the pattern ``name`` from ``values`` (a `UserError` for a bad one)."""
+    return registry.pattern_options(name, **values)
+
+
+def needs_embedder(options: PatternOptions | str) -> bool:
+    """Whether reading a text with this pattern (a record, or a name) needs an embedder: the one rule the
+    CLI, the service and the benchmark runner load one by."""
+    return registry.needs_embedder(options)

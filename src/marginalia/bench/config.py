@@ -11,13 +11,13 @@ import difflib
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from ..app import BACKENDS, DEFAULT_EMBEDDER, DEVICES
+from ..app import BACKENDS, DEFAULT_EMBEDDER, DEVICES, PatternSpec, pattern_options, pattern_specs
 from ..errors import UserError
-from ..options import AutoOptions, LcOptions, PatternOptions, RagOptions, WimOptions, pattern_options
+from ..options import PatternOptions
 from .items import TaskSpec
 
 Backend = Literal[BACKENDS]  # type: ignore[valid-type]
@@ -86,48 +86,48 @@ class TaskConfig(_Strict):
 
 
 # A ``[[patterns]]`` table is its pattern's options record plus its kind and its name: the fields, their
-# defaults and their bounds are the record's own.
+# defaults and their bounds are the record's own. Every registered pattern is a kind.
+
+#: what a kind's table takes besides its record's fields: lc may answer from the reading of a wim pattern of
+#: the config, named here (one prefill of the context for both; the prompt then opens with WiM's intro
+#: instead of long context's)
+_TABLE_EXTRAS: dict[str, dict[str, Any]] = {"lc": {"reading": (str | None, None)}}
 
 
-class LcPatternConfig(LcOptions):
-    """``[[patterns]]`` with ``kind = "lc"``: the whole context in one prompt."""
+class PatternTable(BaseModel):
+    """What every ``[[patterns]]`` table adds to its pattern's options record: its kind, and its name."""
 
-    kind: Literal["lc"]
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str
     name: str | None = None  # default: the kind
-    # answer from the reading of the wim pattern of this name (one prefill of the context for both; the
-    # prompt then opens with WiM's intro instead of long context's)
-    reading: str | None = None
 
 
-class RagPatternConfig(RagOptions):
-    """``[[patterns]]`` with ``kind = "rag"``: the ``top_k`` closest chunks."""
-
-    kind: Literal["rag"]
-    name: str | None = None
-
-
-class WimPatternConfig(WimOptions):
-    """``[[patterns]]`` with ``kind = "wim"``: Writing in the Margins."""
-
-    kind: Literal["wim"]
-    name: str | None = None
+def pattern_config(spec: PatternSpec) -> type[PatternTable]:
+    """The ``[[patterns]]`` table of kind ``spec.name`` (``WimPatternConfig`` for wim): its options record, a
+    ``kind`` naming it and an optional ``name``."""
+    bases: Any = (spec.options, PatternTable)
+    fields: dict[str, Any] = {"kind": (Literal[spec.name], ...), **_TABLE_EXTRAS.get(spec.name, {})}
+    model: type[PatternTable] = create_model(
+        f"{spec.name.title().replace('_', '')}PatternConfig", __base__=bases, __module__=__name__,
+        __doc__=f"``[[patterns]]`` with ``kind = \"{spec.name}\"``: {spec.description}.", **fields)
+    return model
 
 
-class AutoPatternConfig(AutoOptions):
-    """``[[patterns]]`` with ``kind = "auto"``: RAG, then WiM where RAG's answer does not stand."""
+#: every registered pattern's table, by kind (the registry as it stood when the config module was loaded)
+PATTERN_CONFIGS: dict[str, type[PatternTable]] = {spec.name: pattern_config(spec) for spec in pattern_specs()}
+# module attributes by their names, so that a config pickles (`bench --jobs` hands it to its workers)
+globals().update({model.__name__: model for model in PATTERN_CONFIGS.values()})
+if TYPE_CHECKING:
+    PatternConfig = PatternTable
+else:
+    PatternConfig = Annotated[Union[tuple(PATTERN_CONFIGS.values())], Field(discriminator="kind")]  # noqa: UP007
 
-    kind: Literal["auto"]
-    name: str | None = None
 
-
-PatternConfig = Annotated[LcPatternConfig | RagPatternConfig | WimPatternConfig | AutoPatternConfig,
-                          Field(discriminator="kind")]
-
-
-def pattern_record(table: LcPatternConfig | RagPatternConfig | WimPatternConfig | AutoPatternConfig
-                   ) -> PatternOptions:
-    """The options record of a ``[[patterns]]`` table (the table without its kind and name)."""
-    return pattern_options(table.kind, **table.model_dump(exclude={"kind", "name", "reading"}))
+def pattern_record(table: PatternTable) -> PatternOptions:
+    """The options record of a ``[[patterns]]`` table (the table without its kind, its name and its extras)."""
+    extras = {"kind", "name", *_TABLE_EXTRAS.get(table.kind, {})}
+    return pattern_options(table.kind, **table.model_dump(exclude=extras))
 
 
 class RunConfig(_Strict):
@@ -248,9 +248,7 @@ def _stem_name(path: Path) -> str:
 _TABLE_MODELS: dict[str, type[BaseModel]] = {
     "judge": JudgeConfig, "voting": VotingConfig, "tasks": TaskConfig,
 }
-_PATTERN_MODELS: dict[str, type[BaseModel]] = {
-    "lc": LcPatternConfig, "rag": RagPatternConfig, "wim": WimPatternConfig, "auto": AutoPatternConfig,
-}
+_PATTERN_MODELS: dict[str, type[BaseModel]] = dict(PATTERN_CONFIGS)
 
 
 def _describe(err: Any, raw: dict[str, Any]) -> str:
@@ -281,8 +279,9 @@ def _describe(err: Any, raw: dict[str, Any]) -> str:
     key = ".".join(str(part) for part in loc)
     if kind == "extra_forbidden":
         known = list(model.model_fields)
-        other = [k for k, m in _PATTERN_MODELS.items() if model in _PATTERN_MODELS.values()
-                 and m is not model and loc and loc[-1] in m.model_fields]
+        other = sorted((k for k, m in _PATTERN_MODELS.items() if model in _PATTERN_MODELS.values()
+                        and m is not model and loc and loc[-1] in m.model_fields),
+                       key=lambda k: len(_PATTERN_MODELS[k].model_fields))  # the record that adds it first
         close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.75) if loc else []
         hint = (f" (an option of kind = \"{other[0]}\")" if other else f"; did you mean {close[0]!r}?" if close
                 else f" (known keys: {', '.join(known)})")

@@ -126,10 +126,10 @@ class _JobProgress:
 
 
 def build_pattern(cfg: PatternConfig, generator: Generator, embedder: Callable[[], Embedder]) -> Pattern:
-    """A pattern from its config table (the embedder is fetched only for rag)."""
+    """A pattern from its config table (the embedder is fetched only for a pattern that needs one)."""
     from .. import app
 
-    return app.pattern(pattern_record(cfg), generator, embedder() if cfg.kind in ("rag", "auto") else None)
+    return app.pattern(pattern_record(cfg), generator, embedder() if app.needs_embedder(cfg.kind) else None)
 
 
 def share_readings(built: list[tuple[str, PatternConfig, Pattern]],
@@ -540,7 +540,10 @@ def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: 
                       judge=None, stats=None)
     else:
         scores = {k: float(v) for k, v in score(item, answer.text).items()}
-        record.update(status="ok", prediction=answer.text, scores=scores, judge=None, stats=asdict(answer.stats),
+        # "answer" is the answer's document as every answer leaves the program (`Answer.to_dict`); the fields
+        # beside it are what the reports read
+        record.update(status="ok", prediction=answer.text, answer=answer.to_dict(), scores=scores, judge=None,
+                      stats=asdict(answer.stats),
                       segments_read=answer.segments_read, segments_total=answer.segments_total,
                       margins=[margin_fields(m) for m in answer.margins],
                       margins_kept=sum(m.relevant for m in answer.margins))

@@ -105,12 +105,6 @@ def add_record_options(parser: Any, record: type[Options], *, fields: Iterable[s
                                 metavar=metavars.get(name, {int: "N", float: "X"}.get(kind, "VALUE")), help=text)
 
 
-def own_fields(record: type[Options], base: type[Options]) -> list[str]:
-    """The fields ``record`` adds to ``base``."""
-    return [name for name in record.model_fields if name not in base.model_fields]
-
-
-_SCOPE = re.compile(r"^(?:wim|rag|lc|auto)\b[^:]*?:\s+")  # "wim: ", "wim, grounded and separate judges: "
 _ASIDE = re.compile(r"\s*\([^()]*\)")
 # a clause ends at a semicolon, a full stop, or a colon that does not introduce a quotation
 _CLAUSE_END = re.compile(r";\s|:\s(?![\"'])|(?<=[a-z0-9])\.\s+(?=[A-Z])")
@@ -120,7 +114,8 @@ def short_help(description: str | None) -> str:
     """An option's help on the command line, one line: the first clause of its record's description, without
     its asides in parentheses or the pattern it is for (the option's group names that). The whole description
     is in the HTTP API's schema."""
-    text = _SCOPE.sub("", description or "")
+    names = "|".join(re.escape(spec.name) for spec in app.pattern_specs())
+    text = re.sub(rf"^(?:{names})\b[^:]*?:\s+", "", description or "")  # "wim: ", "wim, grounded judge: "
     while _ASIDE.search(text):
         text = _ASIDE.sub("", text)
     return _CLAUSE_END.split(text, maxsplit=1)[0].strip().rstrip(".")

@@ -13,16 +13,8 @@ import annotated_types
 
 from .. import app
 from ..errors import MarginaliaError, UserError
-from ..options import (
-    PATTERN_OPTIONS,
-    PATTERNS,
-    ROUTE_TOKENS,
-    AutoOptions,
-    CollectionOptions,
-    PatternOptions,
-    RagOptions,
-    WimOptions,
-)
+from ..options import ROUTE_TOKENS, CollectionOptions, PatternOptions
+from ..records import to_json
 from .common import (
     MODEL_NOTE,
     Formatter,
@@ -32,7 +24,6 @@ from .common import (
     add_record_options,
     load_model,
     model_options,
-    own_fields,
     port_number,
     positive_int,
     record_from_args,
@@ -47,28 +38,35 @@ METAVARS = {"top_k": "K", "certain": "SIM", "uncertain": "SIM"}
 
 def add_reading_options(parser: argparse.ArgumentParser, *, collection: bool = False,
                         default: str | None = None) -> None:
-    """The reading patterns' options (auto, wim, lc, rag), a group per pattern record, then (with
-    ``collection``) a collection's, then the output's. ``default``: the pattern when none is given (None: the
-    route by size, `app.default_options`)."""
+    """The registered patterns' options: the reading group (the pattern, what every pattern takes, the
+    embedder and the stored readings), then a group per record for the options it adds to those it is built
+    on; then (with ``collection``) a collection's, then the output's. ``default``: the pattern when none is
+    given (None: the route by size, `app.default_options`)."""
+    specs = app.pattern_specs()
     reading = parser.add_argument_group("reading")
     by_size = f"auto for a collection or a document of over {ROUTE_TOKENS} tokens, else wim"
-    reading.add_argument("--pattern", choices=PATTERNS, default=default,
-                         help="auto (rag, then wim where rag's answer does not stand), wim, lc or rag"
-                              + ("" if default else f" (default: {by_size})"))
+    names = [s.name for s in specs]
+    reading.add_argument("--pattern", choices=names, default=default,
+                         help=", ".join(names[:-1]) + f" or {names[-1]}" + ("" if default else f" (default: "
+                                                                             f"{by_size})"))
     add_record_options(reading, PatternOptions, metavars=METAVARS)
-    wim = parser.add_argument_group("WiM (--pattern wim or auto)")
-    add_record_options(wim, WimOptions, fields=own_fields(WimOptions, PatternOptions), metavars=METAVARS)
-    wim.add_argument("--no-cache", action="store_true",
-                     help="neither use nor keep a stored reading")
-    wim.add_argument("--cache-size", type=_checked(float, [annotated_types.Gt(0)]),
-                     default=app.DEFAULT_CACHE_BYTES / 2**30, metavar="GB",
-                     help="the most disk stored readings take")
-    rag = parser.add_argument_group("retrieval (--pattern rag or auto)")
-    add_record_options(rag, RagOptions, fields=own_fields(RagOptions, PatternOptions), metavars=METAVARS)
-    rag.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",
-                     help="minilm, hashing or st:<folder>")
-    add_record_options(rag, AutoOptions, metavars=METAVARS,  # auto's own: when rag's answer stands
-                       fields=[f for f in own_fields(AutoOptions, RagOptions) if f not in WimOptions.model_fields])
+    # the embedder loads only for a pattern that needs one (`app.needs_embedder`)
+    reading.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",
+                         help="minilm, hashing or st:<folder>")
+    cached = ", ".join(s.name for s in specs if s.read_text is not None)
+    reading.add_argument("--no-cache", action="store_true", help=f"neither use nor keep a stored reading ({cached})")
+    reading.add_argument("--cache-size", type=_checked(float, [annotated_types.Gt(0)]),
+                         default=app.DEFAULT_CACHE_BYTES / 2**30, metavar="GB",
+                         help="the most disk stored readings take")
+    claimed = set(PatternOptions.model_fields)
+    for spec in sorted(specs, key=lambda s: len(s.options.__mro__)):  # a record before those built on it
+        own = [name for name in spec.options.model_fields if name not in claimed]
+        if own:
+            users = _for([spec.name] + [s.name for s in specs
+                                        if s is not spec and set(own) & set(s.options.model_fields)])
+            add_record_options(parser.add_argument_group(f"{spec.heading} ({users})"), spec.options, fields=own,
+                               metavars=METAVARS)
+            claimed.update(own)
     if collection:
         coll = parser.add_argument_group("collection (--collection NAME)")
         coll.add_argument("--collection", "-c", metavar="NAME", help="answer from this indexed collection")
@@ -78,10 +76,17 @@ def add_reading_options(parser: argparse.ArgumentParser, *, collection: bool = F
     output.add_argument("-q", "--quiet", action="store_true", help="no margins or progress on stderr")
 
 
+def _for(names: Any) -> str:
+    """``--pattern a or b`` for the patterns named."""
+    names = list(names)
+    return "--pattern " + (" or ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + f" or {names[-1]}")
+
+
 def pattern_from_args(args: argparse.Namespace) -> PatternOptions:
     """The chosen pattern's options record, from the flags (auto's when no pattern is chosen: the route by
     size picks from it once the text is known)."""
-    result: PatternOptions = record_from_args(PATTERN_OPTIONS[args.pattern or AutoOptions.pattern], args)
+    result: PatternOptions = record_from_args(app.pattern_spec(args.pattern or app.AutoOptions.pattern).options,
+                                              args)
     return result
 
 
@@ -154,12 +159,12 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
     reading = record_from_args(CollectionOptions, args) if getattr(args, "collection", None) else None
     reporter = Reporter(args.quiet, err)
     generator = load_model(args, reporter)
-    if args.pattern is None and isinstance(options, AutoOptions):  # the route by size
+    if args.pattern is None and isinstance(options, app.AutoOptions):  # the route by size
         options = app.default_options(None if reading is not None else text, generator, options)
     if reading is not None:
         run = app.ask_collection(args.collection, question, options, reading, generator=generator, home=args.home)
     else:
-        embedder = app.load_embedder(args.embedder) if options.pattern in ("rag", "auto") else None
+        embedder = app.load_embedder(args.embedder) if app.needs_embedder(options) else None
         cache = None if args.no_cache else app.document_cache(args.home, int(args.cache_size * 2**30))
         run = app.ask_text(text, question, options, generator=generator, source=source, embedder=embedder,
                            cache=cache)
@@ -182,10 +187,8 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
                 margins.append(event.margin)
     except MarginaliaError as exc:
         if args.json:  # what was read before the failure is not lost
-            from dataclasses import asdict
-
             json.dump({"error": str(exc), "question": question, "pattern": options.pattern,
-                       "margins": [asdict(m) for m in margins], "complete": False},
+                       "margins": [to_json(m) for m in margins], "complete": False},
                       out, ensure_ascii=False, indent=2)
             out.write("\n")
         raise

@@ -25,9 +25,8 @@ from typing import Any, ClassVar
 from ..index.policy import Searchable
 from ..index.schema import Hit
 from ..models.base import CachingGenerator, GenerationParams, Generator, close_stream
-from ..options import WimOptions
 from ..patterns.judges import is_empty_margin
-from ..patterns.wim import WiM
+from ..patterns.wim import WiM, WimOptions
 from ..prompts import render
 from .events import MemoryItem, MemoryRequest
 

@@ -1,25 +1,15 @@
 """Ways of reading: long context (lc), retrieval (rag), Writing in the Margins (wim), and routing (auto: rag,
-then wim where rag's answer does not stand)."""
+then wim where rag's answer does not stand); and the registry that knows them by name (`PatternSpec`,
+`register`), through which a pattern from another package joins them."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UserError
 from ..models.base import Generator
-from ..options import (
-    JUDGE_MODES,
-    PATTERN_OPTIONS,
-    PATTERNS,
-    AutoOptions,
-    LcOptions,
-    PatternOptions,
-    RagOptions,
-    RunSettings,
-    WimOptions,
-    pattern_options,
-)
+from ..options import JUDGE_MODES, PatternOptions, RunSettings
 from .base import Pattern, Run
+from .registry import PatternSpec, register, specs
 
 if TYPE_CHECKING:
     from ..index.embedders import Embedder
@@ -30,37 +20,35 @@ def make_pattern(options: PatternOptions | str, generator: Generator, *, embedde
     """Build the pattern an options record describes (or a pattern by name, from its option values).
 
     Args:
-        options: a `WimOptions`, `LcOptions`, `RagOptions` or `AutoOptions`, or the pattern's name.
+        options: a pattern's options record (`WimOptions`, `LcOptions`, `RagOptions`, `AutoOptions`, or a
+            registered pattern's own), or the pattern's name.
         generator: the model.
-        embedder: rag's embedder, already loaded (default: load the one its options name).
+        embedder: the embedder of a pattern that retrieves (rag, auto), already loaded (default: load the one
+            its options name).
         values: option values laid over the record (with a name: the record's fields, and the
             pattern's own keyword arguments such as lc's ``intro``).
 
     Raises:
         UserError: an unknown pattern, an unknown option, or a bad value (the message names it).
     """
+    from . import registry
+
     if isinstance(options, str):
-        fields = PATTERN_OPTIONS[options].model_fields if options in PATTERN_OPTIONS else {}
-        options = pattern_options(options, **{k: v for k, v in values.items() if k in fields})
+        fields = registry.get(options).options.model_fields
+        options = registry.pattern_options(options, **{k: v for k, v in values.items() if k in fields})
         values = {k: v for k, v in values.items() if k not in fields}  # the constructor's own (lc's intro)
-    if isinstance(options, AutoOptions):  # before its bases, RagOptions and WimOptions
-        from .auto import Auto
-
-        return Auto(generator, options, embedder=embedder, **values)
-    if isinstance(options, WimOptions):
-        from .wim import WiM
-
-        return WiM(generator, options, **values)
-    if isinstance(options, LcOptions):
-        from .long_context import LongContext
-
-        return LongContext(generator, options, **values)
-    if isinstance(options, RagOptions):
-        from .rag import RAG
-
-        return RAG(generator, options, embedder=embedder, **values)
-    raise UserError(f"no pattern reads with {type(options).__name__}; "
-                    "give WimOptions, LcOptions, RagOptions or AutoOptions")
+    return registry.build(options, generator, embedder=embedder, **values)
 
 
-__all__ = ["JUDGE_MODES", "PATTERNS", "Pattern", "Run", "RunSettings", "make_pattern"]
+def __getattr__(name: str) -> Any:
+    """The built-in patterns' options records, from their modules (``from marginalia.patterns import
+    WimOptions``)."""
+    modules = {"AutoOptions": "auto", "WimOptions": "wim", "LcOptions": "long_context", "RagOptions": "rag"}
+    if name in modules:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{modules[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["JUDGE_MODES", "Pattern", "PatternSpec", "Run", "RunSettings", "make_pattern", "register", "specs"]

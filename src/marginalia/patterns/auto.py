@@ -8,6 +8,9 @@ passages do not tell, or when what it says is not in them. A question that gathe
 The decision is an event (`Routed`) sent before the second reading; the answer carries it (`Answer.route`), and
 its stats count both readings. RAG's answer is held back until it is known to stand, so a reader never sees an
 answer that is then replaced.
+
+Its options record (`AutoOptions`), its reader of a collection (`CollectionRouter`) and its registration
+(`SPEC`) are here too.
 """
 
 from __future__ import annotations
@@ -15,13 +18,43 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
 
 from ..models.base import CachingGenerator, Clock, Generator
-from ..options import AutoOptions
+from ..options import SUPPORT_THRESHOLD, CollectionOptions, RunSettings
 from ..records import Answer, AnswerDelta, Done, Event, Route, Routed, Stats
 from .base import Pattern, Run, resolve_options
+from .collection import CollectionReader, _FromCollection
 from .grounding import find_evidence
+from .rag import RAG, RagOptions
+from .registry import PatternSpec, collection_reader
+from .wim import WiM, WimOptions
+
+if TYPE_CHECKING:
+    from ..index.store import Collection
+    from ..models.snapshots import SnapshotStore
+
+
+class AutoOptions(RagOptions, WimOptions):
+    """Routing: read with RAG; where its answer does not stand on the passages it read, or the question
+    gathers over the whole document, read with WiM. Takes rag's and wim's options for the two readings."""
+
+    pattern: ClassVar[str] = "auto"
+    support_threshold: float = Field(
+        default=SUPPORT_THRESHOLD, ge=0.0, le=1.0,
+        description="auto: the least support (share of the RAG answer's new words, by rarity, that one sentence "
+                    "of the retrieved passages holds) for the RAG answer to stand; below it, WiM reads (0: RAG's "
+                    "answer always stands, unless the question gathers over the whole document)")
+
+    def rag_options(self) -> RagOptions:
+        """The first reading's record."""
+        return RagOptions(**self.model_dump(include=set(RagOptions.model_fields)))
+
+    def wim_options(self) -> WimOptions:
+        """The second reading's record."""
+        return WimOptions(**self.model_dump(include=set(WimOptions.model_fields)))
 
 #: a question that gathers over the whole text: counts, frequencies, every instance
 _GATHERS = re.compile(
@@ -105,12 +138,8 @@ class Auto(Pattern):
         super().__init__(generator, opts)
         self.support_threshold = opts.support_threshold
         if first is None:
-            from .rag import RAG
-
             first = RAG(generator, opts.rag_options(), embedder=embedder)
         if second is None and isinstance(generator, CachingGenerator):
-            from .wim import WiM
-
             second = WiM(generator, opts.wim_options())
         self.first = first
         self.second = second
@@ -170,3 +199,51 @@ class Auto(Pattern):
 
     def _answer(self, answer: Answer, route: Route, stats: Stats) -> Answer:
         return replace(answer, pattern=self.name, route=route, stats=stats)
+
+
+class CollectionRouter(Auto, _FromCollection):
+    """Routing over a collection (see `Auto`): ``first`` is rag's `CollectionReader` (the retrieved chunks),
+    ``second`` wim's (the retrieved sections), or None where the model cannot read with WiM.
+
+    A question the retrieval policy answers from the question bank (``direct``) or finds nothing for
+    (``none``) is not read again: the same search would decide the same for WiM's reader.
+    """
+
+    def __init__(self, generator: Generator, options: AutoOptions, *, first: CollectionReader,
+                 second: CollectionReader | None) -> None:
+        super().__init__(generator, options, first=first, second=second)
+        self.second = second  # not a WiM of Auto's own: it would read the caller's context, which is empty
+
+    def decide(self, question: str, answer: Answer) -> Route:
+        best = max((r.score for r in answer.references if r.score is not None), default=None)
+        if answer.retrieval == "direct":
+            return Route("rag", "a stored question of the collection matches it: its answer stands",
+                         {"retrieval": best})
+        if answer.retrieval == "none":
+            return Route("rag", "nothing in the collection is relevant to it: WiM would find nothing to read",
+                         {"retrieval": best})
+        return super().decide(question, answer)
+
+
+def _read_text(generator: Generator, options: AutoOptions, text: str, question: str, *, source: str,
+               embedder: Any, cache: SnapshotStore, settings: RunSettings | None) -> Run:
+    """RAG, then WiM from a stored reading of ``text`` where there is one (a model with a KV cache)."""
+    second = (WiM(generator, options.wim_options()).reader(text, source, store=cache).pattern()
+              if isinstance(generator, CachingGenerator) else None)
+    return Auto(generator, options, embedder=embedder, second=second).run(text, question, source=source,
+                                                                         settings=settings)
+
+
+def _read_collection(store: Collection, options: AutoOptions, reading: CollectionOptions, generator: Generator,
+                     scope: str) -> CollectionRouter:
+    """rag's reader of the collection, then wim's (a model with a KV cache) where rag's answer does not stand."""
+    second = (collection_reader(store, options.wim_options(), reading, generator)
+              if isinstance(generator, CachingGenerator) else None)
+    return CollectionRouter(generator, options, second=second,
+                            first=collection_reader(store, options.rag_options(), reading, generator))
+
+
+SPEC = PatternSpec(
+    name="auto", options=AutoOptions, pattern=Auto, title="routing", needs_embedder=True,
+    description="RAG, then WiM where RAG's answer does not stand on its passages",
+    reads="chunks", read_text=_read_text, read_collection=_read_collection)

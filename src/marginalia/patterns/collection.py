@@ -1,22 +1,26 @@
 """Reading a collection: the retrieval policy gathers references, then a pattern reads them.
 
-``rag`` answers from the retrieved chunks; ``lc`` and ``wim`` read the retrieved sections (or whole
-documents) as their context; ``auto`` answers with rag's reader, then wim's where that answer does not
-stand. Either way the answer's references point into the documents (source, section path, character
-span), not into the assembled context.
+Each pattern's registration says how it reads a collection (`registry.collection_reader`): ``rag`` answers
+from the retrieved chunks; ``lc`` and ``wim`` read the retrieved sections (or whole documents) as their
+context; ``auto`` answers with rag's reader, then wim's where that answer does not stand. Either way the
+answer's references point into the documents (source, section path, character span), not into the assembled
+context. `searching` is a reader's retrieval step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from ..index.policy import Piece, Retrieval, piece_header
+from ..index.policy import Piece, Retrieval, RetrievalPolicy, piece_header, retrieve
 from ..models.base import Clock, Generator
-from ..options import AutoOptions, RunSettings
-from ..records import Answer, AnswerDelta, Done, Event, Reference, Retrieved, Route, Started, Stats
-from .auto import Auto
+from ..options import CollectionOptions, RunSettings
+from ..records import Answer, AnswerDelta, Done, Event, Reference, Retrieved, Started, Stats
 from .base import Pattern, Run, check_question
+
+if TYPE_CHECKING:
+    from ..index.store import Collection
 
 NO_REFERENCES = "No relevant references found in the collection, so there is no answer to give."
 
@@ -127,25 +131,26 @@ class CollectionReader(_FromCollection):
                 yield event
 
 
-class CollectionRouter(Auto, _FromCollection):
-    """Routing over a collection (see `Auto`): ``first`` is rag's `CollectionReader` (the retrieved chunks),
-    ``second`` wim's (the retrieved sections), or None where the model cannot read with WiM.
+def searching(store: Collection, reading: CollectionOptions, generator: Generator, *, scope: str, k: int,
+              room: Callable[[str], int] | None = None) -> Callable[[str], Retrieval]:
+    """A reader's question -> Retrieval step: ``reading``'s policy, ``k`` hits read as ``scope``.
 
-    A question the retrieval policy answers from the question bank (``direct``) or finds nothing for
-    (``none``) is not read again: the same search would decide the same for WiM's reader.
+    ``room(question)``: the most tokens of references the reader has room for (a reader that answers in one
+    prompt: what fits the window); None: ``reading.max_context_tokens`` alone bounds them.
     """
+    policy = RetrievalPolicy(
+        certain=reading.certain, uncertain=reading.uncertain, k=k, scope=scope,
+        max_context_tokens=reading.max_context_tokens, mode=reading.search, use_questions=reading.use_questions)
+    count = generator.tokenizer.count
 
-    def __init__(self, generator: Generator, options: AutoOptions, *, first: CollectionReader,
-                 second: CollectionReader | None) -> None:
-        super().__init__(generator, options, first=first, second=second)
-        self.second = second  # not a WiM of Auto's own: it would read the caller's context, which is empty
+    def header(piece: Piece) -> int:  # each piece is read under a line naming it
+        return count(piece_header(piece))
 
-    def decide(self, question: str, answer: Answer) -> Route:
-        best = max((r.score for r in answer.references if r.score is not None), default=None)
-        if answer.retrieval == "direct":
-            return Route("rag", "a stored question of the collection matches it: its answer stands",
-                         {"retrieval": best})
-        if answer.retrieval == "none":
-            return Route("rag", "nothing in the collection is relevant to it: WiM would find nothing to read",
-                         {"retrieval": best})
-        return super().decide(question, answer)
+    def gather(question: str) -> Retrieval:
+        if room is None:
+            return retrieve(store, question, policy, count, header)
+        space = room(question)
+        budget = min(policy.max_context_tokens or space, space)
+        return retrieve(store, question, replace(policy, max_context_tokens=budget), count, header)
+
+    return gather

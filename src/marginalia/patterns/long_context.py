@@ -1,14 +1,26 @@
-"""Long context: the whole document, then the question, in one prompt."""
+"""Long context: the whole document, then the question, in one prompt; its options record and its
+registration."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..models.base import Clock, Generator
-from ..options import LcOptions
+from ..options import CollectionOptions, PatternOptions
 from ..records import Answer, Done, Event, Reference, Started
 from .base import Framing, Pattern, Run, ledger_for, make_stats, relay_answer, resolve_options
+from .collection import CollectionReader, searching
+from .registry import PatternSpec
+
+if TYPE_CHECKING:
+    from ..index.store import Collection
+
+
+class LcOptions(PatternOptions):
+    """Long context: the whole document, then the question, in one prompt."""
+
+    pattern: ClassVar[str] = "lc"
 
 
 class LongContext(Pattern):
@@ -59,3 +71,27 @@ class LongContext(Pattern):
             references=(Reference(source, 0, len(context), "(the whole document)"),),
             stats=stats, segments_read=1, segments_total=1,
         ))
+
+
+def one_prompt_reader(store: Collection, options: PatternOptions, reading: CollectionOptions,
+                      generator: Generator, *, scope: str, k: int, intro: str, name: str) -> CollectionReader:
+    """A reader of a collection that answers in one prompt from the references it gathers (``k`` hits of
+    ``scope``), cut to what fits the model's window beside the prompt and the answer."""
+    lc = LongContext(generator, LcOptions(max_new_tokens=options.max_new_tokens), intro=intro)
+
+    def room(question: str) -> int:
+        return generator.context_window - lc.prompt_overhead(question)
+
+    return CollectionReader(lc, searching(store, reading, generator, scope=scope, k=k, room=room), name=name)
+
+
+def _read_collection(store: Collection, options: PatternOptions, reading: CollectionOptions, generator: Generator,
+                     scope: str) -> CollectionReader:
+    return one_prompt_reader(store, options, reading, generator, scope=scope, k=reading.hits,
+                             intro="document_intro", name="lc")
+
+
+SPEC = PatternSpec(
+    name="lc", options=LcOptions, pattern=LongContext, title="long context",
+    description="long context: the whole document, then the question, in one prompt",
+    reads="sections", read_collection=_read_collection)

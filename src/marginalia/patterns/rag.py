@@ -1,19 +1,35 @@
-"""Retrieval-augmented generation over one context: the top-k chunks, then the question."""
+"""Retrieval-augmented generation over one context: the top-k chunks, then the question; its options record
+and its registration."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from pydantic import Field
 
 from ..index.embedders import Embedder, load_embedder
 from ..ingest.segment import segments_from_tokens
 from ..models.base import Clock, Generator
-from ..options import RagOptions
+from ..options import MAX_ITEMS, MAX_TOKENS, CollectionOptions, PatternOptions
 from ..records import Answer, Done, Event, Reference, Segment, SegmentRead, Started
 from .base import Framing, Pattern, Run, ledger_for, make_stats, relay_answer, resolve_options
+from .collection import CollectionReader
+from .long_context import one_prompt_reader
+from .registry import PatternSpec
+
+if TYPE_CHECKING:
+    from ..index.store import Collection
+
+
+class RagOptions(PatternOptions):
+    """Retrieval over one document: the ``top_k`` closest chunks, then the question."""
+
+    pattern: ClassVar[str] = "rag"
+    chunk_tokens: int = Field(default=128, gt=0, le=MAX_TOKENS, description="rag: model tokens per retrieved chunk")
+    top_k: int = Field(default=4, gt=0, le=MAX_ITEMS, description="rag: how many chunks the answer sees")
 
 _BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
 
@@ -118,3 +134,16 @@ class RAG(Pattern):
             for seg in segments_from_tokens(piece, ids, offsets, self.chunk_tokens):
                 chunks.append(Segment(len(chunks), start + seg.start, start + seg.end, seg.text, seg.token_ids))
         return chunks
+
+
+def _read_collection(store: Collection, options: RagOptions, reading: CollectionOptions, generator: Generator,
+                     scope: str) -> CollectionReader:
+    """Its ``top_k`` hits of the collection (chunks, unless ``reading.scope`` says otherwise), in one prompt."""
+    return one_prompt_reader(store, options, reading, generator, scope=scope, k=options.top_k,
+                             intro="passages_intro", name="rag")
+
+
+SPEC = PatternSpec(
+    name="rag", options=RagOptions, pattern=RAG, title="retrieval", needs_embedder=True,
+    description="retrieval: the chunks of the text closest to the question, then the question",
+    reads="chunks", read_collection=_read_collection)

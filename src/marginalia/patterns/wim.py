@@ -13,6 +13,8 @@ segment k's has been taken in, so margins decode side by side while each request
 still extends the prompt before it. Not on a server that keeps a prompt per slot
 (``shares_prefixes`` false): side by side, the requests would land on slots that hold
 another segment's prefix and read the difference again.
+
+Its options record (`WimOptions`) and its registration (`SPEC`) are here too.
 """
 
 from __future__ import annotations
@@ -26,14 +28,16 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import Field
 
 from ..errors import UserError
 from ..ingest.segment import segments_from_tokens
 from ..models.base import CacheSnapshot, CachingGenerator, Clock, GenerationParams, Generator, Usage, close_stream
 from ..models.ledger import PrefillLedger
 from ..models.snapshots import SnapshotStore, snapshot_key
-from ..options import RunSettings, WimOptions
+from ..options import MAX_TOKENS, TOPIC_THRESHOLD, JudgeMode, PatternOptions, RunSettings
 from ..records import (
     Answer,
     Done,
@@ -63,8 +67,39 @@ from .base import (
 from .grounding import items_found, list_items
 from .judges import LIST_SHARE, SeparateJudge, Verdict, make_judge
 from .long_context import LongContext
+from .registry import PatternSpec
 
 log = logging.getLogger(__name__)
+
+
+class WimOptions(PatternOptions):
+    """Writing in the Margins: segment by segment through one KV cache, a margin after each."""
+
+    pattern: ClassVar[str] = "wim"
+    segment_tokens: int = Field(default=512, gt=0, le=MAX_TOKENS, description="wim: model tokens per segment")
+    judge: JudgeMode = Field(
+        default="grounded",
+        description="wim: how a margin is judged relevant: grounded, when the text read supports it and is on the "
+                    "question; or separate, the model classifies it in a request of its own beside the reading "
+                    "(the WiM paper's method)")
+    margin_tokens: int = Field(default=48, gt=0, le=MAX_TOKENS, description="wim: the most tokens per margin")
+    grounding_threshold: float = Field(
+        default=0.5, ge=0.0, le=1.0,
+        description="wim, grounded judge: share of a margin's new words (by rarity) one sentence read must "
+                    "hold; a margin copied from the text holds them all")
+    topic_threshold: float = Field(
+        default=TOPIC_THRESHOLD, ge=0.0, le=1.0,
+        description="wim, grounded judge: share of the question's words (by rarity) the sentence supporting "
+                    "a margin must hold (0: any supported margin is on topic)")
+    batch_margins: bool = Field(
+        default=False,
+        description="wim: write margins side by side in-process once their segments are read: faster where a "
+                    "decode step costs less per token with more tokens in it (a GPU); a greedy margin may differ "
+                    "where two tokens nearly tie")
+    stop_at_score: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="wim: stop reading once a margin is judged relevant with at least this score (grounded: "
+                    "its support times its topicality; separate: 1); off when not given")
 
 #: puts the worker's cache at a segment's end; True when it came from a kept copy, not a prefill
 Place = Callable[[Segment], bool]
@@ -727,3 +762,16 @@ def cite(margin: Margin, segments: list[Segment], context: str, source: str) -> 
         return Reference(source, start, end, context[start:end].strip(), where, margin.score)
     segment = segments[margin.segment_index]
     return Reference(source, segment.start, segment.end, margin.text, segment.index, margin.score)
+
+
+def _read_text(generator: Generator, options: WimOptions, text: str, question: str, *, source: str,
+               embedder: Any, cache: SnapshotStore, settings: RunSettings | None) -> Run:
+    """From a stored reading of ``text`` where there is one; the whole reading is stored once it is read."""
+    return WiM(generator, options).reader(text, source, store=cache).ask(question, settings)
+
+
+SPEC = PatternSpec(
+    name="wim", options=WimOptions, pattern=WiM, title="WiM",
+    description="Writing in the Margins: segment by segment through one KV cache, a margin for the question "
+                "after each, then the answer from the relevant margins",
+    reads="sections", read_text=_read_text)

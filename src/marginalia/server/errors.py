@@ -20,7 +20,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..app import public_spec
+from ..app import pattern_specs, public_spec
 from ..errors import (
     BackendError,
     CollectionBusy,
@@ -33,16 +33,12 @@ from ..errors import (
     NotFound,
     UserError,
 )
-from ..options import PATTERNS
 
 log = logging.getLogger("marginalia.server")
 #: the most characters of an error message sent to a client
 MAX_MESSAGE = 1000
 #: the most problems a validation error lists; the rest are counted (a body may hold millions)
 MAX_PROBLEMS = 20
-#: the tags of the reading union (`schemas.Reading`) pydantic puts in an error's location: the patterns, and
-#: ``default`` for a reading that names none
-READING_TAGS = (*PATTERNS, "default")
 #: the error type of a body part that names more than `MAX_PROBLEMS` unknown fields (``names``: the first)
 UNKNOWN_FIELDS = "unknown_fields"
 
@@ -171,7 +167,14 @@ def field_name(loc: tuple[Any, ...] | list[Any]) -> str:
     parts = [str(p) for p in loc]
     if len(parts) > 1 and parts[0] in ("body", "query", "path", "header"):
         parts = parts[1:]
-    return ".".join(p for i, p in enumerate(parts) if not (i and parts[i - 1] == "reading" and p in READING_TAGS))
+    tags = reading_tags()
+    return ".".join(p for i, p in enumerate(parts) if not (i and parts[i - 1] == "reading" and p in tags))
+
+
+def reading_tags() -> set[str]:
+    """The tags of the reading union (`schemas.Reading`) pydantic puts in an error's location: the registered
+    patterns, and ``default`` for a reading that names none."""
+    return {*(spec.name for spec in pattern_specs()), "default"}
 
 
 def shorten(name: str, most: int = 100) -> str:

@@ -4,14 +4,14 @@ Every step the Python API yields becomes one typed event (``started``, ``retriev
 auto: the reading it takes and why, before WiM reads or before retrieval's answer), ``segment_read``,
 ``segments_dropped`` (a long document: the oldest segments left the cache to make room),
 ``margin_written``, ``margin_judged``, ``reading_stopped`` (before the end: asked, or the answer was found),
-``answer_delta``, ``done``). References are sent once, in ``done``;
+``answer_delta``, ``done``: the whole answer, `Answer.to_dict`'s document as every answer is sent). References
+are sent once, in ``done``;
 ``retrieved`` says only how many were gathered, and ``segment_read`` says where a segment lies, not its text
 (in the text read: for a collection, the retrieved references joined under their headings).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from ..records import (
@@ -23,48 +23,31 @@ from ..records import (
     MarginJudged,
     MarginWritten,
     ReadingStopped,
-    Reference,
     Retrieved,
     Route,
     Routed,
     SegmentRead,
     SegmentsDropped,
     Started,
+    to_json,
 )
 
 #: a reference's quoted text is cut to this many characters (a whole section can be a reference)
 QUOTE_CHARS = 2000
 
 
-def reference_dict(ref: Reference) -> dict[str, Any]:
-    """Where an answer draws from: document, section path, page, character span and the quoted text."""
-    quote = ref.text if len(ref.text) <= QUOTE_CHARS else ref.text[:QUOTE_CHARS - 1] + "\u2026"
-    return {"document": ref.source, "section_path": list(ref.section_path), "page": ref.page,
-            "start": ref.start, "end": ref.end, "quote": quote, "score": ref.score,
-            "segment_index": ref.segment_index}
-
-
 def margin_dict(margin: Margin) -> dict[str, Any]:
-    data = asdict(margin)
-    data["evidence"] = list(margin.evidence) if margin.evidence is not None else None
-    return data
+    return to_json(margin)
 
 
 def route_dict(route: Route | None) -> dict[str, Any] | None:
     """Pattern auto's route: the reading that answered (``rag`` or ``wim``), why, and the signals it read."""
-    return None if route is None else {"taken": route.taken, "reason": route.reason, "signals": dict(route.signals)}
+    return None if route is None else to_json(route)
 
 
 def answer_dict(answer: Answer) -> dict[str, Any]:
-    """The whole answer: its text, references, margins, stats, how retrieval decided and (auto) the route."""
-    return {
-        "question": answer.question, "answer": answer.text, "pattern": answer.pattern, "model": answer.model,
-        "references": [reference_dict(r) for r in answer.references],
-        "margins": [margin_dict(m) for m in answer.margins], "stats": asdict(answer.stats),
-        "segments_read": answer.segments_read, "segments_total": answer.segments_total,
-        "stopped_early": answer.stopped_early, "stop_reason": answer.stop_reason or None,
-        "retrieval": answer.retrieval or None, "route": route_dict(answer.route),
-    }
+    """The whole answer (`Answer.to_dict`), each reference's quoted text cut to `QUOTE_CHARS` characters."""
+    return answer.to_dict(quote_chars=QUOTE_CHARS)
 
 
 def event_payload(event: Event) -> dict[str, Any]:

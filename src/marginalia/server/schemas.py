@@ -1,10 +1,11 @@
-"""Request bodies: the options records (`AutoOptions`, `WimOptions`, `LcOptions`, `RagOptions`,
-`CollectionOptions`) as their parts, so each option's default, bounds and description come from the record and
-nowhere else.
+"""Request bodies: the options records (each registered pattern's, and `CollectionOptions`) as their parts, so
+each option's default, bounds and description come from the record and nowhere else.
 
 A body names its pattern in ``reading.pattern``; the records themselves keep the pattern as a class
-attribute, so each gets a request twin here that adds it as a field (`record` turns it back). A reading that
-names no pattern (`DefaultReading`) takes auto's options and the route by size (`app.default_options`).
+attribute, so each registered pattern gets a request twin here that adds it as a field (``WimReading`` for
+wim: `reading_models`; `record` turns it back). A reading that names no pattern (`DefaultReading`) takes
+auto's options and the route by size (`app.default_options`). `options_schema` is the JSON Schema the web
+page builds its reading form from.
 
 Every part of a body is strict (`Part`): a value of the wrong JSON type is refused rather than converted
 (``"512"`` is not a number, ``"yes"`` not a boolean; a whole number is a number), so the records used in
@@ -17,25 +18,13 @@ from __future__ import annotations
 import json
 import warnings
 from contextvars import ContextVar
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, create_model, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..app import GenerationParams
-from ..options import (
-    MAX_TOKENS,
-    PATTERN_OPTIONS,
-    PATTERNS,
-    ROUTE_TOKENS,
-    AutoOptions,
-    CollectionOptions,
-    ComposeOptions,
-    LcOptions,
-    PatternOptions,
-    RagOptions,
-    WimOptions,
-)
+from ..app import AutoOptions, GenerationParams, PatternSpec, pattern_spec, pattern_specs
+from ..options import MAX_TOKENS, ROUTE_TOKENS, CollectionOptions, ComposeOptions, PatternOptions
 from ..options import describe as describe_options
 from .errors import MAX_PROBLEMS, UNKNOWN_FIELDS
 
@@ -70,34 +59,31 @@ class Part(BaseModel):
         return few_unknown(cls, data)
 
 
-with warnings.catch_warnings():  # the field shadows the records' ClassVar on purpose
+def reading_model(spec: PatternSpec) -> type[Part]:
+    """A registered pattern's request twin: its options record, strict, with ``pattern`` as a field naming it
+    (``WimReading`` for wim); its description is the registration's."""
+    with warnings.catch_warnings():  # the field shadows the records' ClassVar on purpose
+        warnings.filterwarnings("ignore", message="Field name \"pattern\"")
+        bases: Any = (spec.options, Part)
+        fields: dict[str, Any] = {"pattern": (Literal[spec.name], spec.name)}
+        model: type[Part] = create_model(
+            f"{spec.name.title().replace('_', '')}Reading", __base__=bases, __module__=__name__,
+            __doc__=f"{spec.description[:1].upper()}{spec.description[1:]}, with its options.", **fields)
+    return model
+
+
+with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Field name \"pattern\"")
-
-    class AutoReading(AutoOptions, Part):
-        """RAG, then WiM when needed (where RAG's answer does not stand on its passages), with its options."""
-
-        pattern: Literal["auto"] = "auto"  # type: ignore[misc]
-
-    class WimReading(WimOptions, Part):
-        """Writing in the Margins, with its options."""
-
-        pattern: Literal["wim"] = "wim"  # type: ignore[misc]
-
-    class LcReading(LcOptions, Part):
-        """Long context, with its options."""
-
-        pattern: Literal["lc"] = "lc"  # type: ignore[misc]
-
-    class RagReading(RagOptions, Part):
-        """Retrieval over the text, with its options."""
-
-        pattern: Literal["rag"] = "rag"  # type: ignore[misc]
 
     class DefaultReading(AutoOptions, Part):
         __doc__ = (f"No pattern named: auto over a collection or a text of more than {ROUTE_TOKENS} tokens, "
                    "wim over a shorter text; auto's options.")
 
         pattern: None = None  # type: ignore[misc, assignment]
+
+
+#: every registered pattern's request twin, by name (the registry as it stood when the service was built)
+READINGS: dict[str, type[Part]] = {spec.name: reading_model(spec) for spec in pattern_specs()}
 
 
 _CollectionRecord = CollectionOptions  # the module's names, which the nested classes below shadow
@@ -125,24 +111,55 @@ def _pattern_of(value: Any) -> str | None:
     return None
 
 
-AnyReading = AutoReading | WimReading | LcReading | RagReading | DefaultReading
-Reading = Annotated[
-    Annotated[AutoReading, Tag("auto")] | Annotated[WimReading, Tag("wim")] | Annotated[LcReading, Tag("lc")]
-    | Annotated[RagReading, Tag("rag")] | Annotated[DefaultReading, Tag("default")],
-    Discriminator(_pattern_of, custom_error_type="unknown_pattern",
-                  custom_error_message=f"unknown pattern; choose one of {', '.join(PATTERNS)}, or name none "
-                                       "for the route by size"),
-]
+if TYPE_CHECKING:
+    class AnyReading(Part):
+        """What every reading is: a pattern's options record, strict, with the pattern's name (None: none)."""
+
+        pattern: str | None
+
+    Reading = AnyReading
+else:
+    AnyReading = Part  # one of `READINGS`, or a `DefaultReading`
+    Reading = Annotated[
+        Union[tuple(Annotated[model, Tag(name)] for name, model in READINGS.items())  # noqa: UP007
+              + (Annotated[DefaultReading, Tag("default")],)],
+        Discriminator(_pattern_of, custom_error_type="unknown_pattern",
+                      custom_error_message=f"unknown pattern; choose one of {', '.join(READINGS)}, or name none "
+                                           "for the route by size"),
+    ]
 
 
 def record(reading: AnyReading) -> PatternOptions:
     """The options record a request's reading stands for (auto's for one that names no pattern)."""
-    cls = PATTERN_OPTIONS[reading.pattern or AutoOptions.pattern]
+    cls = pattern_spec(reading.pattern or AutoOptions.pattern).options
     result: PatternOptions = cls.model_validate(reading.model_dump(exclude={"pattern"}))
     return result
 
 
-def _default_reading() -> DefaultReading:
+def options_schema() -> dict[str, Any]:
+    """The JSON Schema of a request's reading options, what the web page builds its form from: ``reading`` is
+    one of the registered patterns (each with its description and options: defaults, bounds, descriptions),
+    with the answer's ``temperature`` and, for a collection, ``collection_options``."""
+    readings = []
+    for spec in pattern_specs():
+        if spec.name in READINGS:  # registered before the service was built
+            schema = READINGS[spec.name].model_json_schema()
+            schema.update(title=spec.name, description=spec.description)
+            readings.append(schema)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Reading options",
+        "description": "How to read: a pattern and its options, the answer's temperature, and what reading a "
+                       "collection takes.",
+        "type": "object",
+        "properties": {
+            "reading": {"oneOf": readings, "description": "the pattern and its options"},
+            "temperature": AskRequest.model_json_schema()["properties"]["temperature"],
+            "collection_options": Strict.CollectionOptions.model_json_schema(),
+        },
+    }
+
+
+def _default_reading() -> Any:
     return DefaultReading()
 
 

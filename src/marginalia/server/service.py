@@ -18,7 +18,7 @@ from .. import app
 from ..app import Generator
 from ..errors import NotFound, UserError
 from ..home import resolve_home
-from ..options import AutoOptions, ChunkingOptions, PatternOptions
+from ..options import ChunkingOptions, PatternOptions
 from ..records import Document, Section
 from .audit import Audit
 from .compose import ComposeSession, ComposeSessions, ModelPool
@@ -308,14 +308,13 @@ class Service:
     def _read_document(self, doc: Document, sections: list[Section], options: PatternOptions, by_size: bool,
                        question: str, temperature: float | None) -> Prepared:
         """``by_size``: ``options`` are auto's, and the route by size chooses the pattern."""
-        retrieves = ("rag", "auto")
-        embedder = self.embedder() if not by_size and options.pattern in retrieves else None
+        embedder = self.embedder() if not by_size and app.needs_embedder(options) else None
 
         def start() -> Run:
             model = self.reading_model()
             chosen = self._chosen(options, by_size, doc.text, model)
             # chosen by size: the embedder loads (once) only where the route takes retrieval
-            loaded = self.embedder() if embedder is None and chosen.pattern in retrieves else embedder
+            loaded = self.embedder() if embedder is None and app.needs_embedder(chosen) else embedder
             return app.ask_text(doc.text, question, chosen, generator=model, source=doc.source,
                                 embedder=loaded, cache=self.readings, temperature=temperature)
 
@@ -325,7 +324,7 @@ class Service:
     def _chosen(options: PatternOptions, by_size: bool, text: str | None, model: Generator) -> PatternOptions:
         """The options a reading takes: ``options``, or with ``by_size`` the route by size with them (for a
         collection, ``text`` None)."""
-        if by_size and isinstance(options, AutoOptions):
+        if by_size and isinstance(options, app.AutoOptions):
             return app.default_options(text, model, options)
         return options
 

@@ -1,8 +1,8 @@
-"""The docqa service's ``/chat``: a message and the retrieval thresholds in; answer, references, metadata out."""
+"""The docqa service's ``/chat``: a message and the retrieval thresholds in; answer, references, metadata out
+(``metadata``: the whole answer, as every answer is sent)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from ...errors import UserError
 from ...records import Answer
 from ..common import Caller, ParsedOffLoop, answer, get_service, start_reading
-from ..events import reference_dict, route_dict
+from ..events import answer_dict
 from ..schemas import AskRequest, DocqaChatRequest, Strict
 from ..service import Service
 
@@ -21,14 +21,13 @@ ServiceDep = Annotated[Service, Depends(get_service)]
 
 
 def docqa_output(result: Answer) -> dict[str, Any]:
-    """docqa's reply: ``answer``, ``references`` (``source``, ``content``, and where in the source), ``metadata``."""
-    references = [{"source": r.source, "content": r.text, **reference_dict(r)} for r in result.references]
-    for ref in references:
-        del ref["quote"], ref["document"]  # said by content and source
-    return {"answer": result.text, "references": references,
-            "metadata": {"pattern": result.pattern, "model": result.model, "retrieval": result.retrieval or None,
-                         "route": route_dict(result.route), "segments_read": result.segments_read,
-                         "segments_total": result.segments_total, "stats": asdict(result.stats)}}
+    """docqa's reply: ``answer``, ``references`` (``source``, ``content``, and where in the source), and
+    ``metadata``: the answer's document (`Answer.to_dict`)."""
+    document = answer_dict(result)
+    references = [{"source": ref["source"], "content": ref["text"],
+                   **{key: value for key, value in ref.items() if key not in ("source", "text")}}
+                  for ref in document["references"]]
+    return {"answer": result.text, "references": references, "metadata": document}
 
 
 @router.post("/chat", summary="Answer a message from a collection (docqa's request and reply)")

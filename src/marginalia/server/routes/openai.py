@@ -1,9 +1,9 @@
 """An OpenAI-compatible chat API over collections: ``model`` is ``marginalia:<collection>``, read as
 ``extra_body={"marginalia": {"reading": ...}}`` says (by default auto: retrieval, then WiM where retrieval's
-answer does not stand). The answer's references travel in one extra field, ``references`` (in the reply, or
-once, in a stream's last chunk), and the reading's id and route in another, ``marginalia`` (in the reply; in a
-stream, the id in the first chunk and the route in the last) and the id in the ``Marginalia-Reading-Id``
-header, so a client can stop it with ``POST /v1/readings/{id}/stop``."""
+answer does not stand). The reading's id and the whole answer (`Answer.to_dict`: its references, margins,
+route and stats) travel in one extra field, ``marginalia``: ``{"reading_id", "answer"}`` in the reply; in a
+stream, the id in the first chunk and the answer in the last. The id is in the ``Marginalia-Reading-Id``
+header too, so a client can stop the reading with ``POST /v1/readings/{id}/stop``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ...errors import NotFound
 from ...records import Answer, AnswerDelta, Done, Stats
 from ..common import CLIENT_CLOSED, READING_HEADER, STREAMED, Caller, ParsedOffLoop, get_service, start_reading
 from ..errors import describe, error_body, error_response
-from ..events import reference_dict, route_dict
+from ..events import answer_dict
 from ..schemas import AskRequest, ChatCompletionRequest
 from ..service import Service
 from ..worker import ClientGone, Failed, Reading
@@ -63,7 +63,8 @@ def usage(stats: Stats) -> dict[str, int]:
              description="The reply (or a stream's first chunk) carries `marginalia: {reading_id}`, as does the "
                          "`Marginalia-Reading-Id` header: `POST /v1/readings/{id}/stop` stops the reading, "
                          "which still answers from what it read. The reply (or a stream's last chunk) carries "
-                         "`references` and `marginalia: {route}` (auto: the reading that answered and why).",
+                         "`marginalia: {answer}`: the whole answer, as `/v1/ask` sends it (references, margins, "
+                         "route, stats).",
              responses=STREAMED)
 async def chat_completions(body: ChatCompletionRequest, request: Request, service: ServiceDep,
                            who: Caller) -> Response:
@@ -105,8 +106,7 @@ def _completion(reply_id: str, created: int, model: str, answer: Answer, reading
     return {"id": reply_id, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
                          "finish_reason": "stop", "logprobs": None}],
-            "usage": usage(answer.stats), "references": [reference_dict(r) for r in answer.references],
-            "marginalia": {"reading_id": reading_id, "route": route_dict(answer.route)}}
+            "usage": usage(answer.stats), "marginalia": {"reading_id": reading_id, "answer": answer_dict(answer)}}
 
 
 def _chunk(reply_id: str, created: int, model: str, delta: dict[str, Any], finish: str | None = None,
@@ -129,8 +129,7 @@ async def _chunks(reading: Reading, item: Any, reply_id: str, created: int, mode
             if isinstance(item, AnswerDelta) and item.text:
                 yield _chunk(reply_id, created, model, {"content": item.text})
             elif isinstance(item, Done):
-                more: dict[str, Any] = {"references": [reference_dict(r) for r in item.answer.references],
-                                        "marginalia": {"route": route_dict(item.answer.route)}}
+                more: dict[str, Any] = {"marginalia": {"answer": answer_dict(item.answer)}}
                 if include_usage:
                     more["usage"] = usage(item.answer.stats)
                 yield _chunk(reply_id, created, model, {}, "stop", **more)

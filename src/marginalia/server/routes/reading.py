@@ -11,7 +11,7 @@ from fastapi.responses import Response
 
 from ...records import Answer
 from ..common import STREAMED, Caller, ParsedOffLoop, answer, get_service, start_reading
-from ..schemas import AskRequest, MessageRequest, SessionRequest
+from ..schemas import AskRequest, MessageRequest, SessionRequest, options_schema
 from ..service import Service
 
 router = APIRouter(prefix="/v1", tags=["reading"], route_class=ParsedOffLoop)
@@ -33,6 +33,15 @@ EVENTS_DOC = (
 async def ask(body: AskRequest, request: Request, service: ServiceDep, who: Caller) -> Response:
     prepared = await run_in_threadpool(service.prepare, body, body.question, body.temperature, who)
     return await answer(start_reading(service, prepared, who), request, body.stream)
+
+
+@router.get("/patterns", summary="The ways of reading and their options, as JSON Schema",
+            description="A JSON Schema of a request's reading options: `reading` is one of the registered patterns "
+                        "(its name as `title`, its `description`, its options with their defaults, bounds and "
+                        "descriptions), with `temperature` and `collection_options`. The web page builds its "
+                        "form from it.")
+def patterns() -> dict[str, Any]:
+    return options_schema()
 
 
 @router.post("/readings/{reading_id}/stop", summary="Stop a reading; it answers from what it has read",

@@ -12,7 +12,7 @@ const number = new Intl.NumberFormat("en");
 
 /** Where a reference points, as one line: document › section path · page. */
 export function referencePlace(ref) {
-  const parts = [ref.document, ...ref.section_path].filter(Boolean);
+  const parts = [ref.source, ...ref.section_path].filter(Boolean);
   return parts.join(" › ") + (ref.page ? ` · p. ${ref.page}` : "");
 }
 
@@ -282,7 +282,7 @@ export class Asker {
   showAnswer(data) {
     const els = this.els;
     els.answerBox.hidden = false;
-    els.answer.textContent = data.answer;
+    els.answer.textContent = data.text;
     delete els.answer.dataset.streaming;
     els.cost.textContent = costLine(data.stats);
     if (data.route) {
@@ -303,7 +303,7 @@ export class Asker {
   }
 
   referenceItem(ref) {
-    if (this.reading.kind === "paste") ref = { ...ref, document: "pasted text" };
+    if (this.reading.kind === "paste") ref = { ...ref, source: "pasted text" };
     const li = document.createElement("li");
     const button = document.createElement("button");
     button.type = "button";
@@ -315,7 +315,7 @@ export class Asker {
     place.textContent = referencePlace(ref);
     const quote = document.createElement("span");
     quote.className = "ref-quote";
-    renderInline(quote, ref.quote);
+    renderInline(quote, ref.text);
     button.append(place, quote);
     button.setAttribute("aria-label", `Show in the document: ${referencePlace(ref)}`);
     button.addEventListener("click", () => this.showReference(ref));
@@ -328,12 +328,12 @@ export class Asker {
     try {
       if (reading.kind === "paste") {
         if (this.view.source !== "text") this.view.show("text", reading.text, "Pasted text");
-      } else if (this.view.source !== ref.document) {
+      } else if (this.view.source !== ref.source) {
         if (this.active) {
           this.status("The reading is still going: stop it or wait to open another document.");
           return;
         }
-        await this.on.open(reading.collection, ref.document);
+        await this.on.open(reading.collection, ref.source);
       }
       this.view.highlight(ref.start, ref.end);
     } catch (err) {

@@ -1,6 +1,7 @@
-// The reading options, built from the server's own request schema (/openapi.json): the patterns and each
-// one's options come from the options records, with their defaults, bounds and descriptions. Only values
-// changed from a default are sent, so the server fills in the rest.
+// The reading options, built from the JSON Schema the server derives from its registry of patterns
+// (GET /v1/patterns): the patterns, their descriptions and each one's options come from the options records,
+// with their defaults, bounds and descriptions; nothing about a pattern is written here. Only values changed
+// from a default are sent, so the server fills in the rest.
 
 import { call } from "./api.js";
 
@@ -23,13 +24,15 @@ function label(name) {
   return text[0].toUpperCase() + text.slice(1);
 }
 
-/** A description without the record's "wim: " prefix (the pattern is chosen already). */
-function hint(spec) {
-  return (spec.description || "").replace(/^(wim|lc|rag|auto)(?=[:,])[:,]?\s*/, "");
+/** A description without the record's "wim: " prefix (`names`: the patterns; one is chosen already). */
+function hint(spec, names) {
+  const text = spec.description || "";
+  const match = text.match(/^([a-z0-9_]+)(?=[:,])[:,]?\s*/);
+  return match && names.includes(match[1]) ? text.slice(match[0].length) : text;
 }
 
 class Field {
-  constructor(prefix, name, spec) {
+  constructor(prefix, name, spec, names) {
     this.name = name;
     const { type, nullable } = unwrap(spec);
     this.type = type;
@@ -44,7 +47,7 @@ class Field {
     const help = document.createElement("p");
     help.className = "hint";
     help.id = `${id}-hint`;
-    help.textContent = hint(spec);
+    help.textContent = hint(spec, names);
     this.input = this.build(id);
     this.input.setAttribute("aria-describedby", help.id);
     if (type.type === "boolean") {
@@ -95,8 +98,9 @@ class Field {
   }
 }
 
-/** A fieldset of inputs for a record's fields (but those in `skip`), each with its label, bounds and help. */
-export function group(prefix, legendText, schema, skip) {
+/** A fieldset of inputs for a record's fields (but those in `skip`), each with its label, bounds and help
+ * (`names`: the patterns, whose name a description may open with). */
+export function group(prefix, legendText, schema, skip, names = []) {
   const fieldset = document.createElement("fieldset");
   fieldset.className = "option-group";
   const legend = document.createElement("legend");
@@ -104,7 +108,7 @@ export function group(prefix, legendText, schema, skip) {
   fieldset.append(legend);
   const fields = Object.entries(schema.properties || {})
     .filter(([name]) => !skip.includes(name))
-    .map(([name, spec]) => new Field(prefix, name, spec));
+    .map(([name, spec]) => new Field(prefix, name, spec, names));
   fieldset.append(...fields.map((f) => f.el));
   return { fieldset, fields };
 }
@@ -132,20 +136,19 @@ export class ReadingOptions {
 
   async load() {
     if (this.patterns.size) return; // loaded already (before the server's key was asked for, say)
-    const schema = await call("GET", "/openapi.json");
-    const ask = schema.components.schemas.AskRequest;
-    for (const spec of ask.properties.reading.oneOf) {
-      const reading = deref(schema, spec);
-      const name = reading.properties.pattern.const;
-      if (!name) continue; // the reading that names no pattern: the page always names one
-      const description = (reading.description || name).replace(/, with its options\.?$/, "");
-      const short = description.replace(/ \(.*$/, ""); // without the aside in parentheses
+    const schema = await call("GET", "/v1/patterns");
+    const readings = schema.properties.reading.oneOf;
+    const names = readings.map((reading) => reading.title);
+    for (const reading of readings) {
+      const name = reading.title;
+      const description = reading.description || name;
+      const short = description.replace(/[:(].*$/, "").trim(); // the first words, before a colon or an aside
       this.patterns.set(name, { description, short,
-                                ...group(name, `${name}: ${description}`, reading, ["pattern"]) });
+                                ...group(name, `${name}: ${description}`, reading, ["pattern"], names) });
     }
-    this.general = group("ask", "Answer", { properties: { temperature: ask.properties.temperature } }, []);
-    this.collection = group("collection", "Reading a collection",
-                            deref(schema, ask.properties.collection_options), []);
+    this.general = group("ask", "Answer", { properties: { temperature: schema.properties.temperature } }, []);
+    this.collection = group("collection", "Reading a collection", schema.properties.collection_options, [],
+                            names);
     this.renderPatterns();
     this.optionsEl.replaceChildren(...[...this.patterns.values()].map((p) => p.fieldset),
                                    this.general.fieldset, this.collection.fieldset);
