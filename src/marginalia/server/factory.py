@@ -19,7 +19,7 @@ from ..app import Generator
 from . import errors, limits
 from .common import READING_HEADER, get_service, require_key
 from .edge import Edge
-from .routes import collections, compose, docqa, openai, reading
+from .routes import collections, compose, docqa, openai, qa, reading
 from .schemas import ErrorReply
 from .service import Service
 from .settings import Settings
@@ -115,6 +115,6 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
     async def redoc() -> HTMLResponse:
         return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
 
-    for router in (collections.router, reading.router, compose.router, openai.router, docqa.router):
+    for router in (collections.router, qa.router, reading.router, compose.router, openai.router, docqa.router):
         app.include_router(router, dependencies=keyed, responses=ERRORS)
     return app

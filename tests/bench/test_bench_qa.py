@@ -1,0 +1,161 @@
+"""Question generation of four kinds: exact evidence, near duplicates dropped, each pair written as it is made,
+and a run that resumes inside a document."""
+
+from __future__ import annotations
+
+import pytest
+
+from marginalia.bench.own import (
+    DocumentStarted,
+    PairWritten,
+    RequestDone,
+    generate_pairs,
+    load_own,
+    read_pairs,
+    requests_path,
+)
+from marginalia.bench.qa_writer import exact_span, plan, similar
+from marginalia.models.fake import ScriptedGenerator
+from qa_support import REPORT, respond_qa
+
+
+@pytest.fixture
+def report(tmp_path):
+    path = tmp_path / "report.md"
+    path.write_text(REPORT, encoding="utf-8")
+    return path
+
+
+def test_four_kinds_each_with_evidence_that_slices_the_text_exactly(report, tmp_path):
+    out = tmp_path / "qa.jsonl"
+    summary = generate_pairs([report], ScriptedGenerator(respond_qa), out, retries=0)
+    pairs = read_pairs(out)
+    by_kind = {p["kind"]: p for p in pairs}
+    assert set(by_kind) == {"single", "join", "document", "unanswerable"}
+    assert summary.kinds == {"single": 3, "join": 1, "document": 1, "unanswerable": 1}
+    for pair in pairs:
+        for span in pair["evidence_spans"]:
+            assert REPORT[span["start"]:span["end"]] == span["text"]
+            assert span["source"] == pair["source"] and span["doc_id"] == pair["doc_id"]
+    singles = [p for p in pairs if p["kind"] == "single"]
+    assert [p["evidence"] for p in singles] == [
+        "The dredger hired for the work was the Orla Maye.",
+        "Its new coxswain is Ingrid Tasker.",  # the model's quote was not verbatim: the sentence holding the answer
+        "Its manager is Tomas Brey.",
+    ]
+    join = by_kind["join"]
+    assert [s["text"] for s in join["evidence_spans"]] == [singles[0]["evidence"], singles[1]["evidence"]]
+    document = by_kind["document"]
+    assert [s["text"] for s in document["evidence_spans"]] == [singles[1]["evidence"], singles[2]["evidence"]]
+    unanswerable = by_kind["unanswerable"]
+    assert unanswerable["answer"] == "" and unanswerable["evidence_spans"] == [] and unanswerable["start"] is None
+    # the three document forms got the same question: two dropped as near duplicates
+    assert summary.skipped_pairs >= 2
+
+
+def test_a_pair_whose_evidence_is_not_in_the_text_is_dropped(report, tmp_path):
+    def invents(request):
+        if "with a single fact" in request.prompt:
+            return 'Who painted the lighthouse?", "answer": "Marta Quill", "evidence": "Marta Quill painted it."}'
+        return "not json"
+
+    out = tmp_path / "qa.jsonl"
+    events = []
+    summary = generate_pairs([report], ScriptedGenerator(invents), out, retries=0, on_event=events.append)
+    assert summary.new_pairs == 0 and read_pairs(out) == []
+    done = [e for e in events if isinstance(e, RequestDone) and e.kind == "single"]
+    assert done and all(e.dropped == {"evidence not found verbatim": 1} for e in done)
+
+
+def test_exact_span_and_near_duplicates():
+    text = "One. The dredger was the Orla Maye. Two."
+    assert exact_span(text, 0, len(text), ' "The dredger was the Orla Maye." ') == (5, 35)
+    assert exact_span(text, 0, len(text), "The dredger was Orla Maye.") is None
+    assert exact_span(text, 0, 20, "The dredger was the Orla Maye.") is None  # outside the unit
+    assert similar("Which dredger was hired for the work?", "which dredger was hired for the work")
+    assert similar("Which dredger was hired?", "Which dredger was hired for the work?")  # a subset of its words
+    assert not similar("Which dredger was hired?", "Who is the new coxswain?")
+
+
+def test_a_line_per_document_and_each_pair_on_disk_when_announced(report, tmp_path):
+    out = tmp_path / "qa.jsonl"
+    seen_on_disk = []
+
+    def on_event(event):
+        if isinstance(event, PairWritten):
+            seen_on_disk.append(event.pair["id"] in {p["id"] for p in read_pairs(out)})
+
+    events = []
+    generate_pairs([report], ScriptedGenerator(respond_qa), out, retries=0,
+                   on_event=lambda e: (events.append(e), on_event(e)))
+    started = events[0]
+    assert isinstance(started, DocumentStarted)
+    assert started.sections == 3 and started.done == 0
+    assert started.planned == {"single": 3, "unanswerable": 1, "join": 1, "document": 3}
+    assert seen_on_disk and all(seen_on_disk)
+    dones = [e for e in events if isinstance(e, RequestDone)]
+    assert [e.done for e in dones] == list(range(1, started.total + 1))
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_a_run_resumes_inside_a_document_skipping_the_requests_done(report, tmp_path):
+    out = tmp_path / "qa.jsonl"
+    asked = []
+
+    def dies_on_the_third(request):
+        asked.append(request.prompt)
+        if len(asked) == 3:
+            raise Interrupt
+        return respond_qa(request)
+
+    with pytest.raises(Interrupt):
+        generate_pairs([report], ScriptedGenerator(dies_on_the_third), out, retries=0)
+    first = read_pairs(out)
+    assert [p["kind"] for p in first] == ["single", "single"]  # written before the crash, not at the document's end
+    with open(out, "a", encoding="utf-8") as f:
+        f.write('{"id": "half a li')  # a line the crash cut
+
+    gen = ScriptedGenerator(respond_qa)
+    events = []
+    summary = generate_pairs([report], gen, out, retries=0, on_event=events.append)
+    assert events[0].done == 2 and summary.resumed_requests == 2
+    assert len(gen.requests) == 8 - 2
+    assert not any("Orla Maye" in r.prompt and "with a single fact" in r.prompt for r in gen.requests)
+    whole = tmp_path / "whole.jsonl"
+    generate_pairs([report], ScriptedGenerator(respond_qa), whole, retries=0)
+    assert [p["question"] for p in read_pairs(out)] == [p["question"] for p in read_pairs(whole)]
+    # all done: a third run asks nothing, and a request that made no pair is not asked again
+    again = ScriptedGenerator(respond_qa)
+    assert generate_pairs([report], again, out).skipped_documents == 1 and again.requests == []
+    assert len(requests_path(out).read_text().splitlines()) == 8
+
+
+def test_plan_joins_sections_and_spreads_unanswerable_questions():
+    from marginalia.records import Chunk
+
+    units = [Chunk("d", i, i, i * 10, i * 10 + 9, "text", (f"S{i // 3}",)) for i in range(12)]
+    planned = plan(units)
+    kinds = [p.kind for p in planned]
+    assert kinds[:12] == ["single"] * 12 and kinds.count("unanswerable") == 2 and kinds.count("document") == 3
+    joins = [p for p in planned if p.kind == "join"]
+    assert len(joins) == 3
+    assert all(units[a].section_path != units[b].section_path for a, b in (p.units for p in joins))
+    assert len({p.key for p in planned}) == len(planned)
+
+
+def test_own_dataset_reads_every_kind(report, tmp_path):
+    import io
+
+    from marginalia.bench.own import review
+
+    out = tmp_path / "qa.jsonl"
+    generate_pairs([report], ScriptedGenerator(respond_qa), out, retries=0)
+    review(out, io.StringIO("a\n" * 10), io.StringIO())
+    examples = {e.meta["kind"]: e for e in load_own(out)}
+    assert examples["unanswerable"].answers == () and not any(p.gold for p in examples["unanswerable"].passages)
+    assert sum(p.gold for p in examples["join"].passages) == 2
+    singles = [e for e in load_own(out) if e.meta["kind"] == "single"]
+    assert [e.answers for e in singles] == [("the Orla Maye",), ("Ingrid Tasker",), ("Tomas Brey",)]
