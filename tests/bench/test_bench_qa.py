@@ -159,3 +159,30 @@ def test_own_dataset_reads_every_kind(report, tmp_path):
     assert sum(p.gold for p in examples["join"].passages) == 2
     singles = [e for e in load_own(out) if e.meta["kind"] == "single"]
     assert [e.answers for e in singles] == [("the Orla Maye",), ("Ingrid Tasker",), ("Tomas Brey",)]
+
+
+class FirstPair(Exception):
+    pass
+
+
+@pytest.mark.slow
+def test_the_embedded_model_writes_a_first_pair_with_exact_evidence_on_the_demo_report(smollm2_llamacpp, tmp_path):
+    from importlib import resources
+
+    demo = resources.files("marginalia").joinpath("data", "demo", "harbour_report.md")
+    path = tmp_path / "harbour_report.md"
+    path.write_text(demo.read_text("utf-8"), encoding="utf-8")
+    out = tmp_path / "qa.jsonl"
+    events = []
+
+    def stop_at_the_first_pair(event):
+        events.append(event)
+        if isinstance(event, PairWritten):
+            raise FirstPair
+
+    with pytest.raises(FirstPair):
+        generate_pairs([path], smollm2_llamacpp.fork(keep_cache=False), out, on_event=stop_at_the_first_pair)
+    assert isinstance(events[0], DocumentStarted) and events[0].total > 20
+    (pair,) = read_pairs(out)
+    text = path.read_text("utf-8")
+    assert pair["evidence_spans"] and all(text[s["start"]:s["end"]] == s["text"] for s in pair["evidence_spans"])

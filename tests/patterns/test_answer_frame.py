@@ -75,3 +75,20 @@ def test_no_pattern_answers_with_the_frame(make_haystack, name):
     assert answer is not None and answer.text == "Pier 47."
     streamed = "".join(e.text for e in events if isinstance(e, AnswerDelta))
     assert "Question:" not in streamed and streamed.strip().endswith("Pier 47.")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["lc", "rag", "wim", "auto"])
+def test_the_embedded_model_never_opens_an_answer_with_the_frame(smollm2_llamacpp, name):
+    from marginalia.app import demo
+
+    text, questions = demo()
+    gen = smollm2_llamacpp.fork(keep_cache=False)
+    build = {"lc": lambda: make_pattern("lc", gen), "rag": lambda: make_pattern("rag", gen),
+             "wim": lambda: make_pattern("wim", gen), "auto": lambda: make_pattern(AutoOptions(), gen)}[name]
+    pattern = build()
+    for item in questions[:2]:
+        answer = pattern.answer(text, item["question"])
+        assert answer.text.strip()
+        assert not answer.text.lstrip().lower().startswith(("question", "answer:")), answer.text
+        assert "\nQuestion:" not in answer.text
