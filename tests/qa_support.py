@@ -18,29 +18,35 @@ The fish market opened a new cold store in March. Its manager is Tomas Brey.
 """
 
 SINGLE = {
-    "Orla Maye": '{"question": "Which dredger was hired for the work?", "answer": "the Orla Maye", '
-                 '"evidence": "The dredger hired for the work was the Orla Maye."',
-    "Ingrid Tasker": '{"question": "Who is the new coxswain?", "answer": "Ingrid Tasker", '
-                     '"evidence": "its new coxswain is ingrid tasker"',  # not verbatim: the sentence is found
-    "Tomas Brey": '{"question": "Who manages the fish market?", "answer": "Tomas Brey", '
-                  '"evidence": "Its manager is Tomas Brey."',
+    "Orla Maye": {"question": "Which dredger was hired for the work?", "answer": "the Orla Maye"},
+    "Ingrid Tasker": {"question": "Who is the new coxswain?", "answer": "Ingrid Tasker."},
+    "Tomas Brey": {"question": "Who manages the fish market?", "answer": "Tomas Brey"},
 }
+UNANSWERABLE = {"question": "What colour is the harbour cat?"}
+JOIN = {"question": "Which dredger worked in the year Ingrid Tasker became coxswain?", "answer": "the Orla Maye"}
+DOCUMENT = {"question": "Which people does the report name?", "answer": "Ingrid Tasker and Tomas Brey",
+            "sentences": "2 and 3"}
+
+
+def field_reply(request: Request, reply: dict[str, str]) -> str:
+    """The value of the field the writer's prompt ends at (``..., "answer": "``), then its closing quote."""
+    field = request.prompt.rsplit('"', 3)[-3]
+    return reply.get(field, "") + '", "more": "ignored'
 
 
 def respond_qa(request: Request) -> str:
-    """The reply after the opening the writer gives (``{"question": "``), up to the closing brace."""
+    """Answers each kind of question-writing request as asked, field by field."""
     prompt = request.prompt
-    opening = '{"question": "'
     if "with a single fact" in prompt:
         text = prompt.split("Write one question")[0]
         for name, reply in SINGLE.items():
             if name in text:
-                return reply[len(opening):] + "}"
-        return "not json"
+                return field_reply(request, reply)
+        return "not a question"
     if "does not answer" in prompt:
-        return 'What colour is the harbour cat?"}'
+        return field_reply(request, UNANSWERABLE)
     if "needs both facts" in prompt:
-        return 'Which dredger worked in the year Ingrid Tasker became coxswain?", "answer": "the Orla Maye"}'
+        return field_reply(request, JOIN)
     if "about the whole document" in prompt:
-        return 'Which people does the report name?", "answer": "Ingrid Tasker and Tomas Brey", "sentences": [2, 3]}'
-    return "not json"
+        return field_reply(request, DOCUMENT)
+    return "not a question"

@@ -24,11 +24,16 @@ The lifeboat launched 37 times this year. Its new coxswain is Ingrid Tasker.
 
 
 def respond(request) -> str:
-    if "Orla Maye" in request.prompt:
-        return 'Which dredger was hired for the work?", "answer": "the Orla Maye"}]'
-    if "Ingrid Tasker" in request.prompt:
-        return 'Who is the new coxswain?", "answer": "Ingrid Tasker"}]'
-    return "not json"
+    """A single fact about whichever of the two sentences the request shows, field by field."""
+    field = request.prompt.rsplit('"', 3)[-3]
+    text = request.prompt.split("Write one question")[0]
+    if "with a single fact" not in request.prompt:
+        return "not a question"
+    if "Orla Maye" in text:
+        return {"question": "Which dredger was hired for the work?", "answer": "the Orla Maye"}[field] + '"'
+    if "Ingrid Tasker" in text:
+        return {"question": "Who is the new coxswain?", "answer": "Ingrid Tasker"}[field] + '"'
+    return "not a question"
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from marginalia.bench.own import (
     read_pairs,
     requests_path,
 )
-from marginalia.bench.qa_writer import exact_span, plan, similar
+from marginalia.bench.qa_writer import plan, similar
 from marginalia.models.fake import ScriptedGenerator
 from qa_support import REPORT, respond_qa
 
@@ -40,7 +40,7 @@ def test_four_kinds_each_with_evidence_that_slices_the_text_exactly(report, tmp_
     singles = [p for p in pairs if p["kind"] == "single"]
     assert [p["evidence"] for p in singles] == [
         "The dredger hired for the work was the Orla Maye.",
-        "Its new coxswain is Ingrid Tasker.",  # the model's quote was not verbatim: the sentence holding the answer
+        "Its new coxswain is Ingrid Tasker.",
         "Its manager is Tomas Brey.",
     ]
     join = by_kind["join"]
@@ -53,25 +53,31 @@ def test_four_kinds_each_with_evidence_that_slices_the_text_exactly(report, tmp_
     assert summary.skipped_pairs >= 2
 
 
-def test_a_pair_whose_evidence_is_not_in_the_text_is_dropped(report, tmp_path):
+def test_a_pair_whose_answer_is_not_in_the_text_is_dropped(report, tmp_path):
     def invents(request):
         if "with a single fact" in request.prompt:
-            return 'Who painted the lighthouse?", "answer": "Marta Quill", "evidence": "Marta Quill painted it."}'
-        return "not json"
+            field = request.prompt.rsplit('"', 3)[-3]
+            return {"question": "Who painted the lighthouse?", "answer": "Marta Quill"}[field] + '"'
+        return "not a question"
 
     out = tmp_path / "qa.jsonl"
     events = []
     summary = generate_pairs([report], ScriptedGenerator(invents), out, retries=0, on_event=events.append)
     assert summary.new_pairs == 0 and read_pairs(out) == []
     done = [e for e in events if isinstance(e, RequestDone) and e.kind == "single"]
-    assert done and all(e.dropped == {"evidence not found verbatim": 1} for e in done)
+    assert done and all(e.dropped == {"answer not in the text": 1} for e in done)
 
 
-def test_exact_span_and_near_duplicates():
-    text = "One. The dredger was the Orla Maye. Two."
-    assert exact_span(text, 0, len(text), ' "The dredger was the Orla Maye." ') == (5, 35)
-    assert exact_span(text, 0, len(text), "The dredger was Orla Maye.") is None
-    assert exact_span(text, 0, 20, "The dredger was the Orla Maye.") is None  # outside the unit
+def test_each_field_is_asked_for_in_turn_and_ends_at_its_quote(report, tmp_path):
+    gen = ScriptedGenerator(respond_qa)
+    generate_pairs([report], gen, tmp_path / "qa.jsonl", retries=0)
+    first, second = gen.requests[:2]
+    assert first.prompt.endswith('{"question": "')
+    assert second.prompt.endswith('{"question": "Which dredger was hired for the work?", "answer": "')
+    assert first.params.stop == ('"', "\n") and first.params.max_new_tokens == 40
+
+
+def test_near_duplicates():
     assert similar("Which dredger was hired for the work?", "which dredger was hired for the work")
     assert similar("Which dredger was hired?", "Which dredger was hired for the work?")  # a subset of its words
     assert not similar("Which dredger was hired?", "Who is the new coxswain?")
@@ -105,14 +111,14 @@ def test_a_run_resumes_inside_a_document_skipping_the_requests_done(report, tmp_
     out = tmp_path / "qa.jsonl"
     asked = []
 
-    def dies_on_the_third(request):
+    def dies_in_the_third_request(request):  # two model calls a single fact: question, then answer
         asked.append(request.prompt)
-        if len(asked) == 3:
+        if len(asked) == 5:
             raise Interrupt
         return respond_qa(request)
 
     with pytest.raises(Interrupt):
-        generate_pairs([report], ScriptedGenerator(dies_on_the_third), out, retries=0)
+        generate_pairs([report], ScriptedGenerator(dies_in_the_third_request), out, retries=0)
     first = read_pairs(out)
     assert [p["kind"] for p in first] == ["single", "single"]  # written before the crash, not at the document's end
     with open(out, "a", encoding="utf-8") as f:
@@ -122,7 +128,8 @@ def test_a_run_resumes_inside_a_document_skipping_the_requests_done(report, tmp_
     events = []
     summary = generate_pairs([report], gen, out, retries=0, on_event=events.append)
     assert events[0].done == 2 and summary.resumed_requests == 2
-    assert len(gen.requests) == 8 - 2
+    asked_again = [r for r in gen.requests if r.prompt.endswith('{"question": "')]
+    assert len(asked_again) == 8 - 2
     assert not any("Orla Maye" in r.prompt and "with a single fact" in r.prompt for r in gen.requests)
     whole = tmp_path / "whole.jsonl"
     generate_pairs([report], ScriptedGenerator(respond_qa), whole, retries=0)
@@ -158,7 +165,7 @@ def test_own_dataset_reads_every_kind(report, tmp_path):
     assert examples["unanswerable"].answers == () and not any(p.gold for p in examples["unanswerable"].passages)
     assert sum(p.gold for p in examples["join"].passages) == 2
     singles = [e for e in load_own(out) if e.meta["kind"] == "single"]
-    assert [e.answers for e in singles] == [("the Orla Maye",), ("Ingrid Tasker",), ("Tomas Brey",)]
+    assert [e.answers for e in singles] == [("the Orla Maye",), ("Ingrid Tasker.",), ("Tomas Brey",)]
 
 
 class FirstPair(Exception):

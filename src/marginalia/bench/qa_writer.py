@@ -3,15 +3,16 @@
 A document's requests are planned before the first is sent, so a run can say what it will do and resume
 inside a document: each request has a key that stays the same from one run to the next.
 
-- ``single``: one request per chunk, for one fact; its evidence is the sentence that holds the answer.
+- ``single``: one request per chunk, for one fact.
 - ``unanswerable``: a question on a chunk's subject that the document never answers (a word of it occurs
   nowhere in the document); it has no evidence and no answer.
-- ``join``: two single facts from different top-level sections made one question; both evidence spans kept.
+- ``join``: two single facts from different sections made one question; both evidence spans kept.
 - ``document``: a list, a count or the most frequent thing, over sentences from the whole document (the
   single facts' evidence); the sentences it uses are its evidence.
 
-Every evidence span slices the document's text exactly: a quote the model gives is kept only where it is
-found verbatim, and a pair whose evidence is not found is dropped, as is a question too near one made before.
+Every evidence span slices the document's text exactly: a single fact's is the sentence of its chunk that
+holds the answer's words (a pair whose answer no sentence holds is dropped), and the other kinds keep the spans
+of the facts they are built on. A question too near one made before is dropped too.
 """
 
 from __future__ import annotations
@@ -20,11 +21,9 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from ..errors import MissingDependency
-from ..index.question_bank import locate, parse_pairs
+from ..index.question_bank import locate
 from ..ingest.sections import section_at
 from ..models.base import GenerationParams, Generator, Message
 from ..prompts import render
@@ -35,6 +34,8 @@ KINDS = ("single", "join", "document", "unanswerable")
 FORMS = {"list": "is answered with a list of things the document names",
          "count": "is answered with a number: how many times or things the document counts",
          "most": "asks which thing the document names most often"}
+#: the reply budget of each field, in tokens
+FIELD_TOKENS = {"question": 40, "answer": 24, "sentences": 12}
 #: token-set similarity (0-100) from which two questions count as one
 NEAR_DUPLICATE = 90
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -80,7 +81,6 @@ class _Reply(BaseModel):
 
     question: str
     answer: str = ""
-    evidence: str = ""
     sentences: list[int] = []
 
     @field_validator("question")
@@ -102,7 +102,10 @@ def plan(units: Sequence[Chunk]) -> list[Planned]:
     n = len(units)
     out = [Planned(f"single:{i}", "single", (i,)) for i in range(n)]
     out += [Planned(f"unanswerable:{i}", "unanswerable", (i,)) for i in _spread(n, max(1, n // 6) if n else 0)]
-    top = [u.section_path[:1] for u in units]
+    # "different sections" at the shallowest depth where the units' sections differ (a document under one title
+    # has its parts one level down)
+    depth = next((d for d in range(1, 7) if len({u.section_path[:d] for u in units}) > 1), 1)
+    top = [u.section_path[:depth] for u in units]
     joins: list[Planned] = []
     for i in _spread(n, max(1, n // 4) if n >= 2 else 0):
         j = next((k % n for k in range(i + n // 2, i + n // 2 + n) if top[k % n] != top[i]), None)
@@ -131,15 +134,6 @@ def similar(a: str, b: str) -> bool:
     return fuzz.token_set_ratio(a, b, processor=utils.default_process) >= NEAR_DUPLICATE
 
 
-def exact_span(text: str, start: int, end: int, quote: str) -> tuple[int, int] | None:
-    """Where ``quote`` occurs verbatim in ``text[start:end]`` (its surrounding spaces and quotes aside)."""
-    quote = quote.strip().strip("\"'").strip()
-    if len(quote) < 8:
-        return None
-    at = text.find(quote, start, end)
-    return (at, at + len(quote)) if at != -1 else None
-
-
 class PairWriter:
     """Writes one planned request's pairs with ``generator`` (greedy; a malformed reply is asked again with
     another seed, ``retries`` times).
@@ -147,13 +141,11 @@ class PairWriter:
     Args:
         generator: any Generator.
         retries: further tries after a malformed reply.
-        max_new_tokens: the reply budget of one request.
     """
 
-    def __init__(self, generator: Generator, retries: int = 2, max_new_tokens: int = 120) -> None:
+    def __init__(self, generator: Generator, retries: int = 2) -> None:
         self.generator = generator
         self.retries = retries
-        self.max_new_tokens = max_new_tokens
 
     def write(self, request: Planned, doc: Document, sections: Sequence[Section], units: Sequence[Chunk],
               singles: dict[int, Made]) -> Outcome:
@@ -162,12 +154,12 @@ class PairWriter:
         out = Outcome()
         if request.kind == "single":
             unit = units[request.units[0]]
-            reply = self._ask(out, "qa_single", text=unit.text.strip())
+            reply = self._ask(out, "qa_single", ("question", "answer"), text=unit.text.strip())
             if reply is not None:
                 self._single(out, reply, doc, sections, unit)
         elif request.kind == "unanswerable":
             unit = units[request.units[0]]
-            reply = self._ask(out, "qa_unanswerable", text=unit.text.strip())
+            reply = self._ask(out, "qa_unanswerable", ("question",), text=unit.text.strip())
             if reply is not None:
                 self._unanswerable(out, reply, doc, unit)
         elif request.kind == "join":
@@ -176,7 +168,8 @@ class PairWriter:
                 out.dropped["a fact it joins was not made"] += 1
                 return out
             first, second = (f for f in facts if f is not None)
-            reply = self._ask(out, "qa_join", first=_said(doc, first), second=_said(doc, second))
+            reply = self._ask(out, "qa_join", ("question", "answer"), first=_said(doc, first),
+                              second=_said(doc, second))
             if reply is not None:
                 if not reply.answer:
                     out.dropped["no answer"] += 1
@@ -191,7 +184,8 @@ class PairWriter:
             facts = facts[:self._room(facts, doc)]
             numbered = "\n".join(f"{k}. {_said(doc, f)}" for k, f in enumerate(facts, 1))
             form = request.key.split(":", 1)[1]
-            reply = self._ask(out, "qa_document", sentences=numbered, form=FORMS[form])
+            reply = self._ask(out, "qa_document", ("question", "answer", "sentences"), sentences=numbered,
+                              form=FORMS[form])
             if reply is not None:
                 used = sorted({n for n in reply.sentences if 1 <= n <= len(facts)})
                 if not reply.answer:
@@ -207,7 +201,7 @@ class PairWriter:
 
     def _room(self, facts: Sequence[Made], doc: Document) -> int:
         """How many facts fit the window beside the prompt and the reply."""
-        budget = self.generator.context_window - self.max_new_tokens - 200
+        budget = self.generator.context_window - sum(FIELD_TOKENS.values()) - 200
         used = 0
         for k, fact in enumerate(facts):
             used += self.generator.tokenizer.count(_said(doc, fact)) + 3
@@ -219,13 +213,9 @@ class PairWriter:
         if not reply.answer:
             out.dropped["no answer"] += 1
             return
-        span = exact_span(doc.text, unit.start, unit.end, reply.evidence)
-        if span is not None and not _covers(doc.text[span[0]:span[1]], reply.answer):
-            span = None
-        if span is None:  # the quote is not in the text: the sentence that holds the answer, if one does
-            span = locate(doc.text, unit.start, unit.end, reply.question, reply.answer)
+        span = locate(doc.text, unit.start, unit.end, reply.question, reply.answer)
         if span is None:
-            out.dropped["evidence not found verbatim"] += 1
+            out.dropped["answer not in the text"] += 1
             return
         section = section_at(sections, span[0])
         out.pairs.append(Made("single", reply.question, reply.answer, (span,), section.path if section else ()))
@@ -243,22 +233,32 @@ class PairWriter:
         return [{"role": "system", "content": render("qa_system").strip()},
                 {"role": "user", "content": render(template, **values).strip()}]
 
-    def _ask(self, out: Outcome, template: str, **values: str) -> _Reply | None:
-        """The model's reply to one request, parsed; None (counted) when every try was malformed."""
+    def _ask(self, out: Outcome, template: str, fields: Sequence[str], **values: str) -> _Reply | None:
+        """The model's reply to one request, field by field; None (counted) when every try was malformed.
+
+        The reply's JSON is written for the model up to each field's value, and each value ends at its closing
+        quote: even a small model then answers in the shape asked, and never runs on.
+        """
         gen = self.generator
-        opening = '{"question": "'  # started for the model, so even a small one answers in the shape asked
-        prompt = gen.encode_chat(self._messages(template, values)) + gen.tokenizer.encode(opening)
-        budget = min(self.max_new_tokens, gen.context_window // 2)
-        gen.check_fits(len(prompt) + budget, what="the question-writing prompt")
+        prompt = gen.encode_chat(self._messages(template, values))
         for attempt in range(self.retries + 1):
-            out.calls += 1
-            params = GenerationParams(max_new_tokens=budget, temperature=0.0 if attempt == 0 else 0.7,
-                                      seed=attempt, stop=("}",))
-            reply = opening + "".join(gen.stream_prompt(prompt, params)) + "}"
+            reply, got = "{", {}
+            for name in fields:
+                reply += ("" if reply == "{" else '", ') + f'"{name}": "'
+                ids = prompt + gen.tokenizer.encode(reply)
+                budget = FIELD_TOKENS[name]
+                gen.check_fits(len(ids) + budget, what="the question-writing prompt")
+                out.calls += 1
+                params = GenerationParams(max_new_tokens=budget, temperature=0.0 if attempt == 0 else 0.7,
+                                          seed=attempt, stop=('"', "\n"))
+                value = "".join(gen.stream_prompt(ids, params))
+                got[name] = value.strip()
+                reply += value
+            if "sentences" in got:
+                got["sentences"] = [int(n) for n in re.findall(r"\d+", got["sentences"])]  # type: ignore[assignment]
             try:
-                items: list[dict[str, Any]] = parse_pairs(reply)
-                return _Reply.model_validate(items[0])
-            except (ValueError, ValidationError):
+                return _Reply.model_validate(got)
+            except ValidationError:
                 continue
         out.dropped["malformed reply"] += 1
         return None
@@ -267,10 +267,3 @@ class PairWriter:
 def _said(doc: Document, fact: Made) -> str:
     """A fact as the model sees it: its evidence, whitespace folded."""
     return " ".join(" ".join(doc.text[s:e].split()) for s, e in fact.spans)
-
-
-def _covers(evidence: str, answer: str) -> bool:
-    """Whether most of the answer's words are in the evidence."""
-    words = {w.lower() for w in _WORD.findall(answer)}
-    have = {w.lower() for w in _WORD.findall(evidence)}
-    return bool(words) and len(words & have) / len(words) >= 0.75
