@@ -19,7 +19,7 @@ The fish market opened a new cold store in March. Its manager is Tomas Brey.
 
 SINGLE = {
     "Orla Maye": {"question": "Which dredger was hired for the work?", "answer": "the Orla Maye"},
-    "Ingrid Tasker": {"question": "Who is the new coxswain?", "answer": "Ingrid Tasker."},
+    "Ingrid Tasker": {"question": "Who is the new coxswain?", "answer": "The new coxswain is Ingrid Tasker."},
     "Tomas Brey": {"question": "Who manages the fish market?", "answer": "Tomas Brey"},
 }
 UNANSWERABLE = {"question": "What colour is the harbour cat?"}
@@ -29,16 +29,16 @@ DOCUMENT = {"question": "Which people does the report name?", "answer": "Ingrid 
 
 
 def field_reply(request: Request, reply: dict[str, str]) -> str:
-    """The value of the field the writer's prompt ends at (``..., "answer": "``), then its closing quote."""
-    field = request.prompt.rsplit('"', 3)[-3]
-    return reply.get(field, "") + '", "more": "ignored'
+    """The value of the field the writer's prompt ends at (``...\nAnswer:``), then the next line."""
+    field = request.prompt.rsplit("\n", 1)[-1].rstrip(":").lower()
+    return " " + reply.get(field, "") + "\nMore: ignored"
 
 
 def respond_qa(request: Request) -> str:
     """Answers each kind of question-writing request as asked, field by field."""
     prompt = request.prompt
-    if "with a single fact" in prompt:
-        text = prompt.split("Write one question")[0]
+    if "about one fact" in prompt:
+        text = prompt.split("Write a question")[0]
         for name, reply in SINGLE.items():
             if name in text:
                 return field_reply(request, reply)

@@ -25,14 +25,14 @@ The lifeboat launched 37 times this year. Its new coxswain is Ingrid Tasker.
 
 def respond(request) -> str:
     """A single fact about whichever of the two sentences the request shows, field by field."""
-    field = request.prompt.rsplit('"', 3)[-3]
-    text = request.prompt.split("Write one question")[0]
-    if "with a single fact" not in request.prompt:
+    field = request.prompt.rsplit("\n", 1)[-1].rstrip(":").lower()
+    text = request.prompt.split("Write a question")[0]
+    if "about one fact" not in request.prompt:
         return "not a question"
     if "Orla Maye" in text:
-        return {"question": "Which dredger was hired for the work?", "answer": "the Orla Maye"}[field] + '"'
+        return {"question": "Which dredger was hired for the work?", "answer": "the Orla Maye"}[field]
     if "Ingrid Tasker" in text:
-        return {"question": "Who is the new coxswain?", "answer": "Ingrid Tasker"}[field] + '"'
+        return {"question": "Who is the new coxswain?", "answer": "Ingrid Tasker"}[field]
     return "not a question"
 
 

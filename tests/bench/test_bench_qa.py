@@ -14,7 +14,7 @@ from marginalia.bench.own import (
     read_pairs,
     requests_path,
 )
-from marginalia.bench.qa_writer import plan, similar
+from marginalia.bench.qa_writer import plan, short_answer, similar
 from marginalia.models.fake import ScriptedGenerator
 from qa_support import REPORT, respond_qa
 
@@ -55,9 +55,9 @@ def test_four_kinds_each_with_evidence_that_slices_the_text_exactly(report, tmp_
 
 def test_a_pair_whose_answer_is_not_in_the_text_is_dropped(report, tmp_path):
     def invents(request):
-        if "with a single fact" in request.prompt:
-            field = request.prompt.rsplit('"', 3)[-3]
-            return {"question": "Who painted the lighthouse?", "answer": "Marta Quill"}[field] + '"'
+        if "about one fact" in request.prompt:
+            field = request.prompt.rsplit("\n", 1)[-1].rstrip(":").lower()
+            return {"question": "Who painted the lighthouse?", "answer": "Marta Quill"}[field]
         return "not a question"
 
     out = tmp_path / "qa.jsonl"
@@ -72,9 +72,15 @@ def test_each_field_is_asked_for_in_turn_and_ends_at_its_quote(report, tmp_path)
     gen = ScriptedGenerator(respond_qa)
     generate_pairs([report], gen, tmp_path / "qa.jsonl", retries=0)
     first, second = gen.requests[:2]
-    assert first.prompt.endswith('{"question": "')
-    assert second.prompt.endswith('{"question": "Which dredger was hired for the work?", "answer": "')
-    assert first.params.stop == ('"', "\n") and first.params.max_new_tokens == 40
+    assert first.prompt.endswith("<|assistant|>\nQuestion:")
+    assert second.prompt.endswith("\nQuestion: Which dredger was hired for the work?\nAnswer:")
+    assert first.params.stop == ("\n",) and first.params.max_new_tokens == 32
+
+
+def test_an_answer_that_restates_the_question_is_cut_to_its_fact():
+    assert short_answer("The new coxswain is Ingrid Tasker.", "Who is the new coxswain?") == "Ingrid Tasker"
+    assert short_answer("The lifeboat was launched 37 times.", "Who is the new coxswain?") == (
+        "The lifeboat was launched 37 times")
 
 
 def test_near_duplicates():
@@ -128,9 +134,9 @@ def test_a_run_resumes_inside_a_document_skipping_the_requests_done(report, tmp_
     events = []
     summary = generate_pairs([report], gen, out, retries=0, on_event=events.append)
     assert events[0].done == 2 and summary.resumed_requests == 2
-    asked_again = [r for r in gen.requests if r.prompt.endswith('{"question": "')]
+    asked_again = [r for r in gen.requests if r.prompt.endswith("<|assistant|>\nQuestion:")]
     assert len(asked_again) == 8 - 2
-    assert not any("Orla Maye" in r.prompt and "with a single fact" in r.prompt for r in gen.requests)
+    assert not any("Orla Maye" in r.prompt and "about one fact" in r.prompt for r in gen.requests)
     whole = tmp_path / "whole.jsonl"
     generate_pairs([report], ScriptedGenerator(respond_qa), whole, retries=0)
     assert [p["question"] for p in read_pairs(out)] == [p["question"] for p in read_pairs(whole)]
@@ -165,7 +171,7 @@ def test_own_dataset_reads_every_kind(report, tmp_path):
     assert examples["unanswerable"].answers == () and not any(p.gold for p in examples["unanswerable"].passages)
     assert sum(p.gold for p in examples["join"].passages) == 2
     singles = [e for e in load_own(out) if e.meta["kind"] == "single"]
-    assert [e.answers for e in singles] == [("the Orla Maye",), ("Ingrid Tasker.",), ("Tomas Brey",)]
+    assert [e.answers for e in singles] == [("the Orla Maye",), ("Ingrid Tasker",), ("Tomas Brey",)]
 
 
 class FirstPair(Exception):

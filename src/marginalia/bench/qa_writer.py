@@ -35,7 +35,9 @@ FORMS = {"list": "is answered with a list of things the document names",
          "count": "is answered with a number: how many times or things the document counts",
          "most": "asks which thing the document names most often"}
 #: the reply budget of each field, in tokens
-FIELD_TOKENS = {"question": 40, "answer": 24, "sentences": 12}
+FIELD_TOKENS = {"question": 32, "answer": 24, "sentences": 12}
+#: "<restated question> is <answer>"
+_RESTATED = re.compile(r"(.+?)\s+(?:is|was|are|were)\s+(.+)", re.DOTALL)
 #: token-set similarity (0-100) from which two questions count as one
 NEAR_DUPLICATE = 90
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -230,30 +232,32 @@ class PairWriter:
         out.pairs.append(Made("unanswerable", reply.question, "", (), unit.section_path))
 
     def _messages(self, template: str, values: dict[str, str]) -> list[Message]:
-        return [{"role": "system", "content": render("qa_system").strip()},
+        return [{"role": "system", "content": render("qa_kinds_system").strip()},
                 {"role": "user", "content": render(template, **values).strip()}]
 
     def _ask(self, out: Outcome, template: str, fields: Sequence[str], **values: str) -> _Reply | None:
         """The model's reply to one request, field by field; None (counted) when every try was malformed.
 
-        The reply's JSON is written for the model up to each field's value, and each value ends at its closing
-        quote: even a small model then answers in the shape asked, and never runs on.
+        The reply is written for the model up to each field's label ("Question:", "Answer:") and each value ends
+        at its line's end, so even a small model answers in the shape asked and never runs on.
         """
         gen = self.generator
         prompt = gen.encode_chat(self._messages(template, values))
         for attempt in range(self.retries + 1):
-            reply, got = "{", {}
+            reply, got = "", {}
             for name in fields:
-                reply += ("" if reply == "{" else '", ') + f'"{name}": "'
+                reply += ("\n" if reply else "") + f"{name.capitalize()}:"
                 ids = prompt + gen.tokenizer.encode(reply)
                 budget = FIELD_TOKENS[name]
                 gen.check_fits(len(ids) + budget, what="the question-writing prompt")
                 out.calls += 1
                 params = GenerationParams(max_new_tokens=budget, temperature=0.0 if attempt == 0 else 0.7,
-                                          seed=attempt, stop=('"', "\n"))
+                                          seed=attempt, stop=("\n",))
                 value = "".join(gen.stream_prompt(ids, params))
                 got[name] = value.strip()
                 reply += value
+            if "answer" in got:
+                got["answer"] = short_answer(got["answer"], got["question"])
             if "sentences" in got:
                 got["sentences"] = [int(n) for n in re.findall(r"\d+", got["sentences"])]  # type: ignore[assignment]
             try:
@@ -262,6 +266,19 @@ class PairWriter:
                 continue
         out.dropped["malformed reply"] += 1
         return None
+
+
+def short_answer(answer: str, question: str) -> str:
+    """The answer without a restatement of the question before it ("The dredger hired was the Orla Maye." ->
+    "the Orla Maye"), and without its closing stop."""
+    answer = answer.strip()
+    match = _RESTATED.match(answer)
+    if match is not None:
+        said = {w.lower() for w in _WORD.findall(match.group(1))}
+        asked = {w.lower() for w in _WORD.findall(question)}
+        if said and len(said & asked) / len(said) >= 0.6:
+            answer = match.group(2)
+    return answer.rstrip(" .;")
 
 
 def _said(doc: Document, fact: Made) -> str:
