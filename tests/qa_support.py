@@ -17,11 +17,8 @@ The lifeboat launched 37 times this year. Its new coxswain is Ingrid Tasker.
 The fish market opened a new cold store in March. Its manager is Tomas Brey.
 """
 
-SINGLE = {
-    "Orla Maye": {"question": "Which dredger was hired for the work?", "answer": "the Orla Maye"},
-    "Ingrid Tasker": {"question": "Who is the new coxswain?", "answer": "The new coxswain is Ingrid Tasker."},
-    "Tomas Brey": {"question": "Who manages the fish market?", "answer": "Tomas Brey"},
-}
+SINGLE = {"Orla Maye": "Which dredger was hired for the work?", "Ingrid Tasker": "Who is the new coxswain?",
+          "Tomas Brey": "Who manages the fish market?"}
 UNANSWERABLE = {"question": "What colour is the harbour cat?"}
 JOIN = {"question": "Which dredger worked in the year Ingrid Tasker became coxswain?", "answer": "the Orla Maye"}
 DOCUMENT = {"question": "Which people does the report name?", "answer": "Ingrid Tasker and Tomas Brey",
@@ -37,12 +34,9 @@ def field_reply(request: Request, reply: dict[str, str]) -> str:
 def respond_qa(request: Request) -> str:
     """Answers each kind of question-writing request as asked, field by field."""
     prompt = request.prompt
-    if "about one fact" in prompt:
-        text = prompt.split("Write a question")[0]
-        for name, reply in SINGLE.items():
-            if name in text:
-                return field_reply(request, reply)
-        return "not a question"
+    if "Write the question that this sentence answers" in prompt:
+        answer = prompt.split('answers with "')[1].split('"')[0]
+        return " " + SINGLE.get(answer, "not a question") + "\nAnswer: ignored"
     if "does not answer" in prompt:
         return field_reply(request, UNANSWERABLE)
     if "needs both facts" in prompt:

@@ -14,7 +14,7 @@ from marginalia.bench.own import (
     read_pairs,
     requests_path,
 )
-from marginalia.bench.qa_writer import plan, short_answer, similar
+from marginalia.bench.qa_writer import pick_fact, plan, short_answer, similar
 from marginalia.models.fake import ScriptedGenerator
 from qa_support import REPORT, respond_qa
 
@@ -53,34 +53,39 @@ def test_four_kinds_each_with_evidence_that_slices_the_text_exactly(report, tmp_
     assert summary.skipped_pairs >= 2
 
 
-def test_a_pair_whose_answer_is_not_in_the_text_is_dropped(report, tmp_path):
-    def invents(request):
-        if "about one fact" in request.prompt:
-            field = request.prompt.rsplit("\n", 1)[-1].rstrip(":").lower()
-            return {"question": "Who painted the lighthouse?", "answer": "Marta Quill"}[field]
+def test_a_question_that_gives_its_answer_away_is_dropped(report, tmp_path):
+    def tells(request):
+        if "Write the question that this sentence answers" in request.prompt:
+            return " Was the Orla Maye hired, or Ingrid Tasker, or Tomas Brey?"
         return "not a question"
 
     out = tmp_path / "qa.jsonl"
     events = []
-    summary = generate_pairs([report], ScriptedGenerator(invents), out, retries=0, on_event=events.append)
+    summary = generate_pairs([report], ScriptedGenerator(tells), out, retries=0, on_event=events.append)
     assert summary.new_pairs == 0 and read_pairs(out) == []
     done = [e for e in events if isinstance(e, RequestDone) and e.kind == "single"]
-    assert done and all(e.dropped == {"answer not in the text": 1} for e in done)
+    assert len(done) == 3 and all(e.dropped == {"the question gives its answer away": 1} for e in done)
 
 
-def test_each_field_is_asked_for_in_turn_and_ends_at_its_quote(report, tmp_path):
+def test_a_single_facts_answer_and_sentence_are_chosen_by_rule_and_exact():
+    text = "# Fleet\n\nThe oldest boat is the Bramble Lark. She was built in 1938.\n\nNo names here at all."
+    sentence, answer = pick_fact(text, 0, len(text))
+    assert text[slice(*sentence)] == "The oldest boat is the Bramble Lark." and text[slice(*answer)] == "Bramble Lark"
+    sentence, answer = pick_fact(text, text.index("She"), len(text))
+    assert text[slice(*sentence)] == "She was built in 1938." and text[slice(*answer)] == "1938"
+    assert pick_fact(text, text.index("No names"), len(text)) is None
+
+
+def test_each_field_is_asked_for_in_turn_and_ends_at_its_line(report, tmp_path):
     gen = ScriptedGenerator(respond_qa)
     generate_pairs([report], gen, tmp_path / "qa.jsonl", retries=0)
-    first, second = gen.requests[:2]
-    assert first.prompt.endswith("<|assistant|>\nQuestion:")
-    assert second.prompt.endswith("\nQuestion: Which dredger was hired for the work?\nAnswer:")
-    assert first.params.stop == ("\n",) and first.params.max_new_tokens == 32
-
-
-def test_an_answer_that_restates_the_question_is_cut_to_its_fact():
-    assert short_answer("The new coxswain is Ingrid Tasker.", "Who is the new coxswain?") == "Ingrid Tasker"
-    assert short_answer("The lifeboat was launched 37 times.", "Who is the new coxswain?") == (
-        "The lifeboat was launched 37 times")
+    single = gen.requests[0]
+    assert single.prompt.endswith("<|assistant|>\nQuestion:") and 'answers with "Orla Maye"' in single.prompt
+    assert single.params.stop == ("\n",) and single.params.max_new_tokens == 32
+    join = [r for r in gen.requests if "needs both facts" in r.prompt]
+    assert len(join) == 2
+    assert join[1].prompt.endswith("\nQuestion: Which dredger worked in the year Ingrid Tasker became coxswain?\n"
+                                   "Answer:")
 
 
 def test_near_duplicates():
@@ -117,9 +122,9 @@ def test_a_run_resumes_inside_a_document_skipping_the_requests_done(report, tmp_
     out = tmp_path / "qa.jsonl"
     asked = []
 
-    def dies_in_the_third_request(request):  # two model calls a single fact: question, then answer
+    def dies_in_the_third_request(request):
         asked.append(request.prompt)
-        if len(asked) == 5:
+        if len(asked) == 3:
             raise Interrupt
         return respond_qa(request)
 
@@ -136,7 +141,7 @@ def test_a_run_resumes_inside_a_document_skipping_the_requests_done(report, tmp_
     assert events[0].done == 2 and summary.resumed_requests == 2
     asked_again = [r for r in gen.requests if r.prompt.endswith("<|assistant|>\nQuestion:")]
     assert len(asked_again) == 8 - 2
-    assert not any("Orla Maye" in r.prompt and "about one fact" in r.prompt for r in gen.requests)
+    assert not any('answers with "Orla Maye"' in r.prompt for r in gen.requests)
     whole = tmp_path / "whole.jsonl"
     generate_pairs([report], ScriptedGenerator(respond_qa), whole, retries=0)
     assert [p["question"] for p in read_pairs(out)] == [p["question"] for p in read_pairs(whole)]
@@ -171,7 +176,7 @@ def test_own_dataset_reads_every_kind(report, tmp_path):
     assert examples["unanswerable"].answers == () and not any(p.gold for p in examples["unanswerable"].passages)
     assert sum(p.gold for p in examples["join"].passages) == 2
     singles = [e for e in load_own(out) if e.meta["kind"] == "single"]
-    assert [e.answers for e in singles] == [("the Orla Maye",), ("Ingrid Tasker",), ("Tomas Brey",)]
+    assert [e.answers for e in singles] == [("Orla Maye",), ("Ingrid Tasker",), ("Tomas Brey",)]
 
 
 class FirstPair(Exception):

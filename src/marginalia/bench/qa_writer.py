@@ -3,16 +3,16 @@
 A document's requests are planned before the first is sent, so a run can say what it will do and resume
 inside a document: each request has a key that stays the same from one run to the next.
 
-- ``single``: one request per chunk, for one fact.
+- ``single``: one request per chunk: a name or number in one of its sentences is the answer (both chosen by
+  rule, so they are exact), and the model writes the question that sentence answers with it.
 - ``unanswerable``: a question on a chunk's subject that the document never answers (a word of it occurs
   nowhere in the document); it has no evidence and no answer.
 - ``join``: two single facts from different sections made one question; both evidence spans kept.
 - ``document``: a list, a count or the most frequent thing, over sentences from the whole document (the
   single facts' evidence); the sentences it uses are its evidence.
 
-Every evidence span slices the document's text exactly: a single fact's is the sentence of its chunk that
-holds the answer's words (a pair whose answer no sentence holds is dropped), and the other kinds keep the spans
-of the facts they are built on. A question too near one made before is dropped too.
+Every evidence span slices the document's text exactly: a single fact's is the sentence its answer was taken
+from, and the other kinds keep the spans of the facts they are built on. A question too near one made before is dropped too.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from ..errors import MissingDependency
-from ..index.question_bank import locate
 from ..ingest.sections import section_at
 from ..models.base import GenerationParams, Generator, Message
 from ..prompts import render
@@ -36,6 +35,11 @@ FORMS = {"list": "is answered with a list of things the document names",
          "most": "asks which thing the document names most often"}
 #: the reply budget of each field, in tokens
 FIELD_TOKENS = {"question": 32, "answer": 24, "sentences": 12}
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+#: a name: capitalised words in a row ("Orla Maye", "Kettleby Harbour Trust")
+_NAME = re.compile(r"\b[A-Z][a-z'\u2019-]+(?:\s+(?:of\s+)?[A-Z][a-z'\u2019-]+)*")
+#: a number, with its currency sign ("37", "1938", "\u00a34,200", "12.5")
+_NUMBER = re.compile(r"[\u00a3$\u20ac]?\d+(?:[,.]\d+)*")
 #: "<restated question> is <answer>"
 _RESTATED = re.compile(r"(.+?)\s+(?:is|was|are|were)\s+(.+)", re.DOTALL)
 #: token-set similarity (0-100) from which two questions count as one
@@ -156,9 +160,15 @@ class PairWriter:
         out = Outcome()
         if request.kind == "single":
             unit = units[request.units[0]]
-            reply = self._ask(out, "qa_single", ("question", "answer"), text=unit.text.strip())
+            picked = pick_fact(doc.text, unit.start, unit.end)
+            if picked is None:
+                out.dropped["no name or number to ask about"] += 1
+                return out
+            sentence, answer = picked
+            reply = self._ask(out, "qa_single", ("question",), sentence=" ".join(doc.text[slice(*sentence)].split()),
+                              answer=doc.text[slice(*answer)])
             if reply is not None:
-                self._single(out, reply, doc, sections, unit)
+                self._single(out, reply, doc, sections, sentence, answer)
         elif request.kind == "unanswerable":
             unit = units[request.units[0]]
             reply = self._ask(out, "qa_unanswerable", ("question",), text=unit.text.strip())
@@ -211,16 +221,14 @@ class PairWriter:
                 return k
         return len(facts)
 
-    def _single(self, out: Outcome, reply: _Reply, doc: Document, sections: Sequence[Section], unit: Chunk) -> None:
-        if not reply.answer:
-            out.dropped["no answer"] += 1
+    def _single(self, out: Outcome, reply: _Reply, doc: Document, sections: Sequence[Section],
+                sentence: tuple[int, int], answer: tuple[int, int]) -> None:
+        said = doc.text[slice(*answer)]
+        if said.lower() in reply.question.lower():
+            out.dropped["the question gives its answer away"] += 1
             return
-        span = locate(doc.text, unit.start, unit.end, reply.question, reply.answer)
-        if span is None:
-            out.dropped["answer not in the text"] += 1
-            return
-        section = section_at(sections, span[0])
-        out.pairs.append(Made("single", reply.question, reply.answer, (span,), section.path if section else ()))
+        section = section_at(sections, sentence[0])
+        out.pairs.append(Made("single", reply.question, said, (sentence,), section.path if section else ()))
 
     def _unanswerable(self, out: Outcome, reply: _Reply, doc: Document, unit: Chunk) -> None:
         known = {w.lower() for w in _WORD.findall(doc.text)}
@@ -266,6 +274,39 @@ class PairWriter:
                 continue
         out.dropped["malformed reply"] += 1
         return None
+
+
+def sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Sentence spans (absolute offsets, no surrounding spaces) in ``text[start:end]``."""
+    spans, at = [], start
+    for match in [*_SENTENCE_END.finditer(text, start, end), None]:
+        stop = match.start() if match is not None else end
+        piece = text[at:stop]
+        if piece.strip() and not _HEADING_ONLY.fullmatch(piece):
+            lead = len(piece) - len(piece.lstrip())
+            spans.append((at + lead, at + len(piece.rstrip())))
+        if match is not None:
+            at = match.end()
+    return spans
+
+
+def pick_fact(text: str, start: int, end: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """A sentence of ``text[start:end]`` and a fact in it to ask about: the first name of two or more words, else
+    the first number or name of one word not opening the sentence; both spans slice ``text`` exactly."""
+    found: list[tuple[int, tuple[int, int], tuple[int, int]]] = []
+    for s, e in sentences(text, start, end):
+        for match in _NAME.finditer(text, s, e):
+            words = match.group().split()
+            if len(words) >= 2:
+                found.append((0, (s, e), match.span()))
+            elif match.start() > s:
+                found.append((2, (s, e), match.span()))
+        for match in _NUMBER.finditer(text, s, e):
+            found.append((1, (s, e), match.span()))
+    if not found:
+        return None
+    _, sentence, answer = min(found, key=lambda f: (f[0], f[1][0], f[2][0]))
+    return sentence, answer
 
 
 def short_answer(answer: str, question: str) -> str:
