@@ -204,3 +204,9 @@ def test_the_embedded_model_writes_a_first_pair_with_exact_evidence_on_the_demo_
     (pair,) = read_pairs(out)
     text = path.read_text("utf-8")
     assert pair["evidence_spans"] and all(text[s["start"]:s["end"]] == s["text"] for s in pair["evidence_spans"])
+
+
+def test_an_answer_that_restates_the_question_is_cut_to_its_fact():
+    assert short_answer("The new coxswain is Ingrid Tasker.", "Who is the new coxswain?") == "Ingrid Tasker"
+    assert short_answer("The lifeboat was launched 37 times.", "Who is the new coxswain?") == (
+        "The lifeboat was launched 37 times")

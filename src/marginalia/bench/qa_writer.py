@@ -12,7 +12,8 @@ inside a document: each request has a key that stays the same from one run to th
   single facts' evidence); the sentences it uses are its evidence.
 
 Every evidence span slices the document's text exactly: a single fact's is the sentence its answer was taken
-from, and the other kinds keep the spans of the facts they are built on. A question too near one made before is dropped too.
+from, and the other kinds keep the spans of the facts they are built on. A question too near one made before
+is dropped too.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
 from ..errors import MissingDependency
 from ..ingest.sections import section_at
 from ..models.base import GenerationParams, Generator, Message
@@ -136,7 +139,8 @@ def similar(a: str, b: str) -> bool:
     try:
         from rapidfuzz import fuzz, utils
     except ImportError as exc:
-        raise MissingDependency("rapidfuzz (to drop near-duplicate questions)", "pip install 'marginalia[bench]'") from exc
+        raise MissingDependency("rapidfuzz (to drop near-duplicate questions)",
+                                "pip install 'marginalia[bench]'") from exc
     return fuzz.token_set_ratio(a, b, processor=utils.default_process) >= NEAR_DUPLICATE
 
 
@@ -189,23 +193,23 @@ class PairWriter:
                     out.pairs.append(Made("join", reply.question, reply.answer, first.spans + second.spans,
                                           first.section_path))
         elif request.kind == "document":
-            facts = [singles[i] for i in request.units if i in singles]
-            if len(facts) < 2:
-                out.dropped["fewer than two facts to draw on"] += 1
+            drawn = [singles[i] for i in request.units if i in singles]
+            if len(drawn) < 2:
+                out.dropped["fewer than two drawn to draw on"] += 1
                 return out
-            facts = facts[:self._room(facts, doc)]
-            numbered = "\n".join(f"{k}. {_said(doc, f)}" for k, f in enumerate(facts, 1))
+            drawn = drawn[:self._room(drawn, doc)]
+            numbered = "\n".join(f"{k}. {_said(doc, f)}" for k, f in enumerate(drawn, 1))
             form = request.key.split(":", 1)[1]
             reply = self._ask(out, "qa_document", ("question", "answer", "sentences"), sentences=numbered,
                               form=FORMS[form])
             if reply is not None:
-                used = sorted({n for n in reply.sentences if 1 <= n <= len(facts)})
+                used = sorted({n for n in reply.sentences if 1 <= n <= len(drawn)})
                 if not reply.answer:
                     out.dropped["no answer"] += 1
                 elif len(used) < 2:
                     out.dropped["fewer than two sentences named"] += 1
                 else:
-                    spans = tuple(span for n in used for span in facts[n - 1].spans)
+                    spans = tuple(span for n in used for span in drawn[n - 1].spans)
                     out.pairs.append(Made("document", reply.question, reply.answer, spans))
         else:  # pragma: no cover - plan() makes only the kinds above
             raise ValueError(f"unknown kind {request.kind!r}")

@@ -50,10 +50,11 @@ class QaJob:
     finished_at: float | None = None
 
     def to_dict(self, pairs: bool = True) -> dict[str, Any]:
-        out = {"id": self.id, "collection": self.collection, "documents": self.documents, "status": self.status,
-               "documents_started": self.documents_started, "requests_done": self.requests_done,
-               "requests_total": self.requests_total, "pairs_made": len(self.pairs), "result": self.result,
-               "error": self.error, "created_at": self.created_at, "finished_at": self.finished_at}
+        out: dict[str, Any] = {
+            "id": self.id, "collection": self.collection, "documents": self.documents, "status": self.status,
+            "documents_started": self.documents_started, "requests_done": self.requests_done,
+            "requests_total": self.requests_total, "pairs_made": len(self.pairs), "result": self.result,
+            "error": self.error, "created_at": self.created_at, "finished_at": self.finished_at}
         if pairs:
             out["pairs"] = list(self.pairs)
         return out
