@@ -24,11 +24,12 @@ The lifeboat launched 37 times this year. Its new coxswain is Ingrid Tasker.
 
 
 def respond(request) -> str:
-    if "Orla Maye" in request.prompt:
-        return 'Which dredger was hired for the work?", "answer": "the Orla Maye"}]'
-    if "Ingrid Tasker" in request.prompt:
-        return 'Who is the new coxswain?", "answer": "Ingrid Tasker"}]'
-    return "not json"
+    """The question for whichever of the two facts the request shows."""
+    if 'answers with "Orla Maye"' in request.prompt:
+        return " Which dredger was hired for the work?"
+    if 'answers with "Ingrid Tasker"' in request.prompt:
+        return " Who is the new coxswain?"
+    return "not a question"
 
 
 @pytest.fixture
@@ -59,7 +60,7 @@ def test_review_accepts_edits_rejects_and_saves_each_decision(qa_file):
     assert counts == {"accepted": 1, "rejected": 1, "pending": 0}
     first, second = read_pairs(qa_file)
     assert first["question"] == "What vessel dredged the basin?"
-    assert first["answer"] == "the Orla Maye"  # empty line: kept
+    assert first["answer"] == "Orla Maye"  # empty line: kept
     assert first["edited"] is True and first["status"] == "accepted"
     assert second["status"] == "rejected"
     assert "Q: Which dredger was hired for the work?" in out.getvalue()
@@ -80,7 +81,7 @@ def test_own_dataset_uses_only_accepted_pairs_with_the_evidence_paragraph_as_gol
     review(qa_file, io.StringIO("a\nr\n"), io.StringIO())
     (example,) = load_own(qa_file)
     assert example.dataset == "own"
-    assert example.answers == ("the Orla Maye",)
+    assert example.answers == ("Orla Maye",)
     gold = [p for p in example.passages if p.gold]
     assert len(gold) == 1 and "Orla Maye" in gold[0].text
     assert any("coxswain" in p.text for p in example.passages if not p.gold)

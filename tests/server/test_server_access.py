@@ -46,6 +46,7 @@ class World:
     tokens: dict[str, str]
     jobs: dict[str, str]
     store: KeyStore
+    qa_jobs: dict[str, str]
 
     def headers(self, caller: str) -> dict[str, str]:
         token = {"none": None, "wrong": WRONG, "revoked": self.tokens.get("revoked"),
@@ -68,6 +69,7 @@ def make_world(home: Path) -> World:
     client = TestClient(app, base_url=BASE_URL, headers={"Authorization": f"Bearer {SERVER_KEY}"})
     jobs = {"A": index_text(client, "A", "report.md", REPORT)["id"],
             "B": index_text(client, "B", "vault.md", DOC_B)["id"]}
+    qa_jobs = {t: client.post(f"/v1/collections/{t}/qa-jobs").json()["id"] for t in TARGETS}
     client.headers.pop("Authorization")
     store = KeyStore.of_home(home)
     tokens = {"reader": store.create("reader-a", Grants(read=frozenset({"A"})))[1],
@@ -75,7 +77,7 @@ def make_world(home: Path) -> World:
               "admin": store.create("boss", Grants(admin=True))[1],
               "revoked": store.create("gone", Grants(read=frozenset({"A"})))[1]}
     store.revoke("gone")
-    return World(client, home, tokens, jobs, store)
+    return World(client, home, tokens, jobs, store, qa_jobs)
 
 
 @pytest.fixture
@@ -142,6 +144,11 @@ REQUESTS: dict[tuple[str, str], Build] = {
     ("GET", "/v1/jobs"): lambda w, c, t: ("/v1/jobs", {}),
     ("GET", "/v1/jobs/{job_id}"): lambda w, c, t: (f"/v1/jobs/{w.jobs[t]}", {}),
     ("GET", "/v1/jobs/{job_id}/events"): lambda w, c, t: (f"/v1/jobs/{w.jobs[t]}/events", {}),
+    ("POST", "/v1/collections/{name}/qa-jobs"): lambda w, c, t: (f"/v1/collections/{t}/qa-jobs", {}),
+    ("GET", "/v1/qa-jobs"): lambda w, c, t: ("/v1/qa-jobs", {}),
+    ("GET", "/v1/qa-jobs/{job_id}"): lambda w, c, t: (f"/v1/qa-jobs/{w.qa_jobs[t]}", {}),
+    ("GET", "/v1/qa-jobs/{job_id}/events"): lambda w, c, t: (f"/v1/qa-jobs/{w.qa_jobs[t]}/events", {}),
+    ("GET", "/v1/patterns"): lambda w, c, t: ("/v1/patterns", {}),
     ("POST", "/v1/ask"): lambda w, c, t: ("/v1/ask", {"json": {"question": "What opens the vault?",
                                                                "collection": t}}),
     ("POST", "/v1/readings/{reading_id}/stop"): lambda w, c, t: ("/v1/readings/0123456789abcdef/stop", {}),
@@ -169,7 +176,8 @@ REQUESTS: dict[tuple[str, str], Build] = {
 
 #: the success status of each route that does not answer 200
 CREATED = {("POST", "/v1/keys"): 201, ("POST", "/v1/collections"): 201, ("POST", "/v1/sessions"): 201,
-           ("POST", "/v1/compose/sessions"): 201, ("POST", "/v1/collections/{name}/documents"): 202}
+           ("POST", "/v1/compose/sessions"): 201, ("POST", "/v1/collections/{name}/documents"): 202,
+           ("POST", "/v1/collections/{name}/qa-jobs"): 202}
 #: routes whose every valid caller gets 404: the stop route names a reading nobody runs
 NOTHING_THERE = {("POST", "/v1/readings/{reading_id}/stop")}
 
@@ -190,7 +198,7 @@ def expected(route: tuple[str, str], caller: str, target: str) -> int:
         return ok
     if scope is Scope.ADMIN:
         return 403
-    if route in (("GET", "/v1/jobs/{job_id}"), ("GET", "/v1/jobs/{job_id}/events")) or scope is not Scope.SIGNED \
+    if route in JOB_ROUTES or scope is not Scope.SIGNED \
             or route in BODY_NAMES_COLLECTION:
         if target == "B":
             return 404
@@ -199,6 +207,9 @@ def expected(route: tuple[str, str], caller: str, target: str) -> int:
     return ok
 
 
+#: routes that name a job of a collection (checked by the route, under the signed scope)
+JOB_ROUTES = {("GET", "/v1/jobs/{job_id}"), ("GET", "/v1/jobs/{job_id}/events"), ("GET", "/v1/qa-jobs/{job_id}"),
+              ("GET", "/v1/qa-jobs/{job_id}/events")}
 #: routes whose body names the collection (checked by the route, under the signed scope)
 BODY_NAMES_COLLECTION = {("POST", "/v1/ask"), ("POST", "/v1/sessions"), ("POST", "/v1/compose/sessions"),
                          ("POST", "/v1/chat/completions"), ("POST", "/chat")}

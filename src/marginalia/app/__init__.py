@@ -87,6 +87,7 @@ if TYPE_CHECKING:  # types the front ends name in annotations, and the names in 
     from ..ingest.chunking import paragraph_spans as paragraph_spans
     from ..ingest.loaders import load_document as load_document
     from ..ingest.loaders import load_paths as load_paths
+    from ..ingest.sections import section_at as section_at
     from ..models.llamacpp.backend import usable_cores as usable_cores
     from ..patterns import Run as Run
     from ..patterns.base import Pattern as Pattern
@@ -100,7 +101,8 @@ if TYPE_CHECKING:  # types the front ends name in annotations, and the names in 
 _LAZY = {
     "CachedEmbedder": "index.embedders", "Embedder": "index.embedders", "minilm_dir": "index.embedders",
     "BankReport": "index.question_bank", "QuestionWriter": "index.question_bank", "paragraph_spans": "ingest.chunking",
-    "load_document": "ingest.loaders", "load_paths": "ingest.loaders", "usable_cores": "models.llamacpp.backend",
+    "load_document": "ingest.loaders", "load_paths": "ingest.loaders", "section_at": "ingest.sections",
+    "usable_cores": "models.llamacpp.backend",
     "Pattern": "patterns.base", "LongContext": "patterns.long_context", "REPEAT_REASON": "patterns.wim",
     "SharedReading": "patterns.wim", "WiM": "patterns.wim",
 }
@@ -134,5 +136,6 @@ __all__ = [
     "check_tuning", "compose", "compose_sources", "tune_client", "tuned_folder", "tuning_data",
     # for the benchmark harness (`_LAZY`)
     "REPEAT_REASON", "BankReport", "CachedEmbedder", "Embedder", "LongContext", "Pattern", "QuestionWriter",
-    "SharedReading", "WiM", "load_document", "load_paths", "minilm_dir", "paragraph_spans", "usable_cores",
+    "SharedReading", "WiM", "load_document", "load_paths", "minilm_dir", "paragraph_spans", "section_at",
+    "usable_cores",
 ]

@@ -1,4 +1,4 @@
-"""The progress of a benchmark run or judge: a bar on a terminal, a line per result elsewhere."""
+"""The progress of a benchmark run, judge or question generation: a bar on a terminal, a line per step elsewhere."""
 
 from __future__ import annotations
 
@@ -11,16 +11,17 @@ from ..files import progress_bar
 class Progress:
     """A tqdm bar with ETA on a terminal; elsewhere (logs, CI) one line per result."""
 
-    def __init__(self, total: int, initial: int, err: TextIO, enabled: bool) -> None:
+    def __init__(self, total: int, initial: int, err: TextIO, enabled: bool, unit: str = "answer",
+                 prefix: str = "bench") -> None:
         from tqdm import tqdm
 
         self.tqdm = tqdm
         self.total, self.initial, self.n = total, initial, initial
-        self.err, self.enabled = err, enabled
+        self.err, self.enabled, self.unit, self.prefix = err, enabled, unit, prefix
         self.t0 = time.perf_counter()
         self.bar: Any = None
         if enabled and getattr(err, "isatty", lambda: False)():
-            self.bar = progress_bar(err, total, "answer", initial=initial, smoothing=0.05, leave=True)
+            self.bar = progress_bar(err, total, unit, initial=initial, smoothing=0.05, leave=True)
 
     def log(self, message: str) -> None:
         if not self.enabled:
@@ -37,9 +38,9 @@ class Progress:
             self.bar.update(1)
         elif self.enabled:
             meter = self.tqdm.format_meter(self.n, self.total, time.perf_counter() - self.t0,
-                                           initial=self.initial, unit="answer",
+                                           initial=self.initial, unit=self.unit,
                                            bar_format="{n_fmt}/{total_fmt} [{elapsed}<{remaining}]")
-            print(f"bench {meter} {label}", file=self.err, flush=True)
+            print(f"{self.prefix} {meter} {label}", file=self.err, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -162,19 +162,26 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     generate = sub.add_parser(
         "qa-generate", parents=[*shared, model_options()], formatter_class=formatter_class,
         help="write QA pairs about your own documents, for review",
-        description="Ask the model for question-answer pairs about each document (pdf, markdown, text, html; "
-                    "folders are walked) and append them to OUT as pending pairs with their evidence sentence. "
-                    "Documents already in OUT are skipped, so an interrupted run resumes. Review the pairs with "
+        description="Ask the model, in small requests, for question-answer pairs of four kinds about each document "
+                    "(pdf, markdown, text, html; folders are walked) or each document of a collection: a single "
+                    "fact, a fact joining two sections, a question over the whole document (a list, a count or "
+                    "the most frequent thing), and one the document does not answer. Each pair is appended to "
+                    "OUT as a pending pair with its evidence spans as soon as it is made, and the requests done "
+                    "are listed beside it, so an interrupted run resumes where it stopped. Review the pairs with "
                     "'marginalia bench qa-review OUT'; a run config then uses the accepted ones as "
                     "dataset = \"own\", path = OUT.",
+        epilog="A line per document (its sections and the requests planned) and the progress go to stderr; the "
+               "summary to stdout.",
     )
-    generate.add_argument("paths", nargs="+", metavar="PATH", help="documents or folders")
-    generate.add_argument("--out", "-o", required=True, metavar="FILE", help="the QA file (JSONL) to append to")
-    generate.add_argument("--density", choices=("sparse", "dense"), default="sparse",
-                          help="sparse: about one pair per paragraph of each top-level section; dense: one per chunk")
-    generate.add_argument("--long-answers", action="store_true", help="also ask for one-to-two-sentence answers")
+    generate.add_argument("paths", nargs="*", metavar="PATH", help="documents or folders")
+    generate.add_argument("--collection", metavar="NAME", default=None,
+                          help="write pairs about the stored text of this collection's documents instead of PATHs")
+    generate.add_argument("--out", "-o", metavar="FILE", default=None,
+                          help="the QA file (JSONL) to append to (default with --collection: "
+                               "<home>/qa/<NAME>.jsonl; required with PATHs)")
     generate.add_argument("--retries", type=non_negative_int, default=2, metavar="N",
                           help="tries after a malformed reply")
+    generate.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
     review = sub.add_parser(
         "qa-review", parents=shared, formatter_class=formatter_class,
@@ -395,31 +402,64 @@ def _cmd_import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_qa_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..bench.own import generate_pairs
-    from ..files import progress_bar
+    from ..bench.own import (
+        DocumentStarted,
+        PairWritten,
+        QaEvent,
+        RequestDone,
+        collection_pairs_path,
+        generate_collection_pairs,
+        generate_pairs,
+    )
+    from ..bench.progress import Progress
     from .common import Reporter, load_model
 
+    if bool(args.paths) == bool(args.collection):
+        raise UserError("give the documents as PATHs or a collection with --collection NAME (one of the two)")
+    if args.out is None and not args.collection:
+        raise UserError("give the QA file to write with --out FILE")
+    target = args.out or str(collection_pairs_path(args.collection, args.home))
+    quiet = getattr(args, "quiet", False)
     generator = load_model(args, Reporter(False, err))
-    bars: dict[str, Any] = {}
+    bar: list[Progress] = []
 
-    def progress(source: str, done: int, total: int) -> None:
-        bar = bars.get(source)
-        if bar is None:
-            for old in bars.values():
+    def on_event(event: QaEvent) -> None:
+        if quiet:
+            return
+        if isinstance(event, DocumentStarted):
+            for old in bar:
                 old.close()
-            bar = bars[source] = progress_bar(err, total, "request", source[-30:])
-        bar.update(done - bar.n)
+            kinds = ", ".join(f"{n} {kind}" for kind, n in event.planned.items())
+            print(f"{event.source}: {event.sections} sections; {event.total} requests planned ({kinds})"
+                  + (f"; {event.done} done before" if event.done else ""), file=err, flush=True)
+            bar[:] = [Progress(event.total, event.done, err, True, unit="request", prefix="qa")]
+        elif isinstance(event, RequestDone) and bar:
+            dropped = sum(event.dropped.values())
+            bar[0].step(f"{event.key}: {event.new_pairs} new" + (f", {dropped} dropped" if dropped else ""))
+        elif isinstance(event, PairWritten) and bar:
+            bar[0].log(f"  [{event.pair['kind']}] {event.pair['question']}")
 
-    summary = generate_pairs(args.paths, generator, args.out, density=args.density,
-                             long_answers=args.long_answers, retries=args.retries, progress=progress)
-    for bar in bars.values():
-        bar.close()
+    try:
+        if args.collection:
+            summary = generate_collection_pairs(args.collection, generator, target, home=args.home,
+                                                retries=args.retries, on_event=on_event)
+        else:
+            summary = generate_pairs(args.paths, generator, target, retries=args.retries, on_event=on_event)
+    except KeyboardInterrupt:
+        print(f"marginalia: interrupted; every pair made is in {target}: run the same command again to resume",
+              file=err, flush=True)
+        return 130
+    finally:
+        for old in bar:
+            old.close()
     for line in summary.unreadable:
         err.write(f"skipped {line}\n")
-    out.write(f"{args.out}: {summary.new_pairs} new pairs from {summary.documents} documents "
-              f"({summary.requests} requests, {summary.skipped_pairs} pairs dropped as malformed or unsupported; "
-              f"{summary.skipped_documents} documents were already there)\n")
-    err.write(f"next: marginalia bench qa-review {args.out}\n")
+    kinds = ", ".join(f"{n} {kind}" for kind, n in summary.kinds.items())
+    out.write(f"{target}: {summary.new_pairs} new pairs" + (f" ({kinds})" if kinds else "")
+              + f" from {summary.documents} documents ({summary.requests} requests, {summary.skipped_pairs} pairs "
+              f"dropped as malformed, unsupported or near duplicates; {summary.resumed_requests} requests and "
+              f"{summary.skipped_documents} documents were done before)\n")
+    err.write(f"next: marginalia bench qa-review {target}\n")
     return 0
 
 

@@ -7,6 +7,7 @@ and check the capabilities they need when they are built.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Generator as PyGenerator
 from collections.abc import Iterator, Sequence
@@ -15,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from ..errors import UserError
-from ..models.base import Clock, GenerationParams, Generator, Usage
+from ..models.base import Clock, GenerationParams, Generator, StopScanner, Usage, close_stream
 from ..models.ledger import PrefillLedger
 from ..options import PatternOptions, RunSettings
 from ..prompts import render
@@ -148,18 +149,87 @@ class Pattern(ABC):
         """Yield the run's events, ending with `Done` (the answer decoded with ``run.settings``)."""
 
 
+_FRAME = re.compile(r"\s*(question|answer)\s*:", re.IGNORECASE)
+#: the start of a frame's word, not yet complete
+_PARTIAL = re.compile(r"q(u(e(s(t(i(o(n\s*)?)?)?)?)?)?)?|a(n(s(w(e(r\s*)?)?)?)?)?", re.IGNORECASE)
+#: a run-on frame after the answer: the model goes on to invent the next question
+RUN_ON = ("\nQuestion:", " Question:", "\nquestion:", "\nQUESTION:")
+
+
+class AnswerFrame:
+    """Takes the prompt's frame off an answer as it streams: a leading "Question: ... Answer:" (the model
+    repeating the question it was asked) is dropped, and a later line that opens "Question:" ends the answer
+    (the model running on into invented pairs). Feed it deltas; it returns what may be shown."""
+
+    def __init__(self) -> None:
+        self.head = ""  # held while it may still be a frame
+        self.body = StopScanner(RUN_ON)
+        self.in_body = False
+        self.text = ""  # the answer so far, without the frame
+
+    @property
+    def ended(self) -> bool:
+        """Whether a run-on frame came: the rest of the stream is not the answer."""
+        return self.body.stopped
+
+    def feed(self, delta: str) -> str:
+        if self.in_body:
+            return self._out(self.body.feed(self.body.text + delta))
+        self.head += delta
+        while True:
+            rest = self.head.lstrip()
+            match = _FRAME.match(rest)
+            if match is None:
+                if not rest or _PARTIAL.fullmatch(rest):
+                    return ""  # too short to tell
+                self.in_body = True
+                return self._out(self.body.feed(rest))
+            after = rest[match.end():]
+            if match.group(1).lower() == "answer":
+                self.head = after
+                continue
+            # the repeated question runs to "Answer:" or the line's end
+            answer = re.search(r"answer\s*:", after, re.IGNORECASE)
+            newline = after.find("\n")
+            if answer is not None and (newline == -1 or answer.start() < newline):
+                self.head = after[answer.end():]
+            elif newline != -1:
+                self.head = after[newline + 1:]
+            else:
+                return ""  # the question is still being repeated
+
+    def finish(self) -> str:
+        """What was held back when the stream ended (a frame with no answer after it gives nothing)."""
+        if self.in_body:
+            return self._out(self.body.flush())
+        rest = self.head.strip()
+        return self._out(rest) if rest and _FRAME.match(rest) is None else ""
+
+    def _out(self, delta: str) -> str:
+        self.text += delta
+        return delta
+
+
 def relay_answer(
     deltas: Iterator[str], clock: Clock
 ) -> PyGenerator[AnswerDelta, None, tuple[str, float | None]]:
-    """Yield each text delta as an event; return the whole text and when it began."""
-    text = ""
+    """Yield each text delta as an event, without the prompt's frame (`AnswerFrame`); return the whole text
+    and when the model began it. A run-on frame ends the stream there."""
+    frame = AnswerFrame()
     first: float | None = None
     for delta in deltas:
         if first is None:
             first = clock()
-        text += delta
-        yield AnswerDelta(delta)
-    return text, first
+        shown = frame.feed(delta)
+        if shown:
+            yield AnswerDelta(shown)
+        if frame.ended:
+            close_stream(deltas)
+            break
+    tail = frame.finish()
+    if tail:
+        yield AnswerDelta(tail)
+    return frame.text, first
 
 
 @contextmanager

@@ -21,7 +21,7 @@ from .auth import RequestRate, authenticated
 from .common import READING_HEADER, get_service, require_key
 from .edge import Edge
 from .gate import Gate
-from .routes import collections, compose, docqa, keys, openai, reading
+from .routes import collections, compose, docqa, keys, openai, qa, reading
 from .schemas import ErrorReply
 from .service import Service
 from .settings import Settings
@@ -145,6 +145,7 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
     async def redoc() -> HTMLResponse:
         return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
 
-    for router in (keys.router, collections.router, reading.router, compose.router, openai.router, docqa.router):
+    for router in (keys.router, collections.router, qa.router, reading.router, compose.router, openai.router,
+                   docqa.router):
         app.include_router(router, responses=ERRORS)
     return app

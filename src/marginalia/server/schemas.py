@@ -430,3 +430,11 @@ class ChatCompletionRequest(UnicodeBody):
     def _has_question(self) -> ChatCompletionRequest:
         self.question()
         return self
+
+
+class QaJobRequest(Body):
+    """A question-generation job over a collection's documents."""
+
+    documents: list[str] | None = Field(default=None, max_length=1000,
+                                        description="only these documents, by source or id (default: all)")
+    retries: int = Field(default=2, ge=0, le=5, description="tries after a malformed reply from the model")

@@ -24,6 +24,7 @@ from .audit import Audit
 from .compose import ComposeSession, ComposeSessions, ModelPool
 from .errors import Conflict, Forbidden
 from .jobs import STAGING, JobBoard, check_upload, display_name, index_upload
+from .qa_jobs import QaJobBoard, worker_gate
 from .schemas import ComposeSessionRequest, Target
 from .sessions import SessionStore
 from .settings import Settings
@@ -59,6 +60,7 @@ class Service:
         self.worker = ModelWorker(settings.queue_size)
         self.jobs = JobBoard(settings.max_jobs, resolve_home(settings.home) / STAGING, settings.upload_queue,
                              settings.upload_queue_bytes, workers=settings.index_workers)
+        self.qa_jobs = QaJobBoard(settings.max_jobs)
         self.sessions = SessionStore(settings.session_ttl, settings.max_sessions, max_bytes=settings.session_bytes)
         self.compose = ComposeSessions(settings.session_ttl, settings.max_compose_sessions,
                                        ModelPool(loader or self._load))
@@ -105,7 +107,32 @@ class Service:
     def shutdown(self) -> None:
         self.worker.shutdown()
         self.jobs.shutdown()
+        self.qa_jobs.shutdown()
         self.compose.close()
+
+    # -- question generation ---------------------------------------------------------------------------------
+
+    def generate_pairs(self, collection: str, documents: list[str] | None, retries: int) -> dict[str, Any]:
+        """Start a job that writes QA pairs about a collection's documents (`bench.own.generate_collection_pairs`)
+        into its QA file; returns the job.
+
+        Raises:
+            NotFound: no such collection.
+        """
+        from ..bench.own import collection_pairs_path, generate_collection_pairs
+
+        self.open_collection(collection)  # NotFound now, not in the job
+        target = collection_pairs_path(collection, self.settings.home)
+
+        def work(on_event: Callable[..., None]) -> dict[str, Any]:
+            summary = generate_collection_pairs(collection, self.generator, target, home=self.settings.home,
+                                                documents=documents, retries=retries, on_event=on_event,
+                                                gate=worker_gate(self.worker))
+            return {"new_pairs": summary.new_pairs, "kinds": dict(summary.kinds), "documents": summary.documents,
+                    "skipped_documents": summary.skipped_documents, "requests": summary.requests,
+                    "resumed_requests": summary.resumed_requests, "dropped_pairs": summary.skipped_pairs}
+
+        return self.qa_jobs.submit(collection, documents, work)
 
     # -- collections ----------------------------------------------------------------------------------------
 
