@@ -19,6 +19,7 @@ JudgeMode = Literal["grounded", "separate"]
 Scope = Literal["sections", "chunks", "documents"]
 SearchMode = Literal["hybrid", "dense", "bm25"]
 MemoryMode = Literal["takeaways", "margins"]
+EscalateTo = Literal["wim", "lc", "none"]
 
 PATTERNS: tuple[str, ...] = get_args(PatternName)
 JUDGE_MODES: tuple[str, ...] = get_args(JudgeMode)
@@ -129,6 +130,15 @@ class AutoOptions(RagOptions, WimOptions):
         description="auto: the least support (share of the RAG answer's new words, by rarity, that one sentence "
                     "of the retrieved passages holds) for the RAG answer to stand; below it, WiM reads (0: RAG's "
                     "answer always stands, unless the question gathers over the whole document)")
+    question_threshold: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="auto: the least share of the question's words (by rarity) that the sentences supporting "
+                    "the RAG answer, and the sentence before each, must hold for it to stand: a sentence copied "
+                    "from a passage about something else holds few of them (0: not asked)")
+    escalate: EscalateTo = Field(
+        default="wim",
+        description="auto: what reads where RAG's answer does not stand: wim; lc (the whole text, or a "
+                    "collection's retrieved sections, in one prompt); or none (RAG's answer is given)")
 
     def rag_options(self) -> RagOptions:
         """The first reading's record."""
@@ -137,6 +147,10 @@ class AutoOptions(RagOptions, WimOptions):
     def wim_options(self) -> WimOptions:
         """The second reading's record."""
         return WimOptions(**self.model_dump(include=set(WimOptions.model_fields)))
+
+    def lc_options(self) -> LcOptions:
+        """The second reading's record where it is long context."""
+        return LcOptions(max_new_tokens=self.max_new_tokens)
 
 
 PATTERN_OPTIONS: dict[str, type[PatternOptions]] = {

@@ -165,18 +165,24 @@ def collection_reader(collection: Collection | str, options: PatternOptions | No
     ``rag`` answers from the retrieved chunks (its ``top_k`` hits), ``lc`` and ``wim`` read the retrieved
     sections (or what ``reading.scope`` says); ``auto`` (the default) answers as rag does, then reads as wim
     does where rag's answer does not stand. For lc and rag, the references are cut to what fits the window
-    beside the prompt and the answer.
+    beside the prompt and the answer. With no ``options``, auto reads with the collection's reading profile for
+    ``generator``'s model where it has one (`profiles.default_reading`; the route names it), else its defaults.
     """
     from ..patterns.collection import CollectionRouter
+    from .profiles import default_reading
 
-    options = options if options is not None else default_options(None, generator)
     reading = reading if reading is not None else CollectionOptions()
     store = open_collection(collection, home=home) if isinstance(collection, str) else collection
+    note = None
+    if options is None:
+        chosen = default_reading(store, generator.name)
+        options, note = chosen.options, chosen.note
     if isinstance(options, AutoOptions):
-        second = (_reader(store, options.wim_options(), reading, generator)
-                  if isinstance(generator, CachingGenerator) else None)
+        second = (_reader(store, options.lc_options(), reading, generator) if options.escalate == "lc" else
+                  _reader(store, options.wim_options(), reading, generator)
+                  if options.escalate == "wim" and isinstance(generator, CachingGenerator) else None)
         return CollectionRouter(generator, options, first=_reader(store, options.rag_options(), reading, generator),
-                                second=second)
+                                second=second, note=note)
     return _reader(store, options, reading, generator)
 
 
@@ -222,8 +228,8 @@ def _reader(store: Collection, options: PatternOptions, reading: CollectionOptio
 def ask_collection(collection: Collection | str, question: str, options: PatternOptions | None = None,
                    reading: CollectionOptions | None = None, *, generator: Generator,
                    home: str | Path | None = None, temperature: float | None = None) -> Run:
-    """Start answering ``question`` from a collection (see `collection_reader`: auto with no ``options``;
-    ``temperature`` as in `ask_text`)."""
+    """Start answering ``question`` from a collection (see `collection_reader`: auto, with the collection's
+    reading profile where it has one, with no ``options``; ``temperature`` as in `ask_text`)."""
     check_question(question)
     store = open_collection(collection, home=home) if isinstance(collection, str) else collection
     reader = collection_reader(store, options, reading, generator=generator)

@@ -28,6 +28,7 @@ from .metrics import (
     same_words,
     says_neither_yes_nor_no,
 )
+from .recommend import Recommendation, plot_recommendations, recommend
 
 REPORT = "report.md"
 PREFERRED = {"qa": ("contains", "f1", "em"), "set": ("f1", "set_f1", "contains", "em")}
@@ -651,11 +652,50 @@ def task_sections(records: list[dict[str, Any]], patterns: Sequence[str], level:
     return lines
 
 
+def question_kind(record: dict[str, Any]) -> str:
+    """The kind of question a record answers: its pair's kind where its item says one, else its task."""
+    return str(record.get("question_kind") or record["task"])
+
+
+def recommendations(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[Recommendation]:
+    """Per kind of question, the cheapest reading within the best one's paired interval (`recommend`)."""
+    out = []
+    for kind in _order(question_kind(r) for r in records):
+        group = [r for r in records if question_kind(r) == kind]
+        metric = primary_metric(group)
+        scores = {p: {f"{r['item_id']}": v for r in group if r["pattern"] == p
+                      for v in [metric_value(r, metric)] if v is not None} for p in patterns}
+        seconds = {c["pattern"]: c["seconds"] for c in cost_rows(group, patterns)}
+
+        def score_interval(values: Sequence[float]) -> tuple[float, float]:
+            est = estimate(values)
+            return est.low, est.high
+
+        found = recommend(kind, scores, seconds, bootstrap, score_interval)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def recommendation_lines(records: list[dict[str, Any]], patterns: Sequence[str],
+                         plots: Sequence[str] = ()) -> list[str]:
+    """The report's opening: a line per kind of question naming the reading to use."""
+    found = recommendations(records, patterns)
+    if not found:
+        return []
+    lines = ["", "## Recommendation", "",
+             "Per kind of question, the cheapest reading (seconds per answer) whose score is within the best "
+             "reading's paired 95% interval (a paired bootstrap over the items both answered).", ""]
+    lines += [r.line() for r in found]
+    return lines + [f"\n![{name}]({name})" for name in plots]
+
+
 def render_markdown(data: RunData, plots: dict[str, list[str]] | None = None) -> str:
-    """The report's markdown; ``plots`` maps a section (task name or ``cost``) to PNG file names."""
+    """The report's markdown; ``plots`` maps a section (task name, ``cost`` or ``recommendation``) to PNG file
+    names."""
     plots = plots or {}
     patterns = pattern_order(data)
-    lines = _header(data)
+    lines = _header(data) + recommendation_lines(data.records, patterns, plots.get("recommendation", []))
     for task in _order(r["task"] for r in data.records):
         records = [r for r in data.records if r["task"] == task]
         detail, summary, (label, pos_name) = task_tables(records, patterns)
@@ -854,6 +894,7 @@ def write_report(run: str | Path, out: str | Path | None = None, home: str | Pat
         for task in _order(r["task"] for r in data.records):
             drawn[task] = plot_task([r for r in data.records if r["task"] == task], task, patterns, target)
         drawn["cost"] = plot_cost(data.records, patterns, target)
+        drawn["recommendation"] = plot_recommendations(recommendations(data.records, patterns), target, _figure)
     text = render_markdown(data, drawn)
     path = target / REPORT
     atomic_write_text(path, text)

@@ -24,6 +24,7 @@ from ..files import append_line, atomic_write_json, mend_tail
 from ..index.embedders import CachedEmbedder, Embedder
 from ..models.base import Generator, Tokenizer
 from ..options import RunSettings
+from ..patterns.auto import answer_signals
 from ..patterns.base import Pattern
 from ..patterns.long_context import LongContext
 from ..patterns.wim import SharedReading, WiM
@@ -550,6 +551,8 @@ def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: 
                       margins_kept=sum(m.relevant for m in answer.margins))
         if answer.route is not None:
             record["route"] = asdict(answer.route)
+        elif p.kind == "rag":  # what auto would read on this answer, for `bench calibrate`
+            record["signals"] = answer_signals(item.question, answer)
         if samples is not None:
             record["samples"] = samples
         if judge is not None and judges(item.scoring):

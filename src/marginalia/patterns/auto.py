@@ -1,9 +1,11 @@
 """Routing: answer at the cost each question needs. RAG reads first; WiM reads when RAG's answer does not stand.
 
-A RAG answer stands when one sentence of the passages it read supports it (the grounded check WiM's margins
-pass: `grounding.find_evidence`, at least ``support_threshold``). It does not when it is empty or says the
-passages do not tell, or when what it says is not in them. A question that gathers over the whole document
-("the most common words", "list every …") goes to WiM at once: a few retrieved chunks cannot answer it.
+A RAG answer stands when one sentence of the passages it read, or two together (a multi-hop answer joins two
+facts), support it (`signals.measure`, at least ``support_threshold``), and those sentences hold enough of the
+question (``question_threshold``: a sentence copied from a passage about something else does not). It does not
+when it is empty or says the passages do not tell, or when what it says is not in them. A question that gathers
+over the whole document ("the most common words", "list every …") goes to the second reading at once: a few
+retrieved chunks cannot answer it. The second reading is WiM, long context or none (``escalate``).
 
 The decision is an event (`Routed`) sent before the second reading; the answer carries it (`Answer.route`), and
 its stats count both readings. RAG's answer is held back until it is known to stand, so a reader never sees an
@@ -22,6 +24,7 @@ from ..options import AutoOptions
 from ..records import Answer, AnswerDelta, Done, Event, Route, Routed, Stats
 from .base import Pattern, Run, resolve_options
 from .grounding import find_evidence
+from .signals import measure
 
 #: a question that gathers over the whole text: counts, frequencies, every instance
 _GATHERS = re.compile(
@@ -70,6 +73,17 @@ def answer_support(question: str, answer: str, passages: list[str]) -> tuple[flo
     return round(evidence.support, 4), round(evidence.topic, 4)
 
 
+def answer_signals(question: str, answer: Answer) -> dict[str, float | None]:
+    """What the router reads on a RAG answer (`Auto.decide`): support from one or two sentences, the
+    question's share around them, its names in their passages, the best retrieval score, and 1.0 or 0.0 for
+    whether the answer abstains and whether the question gathers over the whole document. A benchmark run keeps
+    them with each RAG answer, so that auto's thresholds can be chosen from the run (`bench calibrate`)."""
+    measured = measure(question, answer.text, [r.text for r in answer.references])
+    return {**measured.signals(),
+            "retrieval": max((r.score for r in answer.references if r.score is not None), default=None),
+            "abstains": float(abstains(answer.text)), "gathers": float(gathers_whole(question))}
+
+
 def combined(first: Stats, second: Stats) -> Stats:
     """Stats of two readings one after the other: counts and seconds added; the context is the larger; times to
     a first margin or answer token counted from the first reading's start."""
@@ -93,22 +107,31 @@ class Auto(Pattern):
             without one is answered by RAG, and the route says so).
         options: the options record (or give its fields as keyword arguments).
         embedder: RAG's embedder (default: the embedded MiniLM, loaded on first use).
-        first, second: the two readings (default: `RAG` and `WiM` of the record's options); a collection
-            gives readers of its own (`CollectionReader`).
+        first, second: the two readings (default: `RAG`, and `WiM` or `LongContext` as the record's
+            ``escalate`` says); a collection gives readers of its own (`CollectionReader`).
+        note: said at the end of every route's reason (where the options came from: a collection's profile).
     """
 
     name = "auto"
 
     def __init__(self, generator: Generator, options: AutoOptions | None = None, *, embedder: Any = None,
-                 first: Pattern | None = None, second: Pattern | None = None, **values: Any) -> None:
+                 first: Pattern | None = None, second: Pattern | None = None, note: str | None = None,
+                 **values: Any) -> None:
         opts = resolve_options(AutoOptions, options, values)
         super().__init__(generator, opts)
         self.support_threshold = opts.support_threshold
+        self.question_threshold = opts.question_threshold
+        self.escalate = opts.escalate
+        self.note = note
         if first is None:
             from .rag import RAG
 
             first = RAG(generator, opts.rag_options(), embedder=embedder)
-        if second is None and isinstance(generator, CachingGenerator):
+        if second is None and opts.escalate == "lc":
+            from .long_context import LongContext
+
+            second = LongContext(generator, opts.lc_options())
+        elif second is None and opts.escalate == "wim" and isinstance(generator, CachingGenerator):
             from .wim import WiM
 
             second = WiM(generator, opts.wim_options())
@@ -117,24 +140,26 @@ class Auto(Pattern):
 
     def decide(self, question: str, answer: Answer) -> Route:
         """The route for ``question`` after RAG answered it with ``answer``."""
-        passages = [r.text for r in answer.references]
-        support, topic = answer_support(question, answer.text, passages)
-        signals: dict[str, float | None] = {
-            "support": support, "topic": topic,
-            "retrieval": max((r.score for r in answer.references if r.score is not None), default=None),
-        }
+        signals = answer_signals(question, answer)
+        support, topic = signals["support"] or 0.0, signals["topic"] or 0.0
+        signals = {k: v for k, v in signals.items() if k not in ("abstains", "gathers")}
+        escalate = self.escalate
         if abstains(answer.text):
-            return Route("wim", "the retrieved passages do not answer it, by RAG's own answer", signals)
+            return Route(escalate, "the retrieved passages do not answer it, by RAG's own answer", signals)
         if support < self.support_threshold:
-            return Route("wim", f"RAG's answer is not in the retrieved passages (support {support:.2f} below "
-                                f"{self.support_threshold:g})", signals)
+            return Route(escalate, f"RAG's answer is not in the retrieved passages (support {support:.2f} below "
+                                   f"{self.support_threshold:g})", signals)
+        if topic < self.question_threshold:
+            return Route(escalate, f"the passages supporting RAG's answer are not on the question (question share "
+                                   f"{topic:.2f} below {self.question_threshold:g})", signals)
         return Route("rag", f"RAG's answer stands on the retrieved passages (support {support:.2f})", signals)
 
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
         clock = Clock()
         first: Answer | None = None
-        if gathers_whole(question):
-            route = Route("wim", "the question gathers over the whole document", {})
+        escalate = self.escalate
+        if gathers_whole(question) and escalate != "none":
+            route = Route(escalate, "the question gathers over the whole document", {})
         else:
             held: list[AnswerDelta] = []  # RAG's answer waits for the decision
             for event in self.first._events(run, context, question, source):
@@ -147,19 +172,23 @@ class Auto(Pattern):
             assert first is not None  # every pattern ends with Done
             route = self.decide(question, first)
             if route.taken == "rag" or run.stop_requested:
+                route = self._noted(route)
                 yield Routed(route, clock())
                 yield from held
                 yield Done(self._answer(first, route, first.stats))
                 return
         if self.second is None:
-            route = Route("rag", route.reason + f"; {self.generator.name} cannot read with WiM (no KV cache "
-                                                "it can roll back)", route.signals)
+            why = ("auto escalates to no second reading (escalate none)" if escalate == "none" else
+                   f"{self.generator.name} cannot read with WiM (no KV cache it can roll back)")
+            route = Route("rag", route.reason + f"; {why}", route.signals)
             if first is None:
                 first = self.first.answer(context, question, source, run.settings)
+            route = self._noted(route)
             yield Routed(route, clock())
             yield AnswerDelta(first.text)
             yield Done(self._answer(first, route, first.stats))
             return
+        route = self._noted(route)
         yield Routed(route, clock())
         for event in self.second._events(run, context, question, source):
             if isinstance(event, Done):
@@ -167,6 +196,9 @@ class Auto(Pattern):
                 yield Done(self._answer(event.answer, route, stats))
             else:
                 yield event
+
+    def _noted(self, route: Route) -> Route:
+        return route if not self.note else replace(route, reason=f"{route.reason}; {self.note}")
 
     def _answer(self, answer: Answer, route: Route, stats: Stats) -> Answer:
         return replace(answer, pattern=self.name, route=route, stats=stats)

@@ -129,15 +129,16 @@ class CollectionReader(_FromCollection):
 
 class CollectionRouter(Auto, _FromCollection):
     """Routing over a collection (see `Auto`): ``first`` is rag's `CollectionReader` (the retrieved chunks),
-    ``second`` wim's (the retrieved sections), or None where the model cannot read with WiM.
+    ``second`` wim's or lc's (the retrieved sections), or None where the model cannot read with WiM or the
+    options escalate to nothing.
 
     A question the retrieval policy answers from the question bank (``direct``) or finds nothing for
     (``none``) is not read again: the same search would decide the same for WiM's reader.
     """
 
     def __init__(self, generator: Generator, options: AutoOptions, *, first: CollectionReader,
-                 second: CollectionReader | None) -> None:
-        super().__init__(generator, options, first=first, second=second)
+                 second: CollectionReader | None, note: str | None = None) -> None:
+        super().__init__(generator, options, first=first, second=second, note=note)
         self.second = second  # not a WiM of Auto's own: it would read the caller's context, which is empty
 
     def decide(self, question: str, answer: Answer) -> Route:
