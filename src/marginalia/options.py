@@ -19,7 +19,7 @@ JudgeMode = Literal["grounded", "separate"]
 Scope = Literal["sections", "chunks", "documents"]
 SearchMode = Literal["hybrid", "dense", "bm25"]
 MemoryMode = Literal["takeaways", "margins"]
-EscalateTo = Literal["wim", "lc", "none"]
+EscalateTo = Literal["wim", "lc", "rag"]
 
 PATTERNS: tuple[str, ...] = get_args(PatternName)
 JUDGE_MODES: tuple[str, ...] = get_args(JudgeMode)
@@ -127,18 +127,20 @@ class AutoOptions(RagOptions, WimOptions):
     pattern: ClassVar[str] = "auto"
     support_threshold: float = Field(
         default=SUPPORT_THRESHOLD, ge=0.0, le=1.0,
-        description="auto: the least support (share of the RAG answer's new words, by rarity, that one sentence "
-                    "of the retrieved passages holds) for the RAG answer to stand; below it, WiM reads (0: RAG's "
-                    "answer always stands, unless the question gathers over the whole document)")
+        description="auto: the least support for RAG's answer: the share of its new words, by rarity, that one "
+                    "sentence of the retrieved passages, or two together, hold for it to stand; below it, the "
+                    "second reading reads (0: RAG's answer always stands, unless the question gathers over the "
+                    "whole document)")
     question_threshold: float = Field(
         default=0.0, ge=0.0, le=1.0,
-        description="auto: the least share of the question's words (by rarity) that the sentences supporting "
-                    "the RAG answer, and the sentence before each, must hold for it to stand: a sentence copied "
-                    "from a passage about something else holds few of them (0: not asked)")
+        description="auto: the least share of the question held: the share of the question's words, by rarity, "
+                    "that the sentences supporting RAG's answer, and the sentence before each, must hold for it "
+                    "to stand; a sentence copied from a passage about something else holds few of them (0: not "
+                    "asked)")
     escalate: EscalateTo = Field(
         default="wim",
-        description="auto: what reads where RAG's answer does not stand: wim; lc (the whole text, or a "
-                    "collection's retrieved sections, in one prompt); or none (RAG's answer is given)")
+        description="auto: what reads where RAG's answer fails: wim; lc (the whole text, or a collection's "
+                    "retrieved sections, in one prompt); or rag (no second reading: RAG's answer is given)")
 
     def rag_options(self) -> RagOptions:
         """The first reading's record."""

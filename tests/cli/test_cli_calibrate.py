@@ -71,7 +71,7 @@ def test_calibrate_stores_a_profile_that_ask_reads_with_and_names(collection, tm
     write_run(tmp_path / "pairs-run", model="scripted")
     code, out, err = run_cli("bench", "calibrate", str(tmp_path / "pairs-run"), "--collection", "docs")
     assert code == 0, err
-    assert "rag alone (escalate none)" in out and "stored the reading profile" in out
+    assert "rag alone (escalate rag)" in out and "stored the reading profile" in out
     assert "best rag" in err
     answer = ask()
     route = answer["route"]

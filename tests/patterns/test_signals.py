@@ -83,11 +83,11 @@ def test_escalating_to_long_context_reads_the_whole_text_in_one_prompt():
 
 
 def test_escalating_to_nothing_gives_rags_answer_and_says_so():
-    events = list(auto("Captain Wolfgang Ahab was.", escalate="none").run(CONTEXT, HARBOUR))
+    events = list(auto("Captain Wolfgang Ahab was.", escalate="rag").run(CONTEXT, HARBOUR))
     answer = events[-1].answer
     assert [e.pattern for e in events if isinstance(e, Started)] == ["rag"]
     assert answer.text == "Captain Wolfgang Ahab was." and answer.route.taken == "rag"
-    assert "escalate none" in answer.route.reason
+    assert answer.route.reason.endswith("it is given all the same (escalate rag)")
 
 
 def test_answer_signals_say_whether_it_abstains_and_the_question_gathers():

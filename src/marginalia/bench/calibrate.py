@@ -56,8 +56,8 @@ class Candidate:
         return self.difference[2] >= 0.0
 
     def describe(self) -> str:
-        if self.escalate == "none":
-            rule = "rag alone (escalate none)"
+        if self.escalate == "rag":
+            rule = "rag alone (escalate rag)"
         else:
             rule = (f"escalate to {self.escalate} below support {self.support_threshold:g}"
                     + (f" or question share {self.question_threshold:g}" if self.question_threshold else ""))
@@ -114,7 +114,7 @@ def candidates(items: list[dict[str, Outcome]], second_kinds: Sequence[str], bes
     """Every setting worked out on ``items`` (each holding rag and every kind of ``second_kinds``)."""
     best_scores = [item[best].score for item in items]
     rag = [item["rag"] for item in items]
-    out = [Candidate("none", 0.0, 0.0, sum(o.score for o in rag) / len(rag),
+    out = [Candidate("rag", 0.0, 0.0, sum(o.score for o in rag) / len(rag),
                      sum(o.seconds for o in rag) / len(rag), 0,
                      _difference([o.score for o in rag], best_scores))]
     for second in second_kinds:
@@ -173,7 +173,7 @@ def calibrate(run: str | Path, home: str | Path | None = None) -> Calibration:
     within = [c for c in found if c.within] or [max(found, key=lambda c: c.score)]
     chosen = min(within, key=lambda c: (c.seconds, -c.score, c.support_threshold, c.question_threshold))
     options = {**_table_options(data.info, ["rag", chosen.escalate]), "escalate": chosen.escalate}
-    if chosen.escalate != "none":
+    if chosen.escalate != "rag":
         options.update(support_threshold=chosen.support_threshold, question_threshold=chosen.question_threshold)
     AutoOptions.build(**options)  # a profile that could not be read back is refused here
     return Calibration(folder.name, str(model), len(items), metric, singles, best, chosen, options)

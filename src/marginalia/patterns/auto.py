@@ -5,7 +5,7 @@ facts), support it (`signals.measure`, at least ``support_threshold``), and thos
 question (``question_threshold``: a sentence copied from a passage about something else does not). It does not
 when it is empty or says the passages do not tell, or when what it says is not in them. A question that gathers
 over the whole document ("the most common words", "list every …") goes to the second reading at once: a few
-retrieved chunks cannot answer it. The second reading is WiM, long context or none (``escalate``).
+retrieved chunks cannot answer it. The second reading is WiM, long context or none (``escalate``: wim, lc or rag).
 
 The decision is an event (`Routed`) sent before the second reading; the answer carries it (`Answer.route`), and
 its stats count both readings. RAG's answer is held back until it is known to stand, so a reader never sees an
@@ -143,22 +143,23 @@ class Auto(Pattern):
         signals = answer_signals(question, answer)
         support, topic = signals["support"] or 0.0, signals["topic"] or 0.0
         signals = {k: v for k, v in signals.items() if k not in ("abstains", "gathers")}
-        escalate = self.escalate
+        given = "; it is given all the same (escalate rag)" if self.escalate == "rag" else ""
         if abstains(answer.text):
-            return Route(escalate, "the retrieved passages do not answer it, by RAG's own answer", signals)
+            return Route(self.escalate, "the retrieved passages do not answer it, by RAG's own answer" + given,
+                         signals)
         if support < self.support_threshold:
-            return Route(escalate, f"RAG's answer is not in the retrieved passages (support {support:.2f} below "
-                                   f"{self.support_threshold:g})", signals)
+            return Route(self.escalate, f"RAG's answer is not in the retrieved passages (support {support:.2f} below "
+                                        f"{self.support_threshold:g})" + given, signals)
         if topic < self.question_threshold:
-            return Route(escalate, f"the passages supporting RAG's answer are not on the question (question share "
-                                   f"{topic:.2f} below {self.question_threshold:g})", signals)
+            return Route(self.escalate, f"the passages supporting RAG's answer are not on the question (question "
+                                        f"share {topic:.2f} below {self.question_threshold:g})" + given, signals)
         return Route("rag", f"RAG's answer stands on the retrieved passages (support {support:.2f})", signals)
 
     def _events(self, run: Run, context: str, question: str, source: str) -> Iterator[Event]:
         clock = Clock()
         first: Answer | None = None
         escalate = self.escalate
-        if gathers_whole(question) and escalate != "none":
+        if gathers_whole(question) and escalate != "rag":
             route = Route(escalate, "the question gathers over the whole document", {})
         else:
             held: list[AnswerDelta] = []  # RAG's answer waits for the decision
@@ -178,9 +179,8 @@ class Auto(Pattern):
                 yield Done(self._answer(first, route, first.stats))
                 return
         if self.second is None:
-            why = ("auto escalates to no second reading (escalate none)" if escalate == "none" else
-                   f"{self.generator.name} cannot read with WiM (no KV cache it can roll back)")
-            route = Route("rag", route.reason + f"; {why}", route.signals)
+            route = Route("rag", route.reason + f"; {self.generator.name} cannot read with WiM (no KV cache it "
+                                                "can roll back)", route.signals)
             if first is None:
                 first = self.first.answer(context, question, source, run.settings)
             route = self._noted(route)
