@@ -100,7 +100,8 @@ def ask_text(text: str, question: str, options: PatternOptions | None = None, *,
     if options is None:
         check_question(question)  # before counting a long text's tokens
         options = default_options(text, generator)
-    if cache is not None and isinstance(options, AutoOptions) and isinstance(generator, CachingGenerator):
+    if (cache is not None and isinstance(options, AutoOptions) and options.escalate == "wim"
+            and isinstance(generator, CachingGenerator)):
         from ..patterns.auto import Auto
 
         stored = reader(text, options.wim_options(), generator=generator, source=source, cache=cache)

@@ -5,7 +5,8 @@ facts), support it (`signals.measure`, at least ``support_threshold``), and thos
 question (``question_threshold``: a sentence copied from a passage about something else does not). It does not
 when it is empty or says the passages do not tell, or when what it says is not in them. A question that gathers
 over the whole document ("the most common words", "list every …") goes to the second reading at once: a few
-retrieved chunks cannot answer it. The second reading is WiM, long context or none (``escalate``: wim, lc or rag).
+retrieved chunks cannot answer it. The second reading is WiM, long context, or none (``escalate``: wim, lc,
+or rag: RAG's answer is given).
 
 The decision is an event (`Routed`) sent before the second reading; the answer carries it (`Answer.route`), and
 its stats count both readings. RAG's answer is held back until it is known to stand, so a reader never sees an
