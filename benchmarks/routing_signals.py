@@ -13,8 +13,9 @@ the measures, no model needed.
 
 ``compare``: each rule (today's single-sentence support; support from one or two sentences; with the question's
 share around the supporting sentences; with the model's P(YES)) worked out on the stored run's answers: auto's
-score on an item is RAG's where the answer stands and the second reading's (WiM) where it does not; the oracle
-takes the better of RAG and WiM on each item. Writes benchmarks/measurements/routing/compare-<name>.json.
+score on an item is the fresh RAG answer's where it stands and the stored WiM answer's where it does not, its
+seconds the stored run's RAG seconds plus its WiM seconds where it escalates; the oracle takes the better of
+RAG and WiM on each item. Writes benchmarks/measurements/routing/compare-<name>.json.
 
     python benchmarks/routing_signals.py answers configs/bench/quality-smollm2.toml --limit 30
     python benchmarks/routing_signals.py signals configs/bench/quality-smollm2.toml
@@ -133,7 +134,8 @@ def compare(run: Path, signals_path: Path, name: str) -> dict[str, Any]:
         # RAG's score is the fresh answer's (the one the signals were measured on); WiM's the stored run's
         rag = [float(line["scores"]["contains"]) for line, _ in rows]
         wim = [score_of(rec["wim"]) for _, rec in rows]
-        rag_s = [float(line["rag_seconds"]) for line, _ in rows]
+        # seconds from the stored run for both readings: the same machine state (the fresh answers' times are not)
+        rag_s = [float(rec["rag"]["seconds"]) for _, rec in rows]
         wim_s = [float(rec["wim"]["seconds"]) for _, rec in rows]
         differ = [k for k in range(len(rows)) if rag[k] != wim[k]]
         oracle = [max(a, b) for a, b in zip(rag, wim, strict=True)]

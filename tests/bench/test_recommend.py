@@ -56,3 +56,15 @@ def test_the_report_opens_with_a_recommendation_per_task_and_draws_it(tmp_path: 
     assert "- **hotpotqa**: read with **wim** (the best score)" in opening
     plot = folder / "recommendation.png"
     assert plot in files.plots and plot.read_bytes()[:8] == PNG and "![recommendation.png]" in opening
+
+
+def test_a_pattern_answering_from_anothers_reading_costs_that_reading_too(tmp_path: Path):
+    records = []
+    for n in range(10):
+        records.append(result("wim", 1000, 0.5, 1.0, 1.0, n=n, seconds=20.0))
+        records.append(result("lc", 1000, 0.5, 1.0, 1.0, n=n, seconds=2.0))
+    info = {**INFO, "config": {**INFO["config"], "patterns": [{"name": "wim", "kind": "wim"},
+                                                              {"name": "lc", "kind": "lc", "reading": "wim"}]}}
+    text = write_report(fixture_run(tmp_path / "run", records, info), plots=False).report.read_text()
+    assert "- **squad**: read with **wim** (the best score). Each reading: wim 1.00 at 20.0 s; lc 1.00 at 22.0 s" \
+        in text

@@ -657,15 +657,26 @@ def question_kind(record: dict[str, Any]) -> str:
     return str(record.get("question_kind") or record["task"])
 
 
-def recommendations(records: list[dict[str, Any]], patterns: Sequence[str]) -> list[Recommendation]:
-    """Per kind of question, the cheapest reading within the best one's paired interval (`recommend`)."""
+def shared_readings(data: RunData) -> dict[str, str]:
+    """Pattern -> the pattern whose reading it answers from (a config's ``reading = NAME``)."""
+    tables = (data.info.get("config") or {}).get("patterns", [])
+    return {str(t.get("name") or t.get("kind")): str(t["reading"]) for t in tables if t.get("reading")}
+
+
+def recommendations(records: list[dict[str, Any]], patterns: Sequence[str],
+                    shared: dict[str, str] | None = None) -> list[Recommendation]:
+    """Per kind of question, the cheapest reading within the best one's paired interval (`recommend`). A
+    pattern that answers from another's reading (``shared``) costs its own seconds and that reading's."""
+    shared = shared or {}
     out = []
     for kind in _order(question_kind(r) for r in records):
         group = [r for r in records if question_kind(r) == kind]
         metric = primary_metric(group)
         scores = {p: {f"{r['item_id']}": v for r in group if r["pattern"] == p
                       for v in [metric_value(r, metric)] if v is not None} for p in patterns}
-        seconds = {c["pattern"]: c["seconds"] for c in cost_rows(group, patterns)}
+        own = {c["pattern"]: c["seconds"] for c in cost_rows(group, patterns)}
+        seconds = {p: (v + (own.get(shared[p]) or 0.0) if v is not None and p in shared else v)
+                   for p, v in own.items()}
 
         def score_interval(values: Sequence[float]) -> tuple[float, float]:
             est = estimate(values)
@@ -677,15 +688,14 @@ def recommendations(records: list[dict[str, Any]], patterns: Sequence[str]) -> l
     return out
 
 
-def recommendation_lines(records: list[dict[str, Any]], patterns: Sequence[str],
-                         plots: Sequence[str] = ()) -> list[str]:
+def recommendation_lines(found: Sequence[Recommendation], plots: Sequence[str] = ()) -> list[str]:
     """The report's opening: a line per kind of question naming the reading to use."""
-    found = recommendations(records, patterns)
     if not found:
         return []
     lines = ["", "## Recommendation", "",
              "Per kind of question, the cheapest reading (seconds per answer) whose score is within the best "
-             "reading's paired 95% interval (a paired bootstrap over the items both answered).", ""]
+             "reading's paired 95% interval (a paired bootstrap over the items both answered); a pattern that "
+             "answers from another's reading costs that reading's seconds too.", ""]
     lines += [r.line() for r in found]
     return lines + [f"\n![{name}]({name})" for name in plots]
 
@@ -695,7 +705,8 @@ def render_markdown(data: RunData, plots: dict[str, list[str]] | None = None) ->
     names."""
     plots = plots or {}
     patterns = pattern_order(data)
-    lines = _header(data) + recommendation_lines(data.records, patterns, plots.get("recommendation", []))
+    lines = _header(data) + recommendation_lines(recommendations(data.records, patterns, shared_readings(data)),
+                                                 plots.get("recommendation", []))
     for task in _order(r["task"] for r in data.records):
         records = [r for r in data.records if r["task"] == task]
         detail, summary, (label, pos_name) = task_tables(records, patterns)
@@ -894,7 +905,8 @@ def write_report(run: str | Path, out: str | Path | None = None, home: str | Pat
         for task in _order(r["task"] for r in data.records):
             drawn[task] = plot_task([r for r in data.records if r["task"] == task], task, patterns, target)
         drawn["cost"] = plot_cost(data.records, patterns, target)
-        drawn["recommendation"] = plot_recommendations(recommendations(data.records, patterns), target, _figure)
+        drawn["recommendation"] = plot_recommendations(
+            recommendations(data.records, patterns, shared_readings(data)), target, _figure)
     text = render_markdown(data, drawn)
     path = target / REPORT
     atomic_write_text(path, text)
