@@ -37,8 +37,7 @@ from typing import Any
 from _common import MEASUREMENTS, measurement, write_measurement
 from routing import passages_answer, score_of, stored
 
-from marginalia import app, bench
-from marginalia import RagOptions
+from marginalia import RagOptions, app, bench
 from marginalia.patterns import make_pattern
 from marginalia.patterns.auto import abstains, gathers_whole
 from marginalia.patterns.signals import measure

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from marginalia.index.embedders import HashingEmbedder
 from marginalia.models.fake import ScriptedGenerator
-from marginalia.patterns.auto import AutoOptions
 from marginalia.patterns import make_pattern
-from marginalia.patterns.auto import Auto, answer_signals
+from marginalia.patterns.auto import Auto, AutoOptions, answer_signals
 from marginalia.patterns.signals import measure
 from marginalia.records import Answer, Reference, Started
 
