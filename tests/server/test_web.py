@@ -249,7 +249,7 @@ def test_the_default_pattern_is_auto_and_the_page_shows_the_route_taken(browser)
     with serve(0.02, {"report.md": REPORT}) as url, open_page(browser, url) as page:
         radios = page.locator("#patterns input[name='pattern']")
         assert radios.first.get_attribute("value") == "auto" and page.is_checked("#pattern-auto")
-        assert page.inner_text("#pattern-hint") == "RAG, then WiM when needed"
+        assert page.inner_text("#pattern-hint") == "RAG, then WiM where RAG's answer does not stand on its passages"
         assert page.is_hidden("#route")
         # a single-hop question over the collection: RAG's answer stands, no margin is written
         page.select_option("#source", "collection")

@@ -335,3 +335,19 @@ def export_questions(collection: Collection | str, *, home: str | Path | None = 
         raise UserError(f"collection {store.name!r} has no questions yet; "
                         f"run 'marginalia questions generate --collection {store.name}' first")
     return list(to_chat_jsonl(entries, system=system, long=long))
+
+
+def document_named(collection: Collection, given: str) -> str:
+    """The stored name of the document ``given`` means: its name or id as stored, or the path of the file it
+    was indexed from (documents are named from the folder given down, so the path's last parts are tried
+    against the stored names); ``given`` itself where none matches."""
+    known = {d.source for d in collection.documents()}
+    path = Path(given).expanduser()
+    if given in known or not path.exists():
+        return given
+    parts = path.resolve().parts
+    for n in range(len(parts) - 1, 0, -1):  # the longest match first: the most specific name
+        name = Path(*parts[-n:]).as_posix()
+        if name in known:
+            return name
+    return given

@@ -16,7 +16,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -151,10 +151,24 @@ def generate_pairs(
     if not report.documents:
         raise UserError("no readable documents under " + ", ".join(map(str, paths))
                         + (f" ({unreadable[0]})" if unreadable else ""))
-    sources = ((doc, *chunk_document(doc, generator.tokenizer.count)) for doc in report.documents)
+    # pairs of one's own files name each by its path, so that `load_own` reads it again from there
+    located = (replace(doc, source=_located(doc.source, paths)) for doc in report.documents)
+    sources = ((doc, *chunk_document(doc, generator.tokenizer.count)) for doc in located)
     summary = _generate(sources, generator, out_path, retries, on_event, gate)  # type: ignore[arg-type]
     summary.unreadable = unreadable
     return summary
+
+
+def _located(name: str, paths: Sequence[str | Path]) -> str:
+    """The absolute path of the file `load_paths` named ``name`` (a file given: its file name; a file in a
+    folder given: its path from the folder's name down), found among the ``paths`` given."""
+    for given in map(Path, paths):
+        if given.is_file() and given.name == name:
+            return str(given.absolute())
+        candidate = given.absolute().parent / name
+        if given.is_dir() and candidate.is_file():
+            return str(candidate)
+    return name
 
 
 def generate_collection_pairs(

@@ -210,7 +210,9 @@ def cmd_questions_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -
     bars: list[Any] = []
     try:
         written = app.generate_questions(
-            collection, load_model(args, Reporter(False, err)), documents=args.doc, density=args.density,
+            collection, load_model(args, Reporter(False, err)),
+            documents=[app.document_named(collection, d) for d in args.doc] if args.doc else None,
+            density=args.density,
             long_answers=args.long_answers, retries=args.retries,
             on_document=lambda source: _request_bar(err, source, bars),
             on_written=lambda done: _written(out, done, bars))
@@ -298,7 +300,8 @@ def cmd_collections_delete(args: argparse.Namespace, out: TextIO, err: TextIO) -
             err.write("nothing deleted\n")
             return 1
     if args.doc:
-        if not app.open_collection(args.name, home=args.home).delete_document(args.doc):
+        store = app.open_collection(args.name, home=args.home)
+        if not store.delete_document(app.document_named(store, args.doc)):
             raise UserError(f"collection {args.name!r} has no document {args.doc!r}; "
                             f"see 'marginalia collections show {args.name}'")
     else:
