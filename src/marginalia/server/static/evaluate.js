@@ -6,7 +6,6 @@
 import { call, part, stream } from "./api.js";
 import { DocumentView } from "./reader.js";
 
-const SVG = "http://www.w3.org/2000/svg";
 /** seconds between looks at a running evaluation job */
 const POLL_MS = 300;
 const KINDS = { single: "fact", join: "two sections", document: "whole document", unanswerable: "unanswerable" };
@@ -20,8 +19,9 @@ function el(tag, cls, text) {
   return node;
 }
 
-function svg(tag, attrs, text) {
-  const node = document.createElementNS(SVG, tag);
+/** An element of the plot's SVG (`ns`: the namespace of the page's own <svg> element). */
+function svg(ns, tag, attrs, text) {
+  const node = document.createElementNS(ns, tag);
   for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
   if (text !== undefined) node.textContent = text;
   return node;
@@ -371,31 +371,32 @@ export class Evaluator {
   plot(readings) {
     const p = PLOT;
     const chart = this.els.plot;
+    const make = (tag, attrs, text) => svg(chart.namespaceURI, tag, attrs, text);
     chart.setAttribute("viewBox", `0 0 ${p.width} ${p.height}`);
     const maxX = Math.max(...readings.map((r) => r.seconds_per_answer), 1e-3) * 1.15;
     const x = (s) => p.left + (s / maxX) * (p.width - p.left - p.right);
     const y = (v) => p.top + (1 - v) * (p.height - p.top - p.bottom);
     const parts = [
-      svg("line", { x1: p.left, y1: y(0), x2: p.width - p.right, y2: y(0), class: "axis" }),
-      svg("line", { x1: p.left, y1: y(0), x2: p.left, y2: y(1), class: "axis" }),
-      svg("text", { x: (p.left + p.width - p.right) / 2, y: p.height - 6, class: "axis-label",
+      make("line", { x1: p.left, y1: y(0), x2: p.width - p.right, y2: y(0), class: "axis" }),
+      make("line", { x1: p.left, y1: y(0), x2: p.left, y2: y(1), class: "axis" }),
+      make("text", { x: (p.left + p.width - p.right) / 2, y: p.height - 6, class: "axis-label",
                     "text-anchor": "middle" }, "seconds per answer"),
-      svg("text", { x: 12, y: y(0.5), class: "axis-label", "text-anchor": "middle",
+      make("text", { x: 12, y: y(0.5), class: "axis-label", "text-anchor": "middle",
                     transform: `rotate(-90 12 ${y(0.5)})` }, "F1"),
     ];
     for (const v of [0, 0.5, 1]) {
-      parts.push(svg("text", { x: p.left - 6, y: y(v) + 4, class: "tick", "text-anchor": "end" }, v.toFixed(1)));
+      parts.push(make("text", { x: p.left - 6, y: y(v) + 4, class: "tick", "text-anchor": "end" }, v.toFixed(1)));
     }
     for (const s of [0, maxX / 2, maxX]) {
-      parts.push(svg("text", { x: x(s), y: y(0) + 16, class: "tick", "text-anchor": "middle" }, s.toPrecision(2)));
+      parts.push(make("text", { x: x(s), y: y(0) + 16, class: "tick", "text-anchor": "middle" }, s.toPrecision(2)));
     }
     for (const r of readings) {
-      const g = svg("g", { class: "reading", "data-pattern": r.pattern });
+      const g = make("g", { class: "reading", "data-pattern": r.pattern });
       const cx = x(r.seconds_per_answer);
-      g.append(svg("line", { x1: cx, y1: y(r.f1.low), x2: cx, y2: y(r.f1.high), class: "interval" }),
-               svg("circle", { cx, cy: y(r.f1.mean), r: 5, class: "point" }),
-               svg("text", { x: cx + 8, y: y(r.f1.mean) - 6, class: "point-label" }, r.pattern),
-               svg("title", {}, `${r.pattern}: F1 ${fixed(r.f1.mean)} [${fixed(r.f1.low)}, ${fixed(r.f1.high)}], `
+      g.append(make("line", { x1: cx, y1: y(r.f1.low), x2: cx, y2: y(r.f1.high), class: "interval" }),
+               make("circle", { cx, cy: y(r.f1.mean), r: 5, class: "point" }),
+               make("text", { x: cx + 8, y: y(r.f1.mean) - 6, class: "point-label" }, r.pattern),
+               make("title", {}, `${r.pattern}: F1 ${fixed(r.f1.mean)} [${fixed(r.f1.low)}, ${fixed(r.f1.high)}], `
                  + `${fixed(r.seconds_per_answer)} s per answer`));
       parts.push(g);
     }
