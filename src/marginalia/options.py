@@ -20,6 +20,7 @@ JudgeMode = Literal["grounded", "separate"]
 Scope = Literal["sections", "chunks", "documents"]
 SearchMode = Literal["hybrid", "dense", "bm25"]
 MemoryMode = Literal["takeaways", "margins"]
+EscalateTo = Literal["wim", "lc", "rag"]
 
 JUDGE_MODES: tuple[str, ...] = get_args(JudgeMode)
 SCOPES: tuple[str, ...] = get_args(Scope)

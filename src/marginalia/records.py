@@ -172,9 +172,10 @@ class Stats:
 class Route:
     """Which reading answered a routed question (pattern ``auto``), and why.
 
-    ``taken`` is ``rag`` (its answer stood) or ``wim`` (WiM read after RAG, or at once for a question that
-    gathers over the whole document); ``signals`` are the measures the decision read (support and topicality
-    of the RAG answer in its passages, and the best retrieval score), None where not measured.
+    ``taken`` is ``rag`` (its answer stood), or ``wim`` or ``lc`` (the second reading, `AutoOptions.escalate`,
+    read after RAG, or at once for a question that gathers over the whole document); ``signals`` are the
+    measures the decision read (support and topicality of the RAG answer in its passages, and the best
+    retrieval score), None where not measured.
     """
 
     taken: str

@@ -119,7 +119,8 @@ def test_report_tables_counts_and_plots(tmp_path: Path) -> None:
     assert "| lc | 6 | 1000 | 50 | 10.0 | 2.67 | – | 1 | 0 |" in text
 
     names = sorted(p.name for p in files.plots)
-    assert names == ["cost.png", "heatmap-squad-lc.png", "heatmap-squad-wim.png", "score-squad.png"]
+    assert names == ["cost.png", "heatmap-squad-lc.png", "heatmap-squad-wim.png", "recommendation.png",
+                     "score-squad.png"]
     for path in files.plots:
         assert path.read_bytes()[:8] == PNG and path.stat().st_size > 2000
         assert f"![{path.name}]({path.name})" in text
@@ -161,7 +162,7 @@ def test_set_tasks_default_to_f1_and_size_sweeps_to_distractors(tmp_path: Path) 
     assert "| rag | 4000 | 0.50 | 1 | 0.50 [0.50, 0.50] | 0.00 | 1.00 | 0 | 0 |" in text
     assert "# Benchmark report: run" in text and "unknown (not a git checkout)" in text
     # one length: the score plot only (a heatmap of one column would say nothing more)
-    assert sorted(p.name for p in files.plots) == ["cost.png", "score-cwe.png"]
+    assert sorted(p.name for p in files.plots) == ["cost.png", "recommendation.png", "score-cwe.png"]
     assert (folder / "score-cwe.png").read_bytes()[:8] == PNG
 
 
@@ -189,7 +190,7 @@ def test_patterns_compared_on_the_same_items(tmp_path: Path) -> None:
     # the judge accepted one lc answer that contains no gold answer
     assert "| lc | 31 | 0.03 | 1 | 0 |" in text and "| wim | 30 | 0.00 | 0 | 0 |" in text
     assert "| wim | 4000 | 30 | 1000 | 50 | 10.0 | 6.00 |" in text
-    assert sorted(p.name for p in files.plots) == ["cost.png", "score-squad.png"]
+    assert sorted(p.name for p in files.plots) == ["cost.png", "recommendation.png", "score-squad.png"]
 
 
 def test_find_run_by_name_or_folder(tmp_path: Path, hermetic: Path) -> None:

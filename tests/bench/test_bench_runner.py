@@ -387,6 +387,10 @@ def test_overflow_and_errors_are_recorded_and_the_run_goes_on(tmp_path: Path) ->
     assert over["status"] == "overflow" and over["window"] == window and over["needed"] > window
     assert over["prediction"] is None and over["scores"] is None
     assert by[("ferry", 600, 0.0, "rag")]["status"] == "ok"  # rag reads only two chunks
+    # each rag answer keeps what auto would read on it, for `bench calibrate`
+    signals = by[("ferry", 600, 0.0, "rag")]["signals"]
+    assert {"support", "single_support", "topic", "names", "abstains", "gathers"} <= set(signals)
+    assert "signals" not in over
     assert by[("ferry", 300, 0.0, "lc")]["status"] == "ok"
     err = by[("door", 300, 0.0, "lc")]
     assert err["status"] == "error" and "BackendError: the server went away" in err["error"]

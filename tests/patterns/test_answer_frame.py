@@ -10,8 +10,8 @@ import pytest
 
 from marginalia.index.embedders import HashingEmbedder
 from marginalia.models.fake import Request, ScriptedGenerator
-from marginalia.options import AutoOptions
 from marginalia.patterns import make_pattern
+from marginalia.patterns.auto import AutoOptions
 from marginalia.patterns.base import AnswerFrame
 from marginalia.records import AnswerDelta, Done
 from wim_requests import is_margin

@@ -368,3 +368,30 @@ def test_a_damaged_pdf_fails_its_job_saying_why(client):
     assert job["status"] == "failed", job
     assert job["error"]["code"] == "unreadable_document" and "broken.pdf" in job["error"]["message"]
     assert "/tmp" not in job["error"]["message"]  # the saved copy's path is never shown
+
+
+def test_a_collection_with_no_pattern_reads_with_its_profile_for_the_model(client):
+    from marginalia.app import open_collection
+    from marginalia.app.profiles import Profile, save_profile
+
+    def made_up(req):
+        return respond(req) if is_margin(req) else "Captain Ahab's pier."
+
+    client = make_client(generator=scripted(made_up))
+    index_text(client, "docs", "report.md", REPORT)
+
+    def route(**body):
+        reply = client.post("/v1/ask", json={"question": QUESTION, "collection": "docs", **body})
+        assert reply.status_code == 200, reply.text
+        return reply.json()["route"]
+
+    assert route()["taken"] == "wim"
+    save_profile(open_collection("docs"), Profile(model="scripted", run="pairs", made="2026-01-01T00:00:00Z",
+                                                  options={"escalate": "rag"}))
+    profiled = route()
+    assert profiled["taken"] == "rag" and profiled["reason"].endswith("profile from run pairs")
+    assert route(reading={"pattern": "auto"})["taken"] == "wim"  # a named pattern reads without it
+    chat = client.post("/v1/chat/completions", json={"model": "marginalia:docs",
+                                                     "messages": [{"role": "user", "content": QUESTION}]})
+    assert chat.status_code == 200, chat.text
+    assert chat.json()["marginalia"]["route"]["reason"].endswith("profile from run pairs")

@@ -90,6 +90,7 @@ if TYPE_CHECKING:  # types the front ends name in annotations, and the names in 
     from ..ingest.sections import section_at as section_at
     from ..models.llamacpp.backend import usable_cores as usable_cores
     from ..patterns import Run as Run
+    from ..patterns.auto import answer_signals as answer_signals
     from ..patterns.base import Pattern as Pattern
     from ..patterns.long_context import LongContext as LongContext
     from ..patterns.wim import REPEAT_REASON as REPEAT_REASON
@@ -103,7 +104,8 @@ _LAZY = {
     "BankReport": "index.question_bank", "QuestionWriter": "index.question_bank", "paragraph_spans": "ingest.chunking",
     "load_document": "ingest.loaders", "load_paths": "ingest.loaders", "section_at": "ingest.sections",
     "usable_cores": "models.llamacpp.backend",
-    "Pattern": "patterns.base", "LongContext": "patterns.long_context", "REPEAT_REASON": "patterns.wim",
+    "answer_signals": "patterns.auto", "Pattern": "patterns.base", "LongContext": "patterns.long_context",
+    "REPEAT_REASON": "patterns.wim",
     "SharedReading": "patterns.wim", "WiM": "patterns.wim",
 }
 
@@ -136,6 +138,6 @@ __all__ = [
     "check_tuning", "compose", "compose_sources", "tune_client", "tuned_folder", "tuning_data",
     # for the benchmark harness (`_LAZY`)
     "REPEAT_REASON", "BankReport", "CachedEmbedder", "Embedder", "LongContext", "Pattern", "QuestionWriter",
-    "SharedReading", "WiM", "load_document", "load_paths", "minilm_dir", "paragraph_spans", "section_at",
-    "usable_cores",
+    "SharedReading", "WiM", "answer_signals", "load_document", "load_paths", "minilm_dir", "paragraph_spans",
+    "section_at", "usable_cores",
 ]

@@ -149,20 +149,26 @@ def collection_reader(collection: Collection | str, options: PatternOptions | No
     ``rag`` answers from the retrieved chunks (its ``top_k`` hits), ``lc`` and ``wim`` read the retrieved
     sections (or what ``reading.scope`` says); ``auto`` (the default) answers as rag does, then reads as wim
     does where rag's answer does not stand. For lc and rag, the references are cut to what fits the window
-    beside the prompt and the answer.
+    beside the prompt and the answer. With no ``options``, auto reads with the collection's reading profile for
+    ``generator``'s model where it has one (`profiles.default_reading`; the route names it), else its defaults.
     """
-    options = options if options is not None else default_options(None, generator)
+    from .profiles import default_reading
+
     reading = reading if reading is not None else CollectionOptions()
     store = open_collection(collection, home=home) if isinstance(collection, str) else collection
-    reader: Pattern = registry.collection_reader(store, options, reading, generator)
+    note = None
+    if options is None:
+        chosen = default_reading(store, generator.name)
+        options, note = chosen.options, chosen.note
+    reader: Pattern = registry.collection_reader(store, options, reading, generator, note=note)
     return reader
 
 
 def ask_collection(collection: Collection | str, question: str, options: PatternOptions | None = None,
                    reading: CollectionOptions | None = None, *, generator: Generator,
                    home: str | Path | None = None, temperature: float | None = None) -> Run:
-    """Start answering ``question`` from a collection (see `collection_reader`: auto with no ``options``;
-    ``temperature`` as in `ask_text`)."""
+    """Start answering ``question`` from a collection (see `collection_reader`: auto, with the collection's
+    reading profile where it has one, with no ``options``; ``temperature`` as in `ask_text`)."""
     check_question(question)
     store = open_collection(collection, home=home) if isinstance(collection, str) else collection
     reader: Any = collection_reader(store, options, reading, generator=generator)

@@ -34,7 +34,7 @@ TEXT_FREE = "text_free"
 #: the record fields kept as they are: ids, positions, counts, scores, costs, times
 KEPT = ("schema", "task", "item_id", "example_id", "pattern", "kind", "target_tokens", "context_tokens", "depth",
         "distractor_fraction", "scoring", "gold_spans", "status", "needed", "window", "scores", "stored_scores",
-        "stats", "segments_read", "segments_total", "margins_kept", "route", "seconds", "finished")
+        "stats", "segments_read", "segments_total", "margins_kept", "route", "signals", "seconds", "finished")
 #: each margin's fields kept as they are
 MARGIN_KEPT = ("segment", "kept", "score", "evidence", "read_to")
 #: a verdict's fields kept (its reason may quote the answer)

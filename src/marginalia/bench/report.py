@@ -15,7 +15,8 @@ from pathlib import Path
 from ..errors import UserError
 from ..files import atomic_write_text
 from .analysis import find_run, in_order, load_run, pattern_order
-from .plots import plot_cost, plot_task
+from .plots import _figure, plot_cost, plot_task
+from .recommend import plot_recommendations, recommendations, shared_readings
 from .tables import render_markdown
 
 REPORT = "report.md"
@@ -54,6 +55,8 @@ def write_report(run: str | Path, out: str | Path | None = None, home: str | Pat
         for task in in_order(r["task"] for r in data.records):
             drawn[task] = plot_task([r for r in data.records if r["task"] == task], task, patterns, target)
         drawn["cost"] = plot_cost(data.records, patterns, target)
+        drawn["recommendation"] = plot_recommendations(
+            recommendations(data.records, patterns, shared_readings(data)), target, _figure)
     text = render_markdown(data, drawn)
     path = target / REPORT
     atomic_write_text(path, text)

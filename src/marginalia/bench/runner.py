@@ -19,7 +19,17 @@ from typing import Any, TextIO
 
 from filelock import FileLock
 
-from ..app import CachedEmbedder, Embedder, Generator, LongContext, Pattern, SharedReading, Tokenizer, WiM
+from ..app import (
+    CachedEmbedder,
+    Embedder,
+    Generator,
+    LongContext,
+    Pattern,
+    SharedReading,
+    Tokenizer,
+    WiM,
+    answer_signals,
+)
 from ..errors import ContextOverflow, MarginaliaError, UserError
 from ..files import append_line, atomic_write_json, mend_tail
 from ..options import RunSettings
@@ -205,6 +215,8 @@ def _item_fields(task: str, item: Item, pattern: PatternConfig) -> dict[str, Any
         "depth": item.depth, "distractor_fraction": item.distractor_fraction, "scoring": item.scoring,
         "question": item.question, "answers": list(item.answers),
         "gold_spans": [list(span) for span in item.gold_spans],  # where the gold passages sit in the context
+        # the kind of question of a pair generated from one's own documents: the report recommends per kind
+        **({"question_kind": kind} if (kind := item.meta.get("example", {}).get("kind")) else {}),
     }
 
 
@@ -549,6 +561,8 @@ def _run_one(task: str, item: Item, p: PatternConfig, pattern: Pattern, config: 
                       margins_kept=sum(m.relevant for m in answer.margins))
         if answer.route is not None:
             record["route"] = asdict(answer.route)
+        elif p.kind == "rag":  # what auto would read on this answer, for `bench calibrate`
+            record["signals"] = answer_signals(item.question, answer)
         if samples is not None:
             record["samples"] = samples
         if judge is not None and judges(item.scoring):

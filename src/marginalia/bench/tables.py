@@ -25,6 +25,7 @@ from .analysis import (
     values_of,
 )
 from .folder import DISAGREEMENTS, RESULTS
+from .recommend import recommendation_lines, recommendations, shared_readings
 from .statistics import estimate
 
 SECONDARY = ("em", "f1", "contains", "set_f1")
@@ -254,10 +255,12 @@ def task_sections(records: list[dict[str, Any]], patterns: Sequence[str], level:
 
 
 def render_markdown(data: RunData, plots: dict[str, list[str]] | None = None) -> str:
-    """The report's markdown; ``plots`` maps a section (task name or ``cost``) to PNG file names."""
+    """The report's markdown; ``plots`` maps a section (task name, ``cost`` or ``recommendation``) to PNG file
+    names."""
     plots = plots or {}
     patterns = pattern_order(data)
-    lines = _header(data)
+    lines = _header(data) + recommendation_lines(recommendations(data.records, patterns, shared_readings(data)),
+                                                 plots.get("recommendation", []))
     for task in in_order(r["task"] for r in data.records):
         records = [r for r in data.records if r["task"] == task]
         detail, summary, (label, pos_name) = task_tables(records, patterns)

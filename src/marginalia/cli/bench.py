@@ -191,6 +191,19 @@ def add_bench_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     )
     review.add_argument("file", metavar="FILE", help="the QA file from qa-generate")
     review.add_argument("--all", action="store_true", help="go over decided pairs too, not only pending ones")
+
+    calibrate = sub.add_parser(
+        "calibrate", parents=shared, formatter_class=formatter_class,
+        help="choose auto's thresholds and second reading from a run, as a collection's reading profile",
+        description="From a run that answered the same questions with rag and with wim and/or lc, choose what "
+                    "auto escalates to (wim, lc or nothing) and its thresholds: the fewest seconds per answer "
+                    "whose score stays within the best single reading's paired 95% interval. The choice is "
+                    "stored with the collection for the run's model; 'ask --collection' and the server then read "
+                    "with it when a request names no pattern and sets no option.",
+    )
+    calibrate.add_argument("run", metavar="RUN", help="a run folder, or the name of a run under <home>/bench/runs")
+    calibrate.add_argument("--collection", required=True, metavar="NAME", help="the collection the profile is for")
+    calibrate.add_argument("--dry-run", action="store_true", help="say what would be chosen; store nothing")
     return bench
 
 
@@ -212,6 +225,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return _cmd_qa_generate(args, out, err)
     if args.bench_command == "qa-review":
         return _cmd_qa_review(args, out, err)
+    if args.bench_command == "calibrate":
+        return _cmd_calibrate(args, out, err)
     raise UserError(f"unknown bench command {args.bench_command!r}")  # pragma: no cover
 
 
@@ -352,6 +367,22 @@ def _cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for path in files.plots:
             print(f"wrote {path}", file=err)
     out.write(f"{files.report}\n")
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..app.indexing import open_collection
+    from ..app.profiles import save_profile
+    from ..bench.calibrate import calibrate, profile_of
+
+    store = open_collection(args.collection, home=args.home)  # a missing collection fails before the run is read
+    found = calibrate(args.run, args.home)
+    singles = "; ".join(f"{k} {s:.2f} at {t:.1f} s" for k, (s, t) in found.singles.items())
+    print(f"{found.items} items answered by {found.model} ({found.metric}): {singles}; best {found.best}", file=err)
+    out.write(f"chosen: {found.chosen.describe()}\n")
+    if not args.dry_run:
+        path = save_profile(store, profile_of(found))
+        out.write(f"stored the reading profile of {args.collection!r} for {found.model} in {path}\n")
     return 0
 
 

@@ -162,7 +162,9 @@ def run_pattern(args: argparse.Namespace, text: str, question: str, source: str,
     if args.pattern is None and isinstance(options, app.AutoOptions):  # the route by size
         options = app.default_options(None if reading is not None else text, generator, options)
     if reading is not None:
-        run = app.ask_collection(args.collection, question, options, reading, generator=generator, home=args.home)
+        # no pattern and no option set: the collection's reading profile for this model, where it has one
+        named = None if args.pattern is None and options == app.AutoOptions() else options
+        run = app.ask_collection(args.collection, question, named, reading, generator=generator, home=args.home)
     else:
         embedder = app.load_embedder(args.embedder) if app.needs_embedder(options) else None
         cache = None if args.no_cache else app.document_cache(args.home, int(args.cache_size * 2**30))

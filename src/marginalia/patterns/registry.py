@@ -41,7 +41,8 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 #: reads a text from a stored reading where there is one (``cache``): (generator, options, text, question,
 #: source=, embedder=, cache=, settings=) -> Run
 ReadText = Callable[..., "Run"]
-#: reads a collection: (store, options, reading, generator, scope) -> a reader whose ``ask`` starts a Run
+#: reads a collection: (store, options, reading, generator, scope[, note=]) -> a reader whose ``ask`` starts a
+#: Run (``note``, given only where the options came from a collection's reading profile: said in its route)
 ReadCollection = Callable[..., Any]
 
 
@@ -220,13 +221,17 @@ def read_text(options: PatternOptions, generator: Generator, text: str, question
 
 
 def collection_reader(store: Collection, options: PatternOptions, reading: CollectionOptions,
-                      generator: Generator) -> Any:
-    """A pattern's reader of a collection (its ``ask(question, source, settings)`` starts a Run)."""
+                      generator: Generator, note: str | None = None) -> Any:
+    """A pattern's reader of a collection (its ``ask(question, source, settings)`` starts a Run); ``note``:
+    where the options came from (a collection's reading profile), given to a pattern's own reader of a
+    collection, which may name it in its route."""
     from .collection import CollectionReader, searching
 
     spec = spec_of(options)
     scope = reading.scope or spec.reads
     if spec.read_collection is not None:
+        if note is not None:
+            return spec.read_collection(store, options, reading, generator, scope, note=note)
         return spec.read_collection(store, options, reading, generator, scope)
     reader: CollectionReader = CollectionReader(
         build(options, generator), searching(store, reading, generator, scope=scope, k=reading.hits),

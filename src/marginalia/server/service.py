@@ -415,8 +415,11 @@ class Service:
 
         def start() -> Run:
             model = self.reading_model()
-            return app.ask_collection(store, question, self._chosen(options, target.by_size, None, model), reading,
-                                      generator=model, home=self.settings.home, temperature=temperature)
+            # no pattern and no option set: the collection's reading profile for the model, where it has one
+            named = None if target.by_size and options == app.AutoOptions() else \
+                self._chosen(options, target.by_size, None, model)
+            return app.ask_collection(store, question, named, reading, generator=model, home=self.settings.home,
+                                      temperature=temperature)
 
         return Prepared(start)
 

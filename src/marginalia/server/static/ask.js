@@ -18,7 +18,7 @@ export function referencePlace(ref) {
 
 /** The route line of an auto answer: the reading that answered, and why. */
 export function routeLine(route) {
-  const taken = route.taken === "wim" ? "WiM" : "RAG";
+  const taken = { wim: "WiM", lc: "long context" }[route.taken] || "RAG";
   return { taken: `Answered by ${taken}`, reason: `: ${route.reason}.` };
 }
 
@@ -209,7 +209,8 @@ export class Asker {
           : data.pattern === "rag" ? `Retrieving from ${data.segments_total} chunks…` : "Reading the whole text…");
         break;
       case "routed":
-        this.status(data.taken === "wim" ? `${data.reason}: reading with WiM…` : `${data.reason}.`);
+        this.status(data.taken === "wim" ? `${data.reason}: reading with WiM…`
+          : data.taken === "lc" ? `${data.reason}: reading in one prompt…` : `${data.reason}.`);
         break;
       case "retrieved":
         this.status(data.outcome === "none" ? "Nothing relevant found in the collection."
