@@ -44,3 +44,19 @@ def respond_qa(request: Request) -> str:
     if "about the whole document" in prompt:
         return field_reply(request, DOCUMENT)
     return "not a question"
+
+
+#: what a question-writing request's prompt says (any other request is a reading's)
+WRITING = ("Write the question that this sentence answers", "does not answer", "needs both facts",
+           "about the whole document")
+
+
+def respond_qa_and_read(request: Request) -> str:
+    """`respond_qa` for question-writing requests; a reading answers the single-fact questions right (a
+    margin too), and abstains on any other."""
+    if any(marker in request.prompt for marker in WRITING):
+        return respond_qa(request)
+    for answer, question in SINGLE.items():
+        if question in request.prompt:
+            return answer
+    return "I don't know."

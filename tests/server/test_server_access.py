@@ -118,6 +118,29 @@ def victim_key(w: World, caller: str, target: str) -> str:
     return name
 
 
+def victim_pair(w: World, caller: str, target: str, status: str = "pending") -> str:
+    """A pair in the target's QA file, once its question job has finished writing there (a review waits for it)."""
+    from marginalia.bench.own import collection_pairs_path, read_pairs, write_pairs
+
+    wait_for(lambda: w.as_("server", "GET", f"/v1/qa-jobs/{w.qa_jobs[target]}").json()["finished_at"])
+    path = collection_pairs_path(target, w.home)
+    pid = f"pair-{caller}"
+    pair = {"id": pid, "question": "What opens the vault?", "answer": "Calloway" if target == "B" else "pier 47",
+            "status": status, "source": "report.md", "doc_id": "d", "start": 0, "end": 1}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_pairs(path, [p for p in read_pairs(path) if p["id"] != pid] + [pair])
+    return pid
+
+
+def eval_job(w: World, caller: str, target: str) -> str:
+    victim_pair(w, "evaluated", target, "accepted")
+    reply = w.as_("server", "POST", f"/v1/collections/{target}/eval-jobs", json={"patterns": ["rag"]})
+    assert reply.status_code == 202, reply.text
+    job = str(reply.json()["id"])
+    wait_for(lambda: w.as_("server", "GET", f"/v1/eval-jobs/{job}").json()["finished_at"])
+    return job
+
+
 REQUESTS: dict[tuple[str, str], Build] = {
     ("GET", "/"): lambda w, c, t: ("/", {}),
     ("GET", "/static"): lambda w, c, t: ("/static/app.js", {}),
@@ -148,6 +171,13 @@ REQUESTS: dict[tuple[str, str], Build] = {
     ("GET", "/v1/qa-jobs"): lambda w, c, t: ("/v1/qa-jobs", {}),
     ("GET", "/v1/qa-jobs/{job_id}"): lambda w, c, t: (f"/v1/qa-jobs/{w.qa_jobs[t]}", {}),
     ("GET", "/v1/qa-jobs/{job_id}/events"): lambda w, c, t: (f"/v1/qa-jobs/{w.qa_jobs[t]}/events", {}),
+    ("GET", "/v1/collections/{name}/qa-pairs"): lambda w, c, t: (f"/v1/collections/{t}/qa-pairs", {}),
+    ("PATCH", "/v1/collections/{name}/qa-pairs/{pair_id}"): lambda w, c, t: (
+        f"/v1/collections/{t}/qa-pairs/{victim_pair(w, c, t)}", {"json": {"status": "accepted"}}),
+    ("POST", "/v1/collections/{name}/eval-jobs"): lambda w, c, t: (
+        f"/v1/collections/{t}/eval-jobs", {"json": {"patterns": ["rag"]}} if victim_pair(w, c, t, "accepted") else {}),
+    ("GET", "/v1/eval-jobs"): lambda w, c, t: ("/v1/eval-jobs", {}),
+    ("GET", "/v1/eval-jobs/{job_id}"): lambda w, c, t: (f"/v1/eval-jobs/{eval_job(w, c, t)}", {}),
     ("GET", "/v1/patterns"): lambda w, c, t: ("/v1/patterns", {}),
     ("POST", "/v1/ask"): lambda w, c, t: ("/v1/ask", {"json": {"question": "What opens the vault?",
                                                                "collection": t}}),
@@ -177,7 +207,7 @@ REQUESTS: dict[tuple[str, str], Build] = {
 #: the success status of each route that does not answer 200
 CREATED = {("POST", "/v1/keys"): 201, ("POST", "/v1/collections"): 201, ("POST", "/v1/sessions"): 201,
            ("POST", "/v1/compose/sessions"): 201, ("POST", "/v1/collections/{name}/documents"): 202,
-           ("POST", "/v1/collections/{name}/qa-jobs"): 202}
+           ("POST", "/v1/collections/{name}/qa-jobs"): 202, ("POST", "/v1/collections/{name}/eval-jobs"): 202}
 #: routes whose every valid caller gets 404: the stop route names a reading nobody runs
 NOTHING_THERE = {("POST", "/v1/readings/{reading_id}/stop")}
 
@@ -209,7 +239,7 @@ def expected(route: tuple[str, str], caller: str, target: str) -> int:
 
 #: routes that name a job of a collection (checked by the route, under the signed scope)
 JOB_ROUTES = {("GET", "/v1/jobs/{job_id}"), ("GET", "/v1/jobs/{job_id}/events"), ("GET", "/v1/qa-jobs/{job_id}"),
-              ("GET", "/v1/qa-jobs/{job_id}/events")}
+              ("GET", "/v1/qa-jobs/{job_id}/events"), ("GET", "/v1/eval-jobs/{job_id}")}
 #: routes whose body names the collection (checked by the route, under the signed scope)
 BODY_NAMES_COLLECTION = {("POST", "/v1/ask"), ("POST", "/v1/sessions"), ("POST", "/v1/compose/sessions"),
                          ("POST", "/v1/chat/completions"), ("POST", "/chat")}

@@ -370,6 +370,36 @@ def review(path: str | Path, inp: TextIO, out: TextIO, show_all: bool = False) -
     return counts
 
 
+def decide_pair(path: str | Path, pid: str, status: str, question: str | None = None,
+                answer: str | None = None) -> dict[str, Any]:
+    """Set one pair's ``status`` (`STATUSES`), with an edited ``question`` or ``answer`` (the pair is then
+    marked ``edited``), and rewrite the QA file atomically; returns the pair as stored.
+
+    Raises:
+        UserError: an unknown status, or an edit that leaves the question or the answer empty.
+        NotFound: the file holds no pair with that id.
+    """
+    from ..errors import NotFound
+
+    if status not in STATUSES:
+        raise UserError(f"unknown status {status!r}; choose one of {', '.join(STATUSES)}")
+    pairs = read_pairs(path)
+    pair = next((p for p in pairs if p["id"] == pid), None)
+    if pair is None:
+        raise NotFound(f"no QA pair {pid!r} in {Path(path).name}; list the pairs to see their ids", "qa-pair", pid)
+    for key, value in (("question", question), ("answer", answer)):
+        if value is None:
+            continue
+        if not value.strip():
+            raise UserError(f"an edited {key} cannot be empty; send the text, or leave {key!r} out to keep it")
+        if value.strip() != pair[key]:
+            pair[key] = value.strip()
+            pair["edited"] = True
+    pair["status"] = status
+    write_pairs(path, pairs)
+    return pair
+
+
 def load_own(path: Path) -> list[Example]:
     """The accepted pairs of a reviewed QA file as examples (documents are re-read from their sources).
 

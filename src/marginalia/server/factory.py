@@ -21,7 +21,7 @@ from .auth import RequestRate, authenticated
 from .common import READING_HEADER, get_service, require_key
 from .edge import Edge
 from .gate import Gate
-from .routes import collections, compose, docqa, keys, openai, qa, reading
+from .routes import collections, compose, docqa, evaluate, keys, openai, qa, reading
 from .schemas import ErrorReply
 from .service import Service
 from .settings import Settings
@@ -111,7 +111,8 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
     app.add_middleware(Gate, settings=settings, max_body=max_body, room=service.jobs.room_for)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_credentials=False,
-                           allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"],
+                           allow_methods=["GET", "POST", "PATCH", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type"],
                            expose_headers=[READING_HEADER])
     app.add_middleware(Edge, settings=settings)  # the outermost: before CORS and the body limit
 
@@ -145,7 +146,7 @@ def create_app(settings: Settings | None = None, generator: Generator | None = N
     async def redoc() -> HTMLResponse:
         return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
 
-    for router in (keys.router, collections.router, qa.router, reading.router, compose.router, openai.router,
-                   docqa.router):
+    for router in (keys.router, collections.router, qa.router, evaluate.router, reading.router, compose.router,
+                   openai.router, docqa.router):
         app.include_router(router, responses=ERRORS)
     return app

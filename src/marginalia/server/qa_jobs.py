@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..bench.own import DocumentStarted, Gate, PairWritten, QaEvent, RequestDone
+from ..bench.own import DocumentStarted, PairWritten, QaEvent, RequestDone
 from ..errors import NotFound
 from .errors import Busy, describe, log
 from .worker import ModelWorker
@@ -156,7 +156,7 @@ class QaJobBoard:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-def worker_gate(worker: ModelWorker) -> Gate:
+def worker_gate(worker: ModelWorker) -> Callable[[Callable[[], Any]], Any]:
     """Run each request of a job as a job of the model's worker, and wait for it (a full queue: wait, ask again)."""
 
     def gate(call: Callable[[], Any]) -> Any:

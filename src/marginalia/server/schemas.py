@@ -438,3 +438,20 @@ class QaJobRequest(Body):
     documents: list[str] | None = Field(default=None, max_length=1000,
                                         description="only these documents, by source or id (default: all)")
     retries: int = Field(default=2, ge=0, le=5, description="tries after a malformed reply from the model")
+
+
+class PairReview(Body):
+    """A person's decision on a generated QA pair, with an edited question or answer if they changed it."""
+
+    status: Literal["accepted", "rejected", "pending"] = Field(description="the pair's new status")
+    question: str | None = Field(default=None, min_length=1, max_length=4000,
+                                 description="the question as edited (default: kept)")
+    answer: str | None = Field(default=None, min_length=1, max_length=4000,
+                               description="the answer as edited (default: kept)")
+
+
+class EvalJobRequest(Body):
+    """Readings to run on a collection's accepted QA pairs, each scored against the pairs' answers."""
+
+    patterns: list[str] = Field(default_factory=lambda: ["rag", "wim", "auto"], min_length=1, max_length=16,
+                                description="the readings, by pattern name (see GET /v1/patterns)")

@@ -10,6 +10,7 @@ tokenizer are shared by those readings and the one indexing job that may run bes
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from ..records import Document, Section
 from .audit import Audit
 from .compose import ComposeSession, ComposeSessions, ModelPool
 from .errors import Conflict, Forbidden
+from .eval_jobs import Answered, EvalJobBoard
 from .jobs import STAGING, JobBoard, check_upload, display_name, index_upload
 from .qa_jobs import QaJobBoard, worker_gate
 from .schemas import ComposeSessionRequest, Target
@@ -61,6 +63,8 @@ class Service:
         self.jobs = JobBoard(settings.max_jobs, resolve_home(settings.home) / STAGING, settings.upload_queue,
                              settings.upload_queue_bytes, workers=settings.index_workers)
         self.qa_jobs = QaJobBoard(settings.max_jobs)
+        self.eval_jobs = EvalJobBoard(settings.max_jobs)
+        self._pairs_lock = threading.Lock()  # one review rewrites a collection's QA file at a time
         self.sessions = SessionStore(settings.session_ttl, settings.max_sessions, max_bytes=settings.session_bytes)
         self.compose = ComposeSessions(settings.session_ttl, settings.max_compose_sessions,
                                        ModelPool(loader or self._load))
@@ -108,6 +112,7 @@ class Service:
         self.worker.shutdown()
         self.jobs.shutdown()
         self.qa_jobs.shutdown()
+        self.eval_jobs.shutdown()
         self.compose.close()
 
     # -- question generation ---------------------------------------------------------------------------------
@@ -133,6 +138,89 @@ class Service:
                     "resumed_requests": summary.resumed_requests, "dropped_pairs": summary.skipped_pairs}
 
         return self.qa_jobs.submit(collection, documents, work)
+
+    # -- reviewing pairs and running readings on them ---------------------------------------------------------
+
+    def _generating(self, collection: str) -> str | None:
+        """The id of a question job that may still write into the collection's QA file, if any."""
+        return next((j["id"] for j in self.qa_jobs.list() if j["collection"] == collection
+                     and j["status"] in ("queued", "running")), None)
+
+    def list_pairs(self, collection: str, who: Principal | None = None) -> dict[str, Any]:
+        """A collection's QA pairs (`bench.own.collection_pairs_path`) with their counts by status, and the
+        question job writing more, if one is."""
+        from ..bench.own import STATUSES, collection_pairs_path, read_pairs
+
+        self.check_collection(collection, who)
+        pairs = read_pairs(collection_pairs_path(collection, self.settings.home))
+        return {"collection": collection, "pairs": pairs,
+                "counts": {s: sum(1 for p in pairs if p["status"] == s) for s in STATUSES},
+                "generating": self._generating(collection)}
+
+    def review_pair(self, collection: str, pair_id: str, status: str, question: str | None = None,
+                    answer: str | None = None, who: Principal | None = None) -> dict[str, Any]:
+        """Set a pair's status, with an edited question or answer (`bench.own.decide_pair`).
+
+        Raises:
+            NotFound: no such collection or pair.
+            Conflict: a question job is writing into the collection's QA file (its appends and this rewrite
+                would race).
+        """
+        from ..bench.own import collection_pairs_path, decide_pair
+
+        self.check_collection(collection, who, write=True)
+        with self._pairs_lock:
+            job = self._generating(collection)
+            if job is not None:
+                raise Conflict(f"question job {job} is writing pairs into collection {collection!r}; review them "
+                               f"when it has finished (GET /v1/qa-jobs/{job})")
+            pair = decide_pair(collection_pairs_path(collection, self.settings.home), pair_id, status, question,
+                               answer)
+        self.audit.record(_actor(who), "review_pair", collection=collection, pair=pair_id, status=status)
+        return pair
+
+    def evaluate(self, collection: str, patterns: list[str], who: Principal | None = None) -> dict[str, Any]:
+        """Start a job that answers the collection's accepted pairs with each of ``patterns`` (`eval_jobs`);
+        returns the job.
+
+        Raises:
+            NotFound: no such collection.
+            UserError: an unknown pattern, or no accepted pair to answer.
+        """
+        from ..bench.own import collection_pairs_path, read_pairs
+
+        self.check_collection(collection, who, write=True)
+        chosen = list(dict.fromkeys(patterns))
+        for name in chosen:
+            app.pattern_spec(name)  # a UserError naming the known ones
+        pairs = [p for p in read_pairs(collection_pairs_path(collection, self.settings.home))
+                 if p["status"] == "accepted"]
+        if not pairs:
+            raise UserError(f"collection {collection!r} has no accepted QA pairs to answer; generate some (POST "
+                            f"/v1/collections/{collection}/qa-jobs) and accept them (PATCH "
+                            f"/v1/collections/{collection}/qa-pairs/ID)")
+        gate = worker_gate(self.worker)
+        store: list[Collection] = []  # opened with its embedder in the job, once
+
+        def answer(pattern: str, question: str) -> Answered:
+            if not store:
+                store.append(self.open_collection(collection, search=True))
+            options = app.pattern_options(pattern)
+
+            def call() -> Answered:
+                model = self.reading_model()
+                began = time.perf_counter()
+                got = app.ask_collection(store[0], question, options, generator=model,
+                                         home=self.settings.home).answer()
+                return Answered(got.text, time.perf_counter() - began, got.route.taken if got.route else None)
+
+            result: Answered = gate(call)
+            return result
+
+        job = self.eval_jobs.submit(collection, chosen, pairs, answer)
+        self.audit.record(_actor(who), "evaluate", collection=collection, patterns=chosen, pairs=len(pairs),
+                          job=job["id"])
+        return job
 
     # -- collections ----------------------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 import { ApiError, call, part, serverKey, setServerKey } from "./api.js";
 import { Asker } from "./ask.js";
+import { Evaluator } from "./evaluate.js";
 import { Library } from "./library.js";
 import { ReadingOptions } from "./options.js";
 import { DocumentView } from "./reader.js";
@@ -65,6 +66,7 @@ const library = new Library({
   collection: (detail) => {
     fillSources(detail);
     writer.collectionsChanged();
+    evaluator.collectionChanged();
   },
   open: async (source, section) => {
     if (busy) {
@@ -161,9 +163,27 @@ const writer = new Writer({
   },
 });
 
-// -- the views: Read (ask a document or a collection) and Write (suggestions from a collection) ----------------
+const evaluator = new Evaluator({
+  root: $("evaluate-view"), name: $("eval-collection"), generate: $("eval-generate"),
+  generateProgress: $("eval-generate-progress"), status: $("eval-status"), counts: $("eval-counts"),
+  pairs: $("eval-pairs"), doc: $("eval-doc"), docTitle: $("eval-doc-title"), docMeta: $("eval-doc-meta"),
+  runForm: $("eval-run-form"), patterns: $("eval-patterns"), run: $("eval-run"), runHint: $("eval-run-hint"),
+  runProgress: $("eval-run-progress"), results: $("eval-results"), table: $("eval-table"), plot: $("eval-plot"),
+}, {
+  collection: () => library.name,
+  canWrite: (name) => library.canWrite(name),
+  error: showError,
+});
 
-const VIEWS = { read: { tab: $("tab-read"), panel: $("read-view") }, write: { tab: $("tab-write"), panel: $("write-view") } };
+// -- the views: Read (ask a document or a collection), Write (suggestions from a collection) and Evaluate
+// (questions generated from a collection, reviewed, and the readings run on them) ------------------------------
+
+const VIEWS = {
+  read: { tab: $("tab-read"), panel: $("read-view") },
+  write: { tab: $("tab-write"), panel: $("write-view") },
+  evaluate: { tab: $("tab-evaluate"), panel: $("evaluate-view") },
+};
+const ORDER = Object.keys(VIEWS);
 
 function showView(name, focus = false) {
   for (const [other, { tab, panel }] of Object.entries(VIEWS)) {
@@ -173,13 +193,15 @@ function showView(name, focus = false) {
     panel.hidden = !on;
   }
   if (focus) VIEWS[name].tab.focus();
-  if (name === "write") {
-    history.replaceState(null, "", "#write");
-    writer.activate();
-  } else {
+  if (name === "read") {
     if (location.hash) history.replaceState(null, "", location.pathname + location.search);
-    writer.deactivate();
+  } else {
+    history.replaceState(null, "", `#${name}`);
   }
+  if (name === "write") writer.activate();
+  else writer.deactivate();
+  if (name === "evaluate") evaluator.activate();
+  else evaluator.deactivate();
 }
 
 for (const [name, { tab }] of Object.entries(VIEWS)) {
@@ -187,7 +209,8 @@ for (const [name, { tab }] of Object.entries(VIEWS)) {
   tab.addEventListener("keydown", (e) => { // arrows move between the tabs, as in any tab list
     if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
       e.preventDefault();
-      showView(name === "read" ? "write" : "read", true);
+      const step = e.key === "ArrowRight" ? 1 : ORDER.length - 1;
+      showView(ORDER[(ORDER.indexOf(name) + step) % ORDER.length], true);
     }
   });
 }
@@ -211,7 +234,8 @@ async function start() {
     $("server").dataset.signedIn = me.signed_in_as;
     await options.load();
     await library.load();
-    if (location.hash === "#write") showView("write");
+    const shown = location.hash.slice(1);
+    if (shown in VIEWS && shown !== "read") showView(shown);
     document.body.dataset.ready = "true";
   } catch (err) {
     showError(err);
@@ -230,5 +254,5 @@ function signedIn(me) {
   return `signed in as ${who}: ${parts.join("; ") || "no collections"}`;
 }
 
-window.marginalia = { view, asker, library, options, writer }; // for the console (and the page's tests)
+window.marginalia = { view, asker, library, options, writer, evaluator }; // for the console (and the page's tests)
 start();

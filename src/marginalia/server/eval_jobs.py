@@ -1,0 +1,184 @@
+"""Evaluation jobs: the readings a client names, each run on a collection's accepted QA pairs in the
+background, scored against the pairs' answers, one job at a time.
+
+A job answers pair by pair, reading by reading; each answer is one job of the model's worker (see
+`qa_jobs.worker_gate`), so the page's own questions wait for one answer at most, never for a whole run.
+A reading that fails (a context too long for ``lc``, a model error) is marked failed with its message and
+the job goes on with the next reading. Each reading's result holds every answer with its scores (token F1
+and "contains", `bench.metrics.qa_scores`: an unanswerable pair is right when the reading abstains), the
+mean of each score with its 95% interval (`bench.statistics.estimate`) and the seconds per answer, timed
+from the moment the worker starts it (waiting in the worker's queue aside).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..bench.metrics import qa_scores
+from ..bench.statistics import estimate
+from ..errors import NotFound
+from .errors import describe, log
+
+Status = Literal["queued", "running", "done", "failed"]
+#: the scores kept per answer and summarised per reading
+SCORES = ("f1", "contains")
+
+
+@dataclass(frozen=True)
+class Answered:
+    """One reading's answer to one pair: its text, the seconds it took, and auto's route (else None)."""
+
+    text: str
+    seconds: float
+    route: str | None = None
+
+
+#: answers a question with a reading (by pattern name), in the model's worker
+AnswerFn = Callable[[str, str], Answered]
+
+
+@dataclass
+class EvalJob:
+    """One evaluation job (mutated by the job's thread under the board's lock)."""
+
+    id: str
+    collection: str
+    patterns: list[str]
+    pairs: list[dict[str, Any]]
+    status: Status = "queued"
+    answers_done: int = 0
+    readings: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, str] | None = None
+    created_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+
+    def __post_init__(self) -> None:
+        self.readings = [{"pattern": p, "status": "queued", "n": 0, "answers": [], "error": None,
+                          **{s: None for s in SCORES}, "seconds_per_answer": None} for p in self.patterns]
+
+    def to_dict(self, answers: bool = True) -> dict[str, Any]:
+        readings = [{**r, "answers": list(r["answers"])} if answers else
+                    {k: v for k, v in r.items() if k != "answers"} for r in self.readings]
+        return {"id": self.id, "collection": self.collection, "patterns": list(self.patterns), "status": self.status,
+                "pairs": len(self.pairs), "answers_done": self.answers_done,
+                "answers_total": len(self.pairs) * len(self.patterns),
+                "readings": readings,
+                "error": self.error, "created_at": self.created_at, "finished_at": self.finished_at}
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "failed")
+
+
+def gold_answers(pair: dict[str, Any]) -> tuple[str, ...]:
+    """The answers a pair accepts: none for an unanswerable one (the reading should abstain)."""
+    return () if pair.get("kind") == "unanswerable" else (str(pair["answer"]),)
+
+
+def summary(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A reading's scores over its answers: each score's mean with its 95% interval, and seconds per answer."""
+    out: dict[str, Any] = {"n": len(answers)}
+    for name in SCORES:
+        est = estimate([a[name] for a in answers])
+        out[name] = {"mean": est.mean, "low": est.low, "high": est.high} if answers else None
+    out["seconds_per_answer"] = sum(a["seconds"] for a in answers) / len(answers) if answers else None
+    return out
+
+
+class EvalJobBoard:
+    """Evaluation jobs: one thread runs them in order; the last ``keep`` finished ones are remembered."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._jobs: OrderedDict[str, EvalJob] = OrderedDict()
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marginalia-eval")
+
+    def _find(self, job_id: str, visible: Callable[[str], bool] | None = None) -> EvalJob:
+        job = self._jobs.get(job_id)
+        if job is None or (visible is not None and not visible(job.collection)):
+            raise NotFound(f"no evaluation job {job_id!r} (finished jobs are forgotten after {self.keep} more, "
+                           "and when the server restarts)", "eval-job", job_id)
+        return job
+
+    def get(self, job_id: str, answers: bool = True, visible: Callable[[str], bool] | None = None
+            ) -> dict[str, Any]:
+        with self._lock:
+            return self._find(job_id, visible).to_dict(answers)
+
+    def list(self, visible: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            return [job.to_dict(answers=False) for job in self._jobs.values()
+                    if visible is None or visible(job.collection)]
+
+    def submit(self, collection: str, patterns: Sequence[str], pairs: Sequence[dict[str, Any]],
+               answer: AnswerFn) -> dict[str, Any]:
+        """Queue a job that answers every pair with every pattern (``answer`` runs one in the model's worker)."""
+        job = EvalJob(uuid.uuid4().hex, collection, list(patterns), list(pairs))
+
+        def run() -> None:
+            with self._lock:
+                job.status = "running"
+            try:
+                for reading in job.readings:
+                    self._read(job, reading, answer)
+            except Exception as exc:  # noqa: BLE001 - a job's failure is its result
+                self._failed(job, exc)
+                return
+            with self._lock:
+                job.status, job.finished_at = "done", time.time()
+
+        with self._lock:
+            self._jobs[job.id] = job
+            self._forget()
+        self._executor.submit(run)
+        return job.to_dict()
+
+    def _read(self, job: EvalJob, reading: dict[str, Any], answer: AnswerFn) -> None:
+        """Answer every pair with one reading; its failure is the reading's, the job goes on."""
+        with self._lock:
+            reading["status"] = "running"
+        for pair in job.pairs:
+            try:
+                got = answer(reading["pattern"], pair["question"])
+            except Exception as exc:  # noqa: BLE001 - the reading's failure, shown with its message
+                status, code, message = describe(exc)
+                if status == 500:
+                    log.error("reading %s of an evaluation on %s failed", reading["pattern"], job.collection,
+                              exc_info=exc)
+                with self._lock:
+                    reading.update(status="failed", error={"code": code, "message": message})
+                    job.answers_done += len(job.pairs) - len(reading["answers"])
+                return
+            scores = qa_scores(got.text, gold_answers(pair))
+            record = {"pair": pair["id"], "kind": pair.get("kind", "single"), "question": pair["question"],
+                      "gold": pair["answer"], "answer": got.text, "route": got.route,
+                      "seconds": round(got.seconds, 4), **{s: scores[s] for s in SCORES}}
+            with self._lock:
+                reading["answers"].append(record)
+                reading.update(summary(reading["answers"]))
+                job.answers_done += 1
+        with self._lock:
+            reading["status"] = "done"
+
+    def _failed(self, job: EvalJob, exc: Exception) -> None:
+        status, code, message = describe(exc)
+        if status == 500:
+            log.error("evaluation job on %s failed", job.collection, exc_info=exc)
+        with self._lock:
+            job.status, job.error, job.finished_at = "failed", {"code": code, "message": message}, time.time()
+
+    def _forget(self) -> None:
+        finished = [j.id for j in self._jobs.values() if j.finished]
+        for job_id in finished[:max(0, len(finished) - self.keep)]:
+            del self._jobs[job_id]
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
