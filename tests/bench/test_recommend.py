@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from marginalia.bench.recommend import recommend
-from marginalia.bench.report import bootstrap, estimate, write_report
+from marginalia.bench.report import write_report
+from marginalia.bench.statistics import bootstrap, estimate
 from test_bench_report import INFO, PNG, fixture_run, result
 
 
