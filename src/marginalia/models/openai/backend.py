@@ -342,10 +342,11 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
     Raises:
         UserError: a malformed spec or an unknown option.
     """
+    shown = public_spec(f"openai:{arg}")  # what errors quote: no credentials, no query string
     url, sep, rest = arg.partition("#")
     model, *pairs = rest.split(";")
     if not sep or not url or not model.strip():
-        raise UserError(f"the spec 'openai:{arg}' needs a model id after '#': {SPEC_FORM}")
+        raise UserError(f"the spec {shown!r} needs a model id after '#': {SPEC_FORM}")
     opts: dict[str, str] = {}
     extra: dict[str, Any] = {}
     for pair in pairs:
@@ -357,10 +358,10 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
                 extra[key.strip()[2:]] = value.strip()
             continue
         if not eq or key.strip() not in OPTIONS or not value.strip():
-            raise UserError(f"bad option {pair!r} in 'openai:{arg}'; the form is {SPEC_FORM}")
+            raise UserError(f"bad option {pair!r} in {shown!r}; the form is {SPEC_FORM}")
         opts[key.strip()] = value.strip()
     if opts.get("prompt", "tokens") not in ("tokens", "text"):
-        raise UserError(f"prompt={opts['prompt']} in 'openai:{arg}' must be 'tokens' or 'text' "
+        raise UserError(f"prompt={opts['prompt']} in {shown!r} must be 'tokens' or 'text' "
                         "(text for servers that take no token-id prompts, e.g. llama-cpp-python's)")
     if "prompt" in opts:
         options.setdefault("token_prompts", opts["prompt"] == "tokens")
@@ -368,7 +369,7 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
     def positive(key: str, unit: str) -> int | None:
         text = opts.get(key)
         if text is not None and (not text.isdigit() or int(text) <= 0):
-            raise UserError(f"{key}={text} in 'openai:{arg}' must be a positive number of {unit}")
+            raise UserError(f"{key}={text} in {shown!r} must be a positive number of {unit}")
         return int(text) if text is not None else None
 
     window = positive("window", "tokens")
@@ -379,7 +380,7 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
         except ValueError:
             timeout = -1.0
         if not timeout > 0:
-            raise UserError(f"timeout={opts['timeout']} in 'openai:{arg}' must be a positive number of seconds")
+            raise UserError(f"timeout={opts['timeout']} in {shown!r} must be a positive number of seconds")
         options.setdefault("read_timeout", timeout)
     check_server(url.strip(), opts.get("mode", "completions"))  # before a slow tokenizer load
     spec = opts.get("tokenizer", model.strip())
@@ -392,7 +393,7 @@ def from_spec(arg: str, load: Callable[[str], Generator], **options: Any) -> Ope
             borrowed = load(spec)
     except UserError as exc:
         hint = "" if "tokenizer" in opts else f"; name a local model with the same tokenizer: {SPEC_FORM}"
-        raise UserError(f"cannot load the tokenizer {spec!r} for 'openai:{arg}': {exc}{hint}") from exc
+        raise UserError(f"cannot load the tokenizer {spec!r} for {shown!r}: {exc}{hint}") from exc
     return OpenAIGenerator(
         url.strip(), model.strip(), borrowed, render_chat=render, mode=opts.get("mode", "completions"),
         context_window=window, name=f"openai:{arg}",
