@@ -15,6 +15,7 @@ from server_support import (
     ANSWER,
     FACT,
     MARGIN,
+    PDF_TIMEOUT,
     QUESTION,
     REPORT,
     index_text,
@@ -122,7 +123,7 @@ def test_a_pdf_by_content_is_read_as_pdf_whatever_its_name(client):
     pdf = next(Path(__file__).parents[1].joinpath("data").rglob("*.pdf"), None)
     if pdf is None:
         pytest.skip("no sample PDF in tests/data")
-    job = index_text(client, "docs", "paper.txt", pdf.read_bytes())
+    job = index_text(client, "docs", "paper.txt", pdf.read_bytes(), timeout=PDF_TIMEOUT)
     assert job["status"] == "done", job
     (doc,) = client.get("/v1/collections/docs").json()["documents"]
     assert doc["format"] == "pdf"
