@@ -891,6 +891,8 @@ def section(m: Record) -> str:
 #: and `python benchmarks/report.py --show NAME` prints it from the stored measurement): how a run went, not a
 #: result a user needs
 PRINTED_ONLY = ("backends", "bench_example", "compose_tuning")
+#: runs of some of a benchmark's parts (its script's ``--only``): left out like those, their summary rows too
+PARTIAL = ("server_fuzz-some-parts",)
 QUALITY_ORDER = ("quality", "aggregation-lists-8k", "quality-smollm2")
 #: quality runs shown in their sections only, not in the summary
 NOT_IN_SUMMARY: tuple[str, ...] = ()
@@ -920,13 +922,14 @@ def render(records: list[Record]) -> str:
                           "WiM − RAG", "s / answer (LC · RAG · WiM)", "made by"],
                          [row for m in quality if m["name"] not in NOT_IN_SUMMARY for row in quality_rows(m)],
                          "llrrrrrrl"), ""]
-    rows = [row for m in others if (summary := BENCHMARKS[m["benchmark"]][1]) for row in summary(m)]
+    rows = [row for m in others if m["name"] not in PARTIAL and (summary := BENCHMARKS[m["benchmark"]][1])
+            for row in summary(m)]
     if rows:
         lines += ["**Speed, service and composition**, made by `python benchmarks/<script>`.", "",
                   *table(["what", "result", "made by"], rows, "lll"), ""]
     if quality:
         lines += quality_section(quality)
-    left = [m for m in others if m["benchmark"] in PRINTED_ONLY]
+    left = [m for m in others if m["benchmark"] in PRINTED_ONLY or m["name"] in PARTIAL]
     for m in others:
         if m not in left:
             lines += section(m).splitlines() + [""]
