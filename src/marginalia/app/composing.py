@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BackendError, UserError
-from ..ingest.loaders import names_for
 from ..models.base import Generator
 from ..openmp import late_notice
 from ..options import NO_REPEAT_NGRAM, ComposeOptions, TuneDataOptions, TuneOptions
@@ -207,6 +206,8 @@ def tuned_folder(data: str | Path, out: str | Path | None = None, home: str | Pa
 def _names(document: DocumentInfo, given: Sequence[str]) -> bool:
     """Whether one of ``given`` (a path, source or document id) names this document: its id, its source, a
     path it may have been indexed under (`names_for`), or the file it was indexed from by an absolute path."""
+    from ..ingest.loaders import names_for
+
     for name in given:
         if name == document.doc_id or document.source in names_for(name):
             return True

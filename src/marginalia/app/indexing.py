@@ -296,12 +296,17 @@ def generate_questions(
     store = open_collection(collection, home=home) if isinstance(collection, str) else collection
     infos = store.documents()
     if documents:
-        wanted = set(documents)
-        infos = [d for d in infos if d.source in wanted or d.doc_id in wanted]
-        missing = wanted - {d.source for d in infos} - {d.doc_id for d in infos}
-        if missing:
-            name = sorted(missing)[0]
-            raise NotFound(f"collection {store.name!r} has no document {name!r}", "document", name)
+        from ..ingest.loaders import best_name
+
+        by_id = {d.doc_id: d for d in infos}
+        by_source = {d.source: d for d in infos}
+        chosen: set[str] = set()
+        for name in documents:  # an id, a source, or the path of the file indexed
+            found = by_id.get(name) or by_source.get(best_name(name, by_source) or "")
+            if found is None:
+                raise NotFound(f"collection {store.name!r} has no document {name!r}", "document", name)
+            chosen.add(found.doc_id)
+        infos = [d for d in infos if d.doc_id in chosen]
     if not infos:
         raise UserError(f"collection {store.name!r} holds no documents; index some first")
     writer = QuestionWriter(generator, retries=retries, long_answers=long_answers)

@@ -178,6 +178,16 @@ def names_for(path: str) -> frozenset[str]:
     return frozenset({path, *("/".join(parts[i:]) for i in range(len(parts)))})
 
 
+def best_name(given: str, names: Iterable[str]) -> str | None:
+    """Which of ``names`` (documents' names) ``given`` (a name, or a path as a person gives it) names: itself,
+    else the longest of its trailing parts (`names_for`) that is one of them; None when none is."""
+    known = set(names)
+    if given in known:
+        return given
+    found = [name for name in names_for(given) if name in known]
+    return max(found, key=len) if found else None
+
+
 def load_paths(
     paths: Iterable[str | Path],
     recursive: bool = True,
