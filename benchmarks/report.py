@@ -33,6 +33,8 @@ SCRIPTS = ("quality", "bench_example", "wim_overhead", "read_once", "backends", 
 #: and `python benchmarks/report.py --show NAME` prints it from the stored measurement): how a run went, not a
 #: result a user needs
 PRINTED_ONLY = ("backends", "bench_example", "compose_tuning")
+#: runs of some of a benchmark's parts (its script's ``--only``): left out like those, their summary rows too
+PARTIAL = ("server_fuzz-some-parts",)
 
 for script in SCRIPTS:
     importlib.import_module(script)
@@ -69,7 +71,7 @@ def render(records: list[Record]) -> str:
              "## Summary", ""]
     shared = []
     for name, b in shown:
-        rows = [row for m in runs[name] if b.summary for row in b.summary(m)]
+        rows = [row for m in runs[name] if b.summary and m["name"] not in PARTIAL for row in b.summary(m)]
         if b.table and runs[name]:
             intro, header, align = b.table
             lines += [intro, "", *table(header, rows, align), ""]
@@ -78,14 +80,15 @@ def render(records: list[Record]) -> str:
     if shared:
         lines += ["**Speed, service and composition**, made by `python benchmarks/<script>`.", "",
                   *table(["what", "result", "made by"], shared, "lll"), ""]
-    left = [m for name, _ in shown if name in PRINTED_ONLY for m in runs[name]]
+    left = [m for name, _ in shown for m in runs[name] if name in PRINTED_ONLY or m["name"] in PARTIAL]
     for name, b in shown:
-        if name in PRINTED_ONLY or not runs[name]:
+        kept = [m for m in runs[name] if m["name"] not in PARTIAL]
+        if name in PRINTED_ONLY or not kept:
             continue
         if b.together is not None:
-            lines += b.together(runs[name])
+            lines += b.together(kept)
         else:
-            for m in runs[name]:
+            for m in kept:
                 lines += section(m).splitlines() + [""]
     if left:
         lines += ["## Left out here", "",

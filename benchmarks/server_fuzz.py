@@ -27,11 +27,25 @@ something at the other collection's ids (its name, its documents, its jobs, its 
 sessions, its OpenAI model, the docqa chat, a question) and lists what it may see: each cell must get the
 status a missing thing gets (404; 403 where only an admin may), and no reply to A's keys may hold a byte of
 B's text, nor the reverse.
+(6) The second round of hostile input. On the live server too: pages of ``--html-kb`` KB of unterminated
+tags, indexed or refused within 10 s; ``--in-flight`` bodies past the bytes in flight, refused (503) at once;
+a name of ``--echo-mb`` MB in each field that takes one, never echoed; a body with an unknown key holding
+``--frozen-m`` million values, or a twelfth as many unknown keys, while the health check answers; ``--trickle``
+bodies of a byte every 2 s, cut by the minimum rate; ``--together`` PDFs of ``--together-pages`` pages, each
+with a note uploaded behind it and indexed first; and a folder indexed from outside the home before the server
+started (``--naming``), its documents named without the file system in every reply. On servers of their own:
+``--kills`` servers stopped mid-conversion by kill -9 and SIGTERM, with no converter left 5 s later, each
+followed by a server on its home that sweeps its staged uploads (and a folder process 1 would have left);
+a keyed server serving an ``openai:`` model whose URL holds credentials, which a caller without the key, the
+health check and a model's error never show, with the page's headers (``--strangers``); ``--keyless`` bodies
+of ``--keyless-mb`` MB at once without the key, refused before they are read (the server's growth kept); and
+``--oom`` PDFs converted out of ``--oom-memory-mb``, refused as ``document_too_large`` naming that bound.
 
 Every input's seconds are kept (an upload's until its job ended; a slow client's until the server answered or
 closed): each part reports its slowest and its 99th percentile, and how many went over the time bound. While a
 part against the live server runs, ``/v1/health`` is asked every 0.1 s on a connection of its own; its seconds
-count against the bound too (a request that stalls the server stalls everyone). Memory is the peak resident
+count against the bound too (a request that stalls the server stalls everyone), and against ``--health-bound``
+on their own. Memory is the peak resident
 size of the process that serves, with the processes it starts (a PDF's conversion) added: the live server's
 for (4), this process's own, fuzzer included, for (1)-(3).
 
@@ -41,10 +55,16 @@ the live server, shared with the tests).
     python benchmarks/server_fuzz.py [--requests 1000] [--documents 6500] [--asks 2500] [--uploads 1000]
                                      [--pdfs 30] [--line-mb 10] [--bombs 4] [--slow 25] [--wide 8]
                                      [--origins 500] [--unpunctuated 3] [--unpunctuated-kb 100] [--cross 20]
-                                     [--time-bound 30] [--memory-bound-mb 3072] [--no-write]
+                                     [--html-kb 300] [--kills 1] [--strangers 1] [--keyless 32]
+                                     [--keyless-mb 50] [--in-flight 4] [--echo-mb 16] [--frozen 1]
+                                     [--frozen-m 24] [--trickle 4] [--together 1] [--together-pages 12]
+                                     [--oom 1] [--oom-memory-mb 700] [--naming 1] [--only NAMES]
+                                     [--time-bound 30] [--memory-bound-mb 3072] [--health-bound 1] [--no-write]
 
-A count of 0 leaves its part out. Stores benchmarks/measurements/server_fuzz.json (unless ``--no-write``; see
-benchmarks/report.py) and prints its section; exits 1 on a server error, an unhandled exception or a broken bound.
+A count of 0 leaves its part out; ``--only html-kb,kills`` runs the parts named by their options alone. Stores
+benchmarks/measurements/server_fuzz.json (a run of ``--only`` some parts: ``server_fuzz-some-parts.json``; unless
+``--no-write``; see benchmarks/report.py) and prints its section; exits 1 on a server error, an unhandled
+exception, a broken bound or a check of a part's own that did not hold.
 """
 
 from __future__ import annotations
@@ -55,6 +75,8 @@ import logging
 import math
 import os
 import random
+import select
+import signal
 import socket
 import sys
 import tempfile
@@ -66,6 +88,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -79,9 +102,10 @@ from marginalia.ingest.loaders import _registry  # noqa: E402
 from marginalia.options import IngestOptions  # noqa: E402
 
 #: the live server's bounds (`Settings` fields): its defaults but for the time a slow client may hold a
-#: connection, short enough that each slow client ends well within the time bound, and fewer connections, so
-#: that holding all of them is quick
-LIVE: dict[str, Any] = {"header_timeout": 5.0, "body_timeout": 5.0, "body_total_timeout": 15.0, "max_connections": 64}
+#: connection, short enough that each slow client ends well within the time bound, and fewer connections and
+#: bytes of bodies in flight, so that holding all of them is quick
+LIVE: dict[str, Any] = {"header_timeout": 5.0, "body_timeout": 5.0, "body_total_timeout": 15.0, "max_connections": 64,
+                        "body_bytes_in_flight": 128 * fz.MIB, "body_rate_grace": 3.0}
 #: seconds a request to the live server, or an upload's job, is waited for before it counts as never answered
 GIVE_UP = 600.0
 #: seconds between two health checks while a live part runs
@@ -105,6 +129,14 @@ class Part:
     probes: list[float] = field(default_factory=list)  # the health checks' seconds while the part ran
     peak_rss_mb: float = 0.0
     notes: dict[str, Any] = field(default_factory=dict)  # numbers of this part alone (the largest reply, ...)
+    bound: float | None = None  # seconds an input of this part may take, when tighter than the run's bound
+    broken: int = 0  # checks of this part's own that did not hold (a secret shown, a header missing, ...)
+
+    def broke(self, what: str) -> None:
+        """One of the part's own checks did not hold."""
+        self.broken += 1
+        if len(self.problems) < 10:
+            self.problems.append(what)
 
     def failed(self, what: str, exc: BaseException) -> None:
         self.unhandled += 1
@@ -117,18 +149,25 @@ class Part:
         self.outcomes[outcome] += 1
         self.times.append(seconds)
 
-    def summary(self, time_bound: float) -> dict[str, Any]:
-        """The part as the measurement holds it."""
+    def summary(self, time_bound: float, health_bound: float = math.inf) -> dict[str, Any]:
+        """The part as the measurement holds it: inputs over the tighter of ``time_bound`` and the part's own
+        bound, health checks over ``time_bound`` (both in ``over_time_bound``) and over ``health_bound``."""
+        bound = min(time_bound, self.bound or math.inf)
         out = {"name": self.name, "where": self.where, "inputs": self.inputs,
                "outcomes": dict(sorted(self.outcomes.items())), "unhandled": self.unhandled,
                "server_errors": self.server_errors, "seconds": self.seconds,
                "slowest_s": max(self.times, default=None), "p99_s": percentile(self.times, 99),
-               "over_time_bound": sum(t > time_bound for t in self.times + self.probes),
+               "over_time_bound": sum(t > bound for t in self.times) + sum(t > time_bound for t in self.probes),
                "peak_rss_mb": self.peak_rss_mb, **self.notes}
+        if self.bound is not None:
+            out["bound_s"] = self.bound
+        if self.broken:
+            out["broken"] = self.broken
         if self.by_kind:
             out["by_kind"] = True
         if self.probes:
             out["health_slowest_s"] = max(self.probes)
+            out["health_over_bound"] = sum(t > health_bound for t in self.probes)
         return out
 
 
@@ -349,26 +388,39 @@ BOMBS: tuple[tuple[str, Callable[[int], bytes]], ...] = (
 def upload_and_follow(live: fz.LiveService, collection: str, name: str, data: bytes) -> tuple[str, float]:
     """Upload ``data`` as ``name`` and follow its job to its end: (its outcome, seconds from the upload to the
     end). A job that fails with ``internal_error`` is a problem of the reply."""
+    outcome, seconds, _ = follow(live, upload(live, collection, name, data), name)
+    return outcome, seconds
+
+
+def upload(live: fz.LiveService, collection: str, name: str, data: bytes) -> tuple[Any, float]:
+    """Upload ``data`` as ``name``: (the reply or None, when it was sent by `time.perf_counter`)."""
     start = time.perf_counter()
     reply, _ = live.request("POST", f"/v1/collections/{collection}/documents", f"upload {name}",
                             files={"file": (name, data)})
+    return reply, start
+
+
+def follow(live: fz.LiveService, sent: tuple[Any, float], name: str) -> tuple[str, float, dict[str, Any] | None]:
+    """Follow an upload's job (``sent``: what `upload` returned) to its end: (its outcome, seconds from the
+    upload to the end, the job as last seen)."""
+    reply, start = sent
     if reply is None:
-        return "no reply", time.perf_counter() - start
+        return "no reply", time.perf_counter() - start, None
     if reply.status_code != 202:
-        return str(reply.status_code), time.perf_counter() - start
+        return str(reply.status_code), time.perf_counter() - start, None
     while True:
         job = live.http.get(reply.headers["location"]).json()
         if job["status"] in ("done", "failed"):
             break
         if time.perf_counter() - start > GIVE_UP:
-            return "not finished", time.perf_counter() - start
+            return "not finished", time.perf_counter() - start, job
         time.sleep(0.05)  # polling the job, as a client would
     seconds = time.perf_counter() - start
     if job["status"] == "done":
-        return "indexed", seconds  # added, or a duplicate of what an earlier upload added
+        return "indexed", seconds, job  # added, or a duplicate of what an earlier upload added
     if job["error"]["code"] == "internal_error":
         live.tally.note(f"upload {name}", [f"its job failed unexpectedly: {job['error']}"])
-    return job["error"]["code"], seconds
+    return job["error"]["code"], seconds, job
 
 
 def run_bombs(live: fz.LiveService, watch: fz.MemoryWatch, n: int,
@@ -399,6 +451,13 @@ def exchange(live: fz.LiveService, sent: bytes, trickle: bytes = b"", every: flo
     """On a connection of its own (or ``opened``), send ``sent``, then a byte of ``trickle`` every ``every``
     seconds while any is left, until the server answers and closes: (the status, or "closed" when it closed
     without a word, or "no reply"; seconds from the connection to the close). The reply is checked."""
+    status, seconds, _ = converse(live, sent, trickle, every, opened, start)
+    return status, seconds
+
+
+def converse(live: fz.LiveService, sent: bytes, trickle: bytes = b"", every: float = 0.5,
+             opened: socket.socket | None = None, start: float | None = None) -> tuple[str, float, bytes]:
+    """`exchange`, with the reply's body."""
     start = time.perf_counter() if start is None else start
     data = b""
     try:
@@ -423,14 +482,20 @@ def exchange(live: fz.LiveService, sent: bytes, trickle: bytes = b"", every: flo
     except OSError:
         pass  # reset by the server: what came before the reset is its answer
     seconds = time.perf_counter() - start
+    return answered(live, f"slow client {sent[:40]!r}", data, seconds)
+
+
+def answered(live: fz.LiveService, what: str, data: bytes, seconds: float) -> tuple[str, float, bytes]:
+    """What came back on a raw connection (``data``), checked and counted: (its status, or "closed" when
+    nothing came, or "garbled"; ``seconds``; its body)."""
     if not data.startswith(b"HTTP/"):
-        return ("closed" if not data else "garbled"), seconds
+        return ("closed" if not data else "garbled"), seconds, b""
     head, _, body = data.partition(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
     content_type = next((line.split(b":", 1)[1].strip().decode("latin-1") for line in head.split(b"\r\n")[1:]
                          if line.lower().startswith(b"content-type:")), "")
-    live.tally.reply(f"slow client {sent[:40]!r}", status, content_type, body, seconds)
-    return str(status), seconds
+    live.tally.reply(what, status, content_type, body, seconds)
+    return str(status), seconds, body
 
 
 #: a request body declared 1 MB long, of which a few bytes come
@@ -596,6 +661,391 @@ def run_unpunctuated(live: fz.LiveService, watch: fz.MemoryWatch, n: int, kb: in
     return part
 
 
+# -- (5): the second round of hostile input, against the live server and servers of their own ------------------
+
+#: seconds a page of unterminated tags may take to be indexed or refused
+HTML_BOUND = 10.0
+#: what each hostile page repeats: constructs a parser that rescans to the end of the input meets at every step
+HOSTILE_UNITS = ("<a", "<?", "</", "<!--", '<a x="')
+#: seconds a refusal that needs no body (the key, the bytes in flight) may take
+AT_ONCE = 1.0
+#: seconds after a server's death by which none of its converters may be left
+KILL_GRACE = 5.0
+#: an openai: model spec with credentials and a key in its query, which no reply nor page may show
+SECRET_MODEL = "openai:http://fuzz-user:fuzz-pass@model.invalid:8000/v1?api_key=sk-fuzz-secret"
+SECRETS = (b"fuzz-pass", b"sk-fuzz-secret")
+#: the headers the page must be served with, and a part of each value
+PAGE_HEADERS = {"x-frame-options": "DENY", "x-content-type-options": "nosniff",
+                "content-security-policy": "frame-ancestors 'none'"}
+
+
+def run_hostile_html(live: fz.LiveService, watch: fz.MemoryWatch, kb: int) -> Part:
+    """A page of ``kb`` KB of each of `HOSTILE_UNITS` repeated, uploaded and its job followed: indexed or
+    refused within `HTML_BOUND` seconds."""
+    part = Part("unterminated tags", "own process", notes={"kb": kb}, bound=HTML_BOUND)
+    live.request("POST", "/v1/collections", json={"name": "hostile", "embedder": "hashing"})
+    with measured(part, watch, live.tally, live.url):
+        for i, unit in enumerate(HOSTILE_UNITS):
+            page = (unit * (kb * 1000 // len(unit)) + f"<p>page {i}</p>").encode()
+            outcome, seconds = upload_and_follow(live, "hostile", f"hostile-{i}.html", page)
+            part.took(f"{unit}: {outcome}", seconds)
+    return part
+
+
+def push(live: fz.LiveService, path: str, size: int, headers: dict[str, str] | None = None) -> tuple[str, float, int]:
+    """A request declaring a JSON body of ``size`` bytes, its body sent as fast as the server takes it until the
+    server answers: (its status, seconds to the answer, bytes of the body sent by then). Checked and counted."""
+    block = b" " * min(size, 1 << 20)
+    start = time.perf_counter()
+    sent, data = 0, b""
+    try:
+        with socket.create_connection(("127.0.0.1", live.port), timeout=30) as sock:
+            sock.sendall(raw_request(live, "POST", path, {"Content-Type": "application/json",
+                                                          "Content-Length": str(size), **(headers or {})}))
+            sock.setblocking(False)
+            while sent < size and time.perf_counter() - start < GIVE_UP:
+                readable, writable, _ = select.select([sock], [sock], [], 30)
+                if readable:
+                    break  # the server answers before the whole body came
+                if writable:
+                    try:
+                        sent += sock.send(block[:size - sent])
+                    except BlockingIOError:
+                        continue
+            sock.setblocking(True)
+            sock.settimeout(30)
+            while chunk := sock.recv(65536):
+                data += chunk
+    except OSError:
+        pass  # reset by the server once it answered: what came before is its answer
+    status, seconds, _ = answered(live, f"push {size} bytes to {path}", data, time.perf_counter() - start)
+    return status, seconds, sent
+
+
+def run_keyless_bodies(live: fz.LiveService, watch: fz.MemoryWatch, n: int, mb: int) -> Part:
+    """``n`` bodies of ``mb`` MB at once, without the key, to a keyed server: each refused (401) before it is
+    read, the server's memory flat."""
+    part = Part("keyless bodies", "own process", notes={"mb": mb}, bound=AT_ONCE)
+    with measured(part, watch, live.tally, live.url), ThreadPoolExecutor(n) as pool:
+        before = watch.rss() / fz.MIB
+        outcomes = list(pool.map(lambda _: push(live, "/v1/ask", mb * fz.MB), range(n)))
+    for status, seconds, _ in outcomes:
+        part.took(status, seconds)
+    part.notes["most_sent_mb"] = max(sent for _, _, sent in outcomes) / fz.MIB
+    part.notes["growth_mb"] = part.peak_rss_mb - before
+    if part.notes["growth_mb"] > mb:
+        part.broke(f"the server grew by {part.notes['growth_mb']:.0f} MiB for keyless bodies it refused")
+    return part
+
+
+def run_in_flight(live: fz.LiveService, watch: fz.MemoryWatch, n: int) -> Part:
+    """As many bodies of 40 MB as the server's bytes in flight hold, announced and left unsent, then ``n``
+    more: each of those refused (503) at once; the held ones end at the body's time bound (408)."""
+    part = Part("bytes in flight", "own process", by_kind=True)
+    size = 40 * fz.MB
+    held = live.settings.get("body_bytes_in_flight", LIVE["body_bytes_in_flight"]) // size
+    half = raw_request(live, "POST", "/v1/ask", {"Content-Type": "application/json", "Content-Length": str(size)},
+                       b"{")
+    with measured(part, watch, live.tally, live.url), ThreadPoolExecutor(held + n) as pool:
+        holding = []
+        for _ in range(held):
+            start = time.perf_counter()
+            sock = socket.create_connection(("127.0.0.1", live.port), timeout=30)
+            sock.sendall(half)
+            holding.append(pool.submit(exchange, live, b"", opened=sock, start=start))
+        time.sleep(0.2)  # the server has read their headers: their declared bytes are held
+        for status, seconds, _ in pool.map(lambda _: push(live, "/v1/ask", size), range(n)):
+            part.took(f"past the bound: {status}", seconds)
+            if status != "503" or seconds > AT_ONCE:
+                part.broke(f"a body past the bytes in flight got {status} after {seconds:.2f} s")
+        for future in holding:
+            status, seconds = future.result()
+            part.took(f"held: {status}", seconds)
+    return part
+
+
+#: each field a huge value goes in: its route, and the body around it (``HUGE`` is replaced by the value)
+ECHOED: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("/v1/ask", {"question": fz.QUESTION, "collection": "HUGE"}),
+    ("/v1/ask", {"question": fz.QUESTION, "collection": "docs", "document": "HUGE"}),
+    ("/v1/sessions", {"collection": "HUGE"}),
+    ("/v1/compose/sessions", {"collection": "HUGE"}),
+    ("/chat", {"message": fz.QUESTION, "collection": "HUGE"}),
+    ("/v1/chat/completions", {"model": "marginalia:HUGE", "messages": [{"role": "user", "content": "x"}]}),
+    ("/v1/collections", {"name": "HUGE"}),
+    ("/v1/collections", {"name": "echo", "embedder": "HUGE"}),
+)
+#: the most bytes a reply to a body with a huge name may hold
+SMALL_REPLY = 64 * 1024
+
+
+def run_echoes(live: fz.LiveService, watch: fz.MemoryWatch, mb: int) -> Part:
+    """A name of ``mb`` MB in each field of `ECHOED`: refused with a small reply, the value not echoed."""
+    part = Part("echoed values", "own process", notes={"mb": mb})
+    largest = 0
+    with measured(part, watch, live.tally, live.url):
+        for route, base in ECHOED:
+            body = json.dumps(base).replace("HUGE", "c" * (mb * fz.MB)).encode()  # made before its clock starts
+            field = next(k for k, v in base.items() if isinstance(v, str) and "HUGE" in v)
+            reply, seconds = live.request("POST", route, f"huge {field} to {route}", content=body,
+                                          headers={"content-type": "application/json"})
+            size = len(reply.content) if reply is not None else 0
+            largest = max(largest, size)
+            part.took(f"{route} {field}: {reply.status_code if reply is not None else 'no reply'}", seconds)
+            if size > SMALL_REPLY:
+                part.broke(f"a huge {field} to {route} got a reply of {size:,} bytes")
+    part.notes["largest_reply_bytes"] = largest
+    return part
+
+
+def frozen_body(kind: str, millions: float) -> bytes:
+    """A body for ``POST /v1/ask`` with, beside a valid question, an unknown key holding an array of
+    ``millions`` million elements, or ``millions / 12`` million unknown keys."""
+    start = json.dumps({"question": fz.QUESTION, "text": "x"})[:-1]
+    if kind == "array under an unknown key":
+        return f'{start}, "zzz": [{",".join(["0"] * int(millions * 1_000_000))}]}}'.encode()
+    keys = ", ".join(f'"k{i}": 0' for i in range(int(millions * 1_000_000 / 12)))
+    return f"{start}, {keys}}}".encode()
+
+
+FROZEN_KINDS = ("array under an unknown key", "many unknown keys")
+
+
+def run_frozen(live: fz.LiveService, watch: fz.MemoryWatch, n: int, millions: float) -> Part:
+    """``n`` bodies of each of `FROZEN_KINDS`, one after the other: refused, while the health check answers
+    (its seconds count against the health bound)."""
+    part = Part("loop not frozen", "own process", notes={"millions": millions})
+    bodies = {kind: frozen_body(kind, millions) for kind in FROZEN_KINDS}
+    part.notes["largest_body_mb"] = max(len(b) for b in bodies.values()) / fz.MIB
+    with measured(part, watch, live.tally, live.url):
+        for _ in range(n):
+            for kind, body in bodies.items():
+                reply, seconds = live.request("POST", "/v1/ask", kind, content=body,
+                                              headers={"content-type": "application/json"})
+                part.took(f"{kind}: {reply.status_code if reply is not None else 'no reply'}", seconds)
+    return part
+
+
+#: seconds between two bytes of a trickled body (at most half the server's pause bound), far under its rate
+TRICKLE_EVERY = 2.0
+
+
+def run_trickle(live: fz.LiveService, watch: fz.MemoryWatch, n: int) -> Part:
+    """``n`` bodies at once, a byte every `TRICKLE_EVERY` seconds or so: each cut by the minimum rate (408 naming
+    ``--min-body-rate``) once its grace has passed, long before the whole body's bound."""
+    part = Part("trickled bodies", "own process")
+    half = raw_request(live, "POST", "/v1/ask", HALF_SENT, b'{"question": ')
+    total = live.settings.get("body_total_timeout", LIVE["body_total_timeout"])
+    every = min(TRICKLE_EVERY, live.settings.get("body_timeout", LIVE["body_timeout"]) / 2)
+    with measured(part, watch, live.tally, live.url), ThreadPoolExecutor(n) as pool:
+        replies = list(pool.map(lambda _: converse(live, half, b" " * 10_000, every=every), range(n)))
+    for status, seconds, body in replies:
+        why = next((w for flag, w in ((b"--min-body-rate", "rate"), (b"--body-total-timeout", "total"),
+                                      (b"--body-timeout", "pause")) if flag in body), "other")
+        part.took(f"{status} ({why})", seconds)
+        if (status, why) != ("408", "rate") or seconds >= total:
+            part.broke(f"a trickled body got {status} ({why}) after {seconds:.1f} s")
+    return part
+
+
+def run_together(live: fz.LiveService, watch: fz.MemoryWatch, n: int, pages: int) -> Part:
+    """``n`` times: a PDF of ``pages`` pages (a conversion of some seconds), then at once a short note; the
+    note is indexed while the PDF is still converted (two conversions at once)."""
+    part = Part("two conversions at once", "own process", by_kind=True, notes={"pages": pages})
+    live.request("POST", "/v1/collections", json={"name": "together", "embedder": "hashing"})
+    for i in range(n):
+        slow = fz.pdf_of_pages(pages + i)  # made before the clock starts
+        with measured(part, watch, live.tally, live.url):
+            pdf = upload(live, "together", f"long-{i}.pdf", slow)
+            note, note_s, _ = follow(live, upload(live, "together", f"note-{i}.md", NOTE + f"{i}\n".encode()),
+                                     "note")
+            first = live.http.get(pdf[0].headers["location"]).json()["status"] if pdf[0] is not None else "?"
+            outcome, seconds, _ = follow(live, pdf, "long pdf")
+        part.took(f"note: {note}", note_s)
+        part.took(f"pdf: {outcome}", seconds)
+        part.took(f"pdf when the note ended: {first}", 0.0)
+        if first not in ("queued", "running") or note != "indexed":
+            part.broke(f"the note ended {note} after {note_s:.1f} s with the PDF {first} ({seconds:.1f} s)")
+    return part
+
+
+def run_naming(live: fz.LiveService, watch: fz.MemoryWatch, folder: Path) -> Part:
+    """What the service says about collection ``papers``, indexed from ``folder`` (outside the home) before it
+    started: every document named without the file system around it, in every reply."""
+    part = Part("documents named", "own process")
+    where = str(folder.parent).encode()
+    with measured(part, watch, live.tally, live.url):
+        reply, seconds = live.request("GET", "/v1/collections/papers")
+        names = [d["source"] for d in reply.json()["documents"]] if reply is not None else []
+        part.took(f"collection: {reply.status_code if reply is not None else 'no reply'}", seconds)
+        checked = [reply]
+        for name in names:
+            checked.append(live.request("GET", f"/v1/collections/papers/documents/{name}")[0])
+            part.took("document", 0.0)
+        for body in ({"question": fz.QUESTION, "collection": "papers", "reading": {"pattern": "rag"}},
+                     {"question": fz.QUESTION, "collection": "papers", "document": names[0] if names else "x",
+                      "reading": {"pattern": "lc"}}):
+            answer, seconds = live.request("POST", "/v1/ask", "ask papers", json=body)
+            checked.append(answer)
+            part.took(f"ask: {answer.status_code if answer is not None else 'no reply'}", seconds)
+    part.notes["names"] = names
+    for reply in checked:
+        if reply is not None and where in reply.content:
+            part.broke(f"{reply.request.url.path} shows the folder indexed: {reply.text[:200]}")
+    if not names:
+        part.broke("the collection indexed before the server started has no documents")
+    return part
+
+
+def index_papers(home: str, folder: Path) -> None:
+    """Index a folder ``papers`` of two notes into collection ``papers`` under ``home``, as `marginalia index`
+    does (from outside the home)."""
+    from marginalia import app as marginalia_app
+    from marginalia.models.fake import WordTokenizer
+
+    (folder / "2024").mkdir(parents=True, exist_ok=True)
+    (folder / "2024" / "ferry.md").write_text(fz.REPORT, encoding="utf-8")
+    (folder / "harbour.md").write_text("# Harbour\n\nThe harbour master keeps the tide tables.\n", encoding="utf-8")
+    marginalia_app.index_paths([folder], "papers", count_tokens=WordTokenizer().count, home=home, embedder="hashing")
+
+
+def converters(pid: int) -> list[Any]:
+    """The processes under process ``pid`` that convert a document."""
+    import psutil
+
+    found = []
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return found
+    for child in children:
+        try:
+            if "marginalia.ingest.isolated" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            pass
+    return found
+
+
+def running(process: Any) -> bool:
+    import psutil
+
+    try:
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+#: how a server is stopped mid-conversion: by the kernel (nothing of it runs again), or asked to
+STOPS = (("kill -9", signal.SIGKILL), ("SIGTERM", signal.SIGTERM))
+
+
+def run_kills(home: str, n: int, pages: int) -> tuple[Part, Part]:
+    """``n`` times for each of `STOPS`: a server of its own converting a PDF of ``pages`` pages is stopped so;
+    `KILL_GRACE` seconds later none of its converters may run. Then a server that starts on its home must
+    sweep what the stopped one staged, and a folder named as a server of process 1 would have named it (the
+    process id alive, as in a container), and keep the folder of a server that lives."""
+    killed = Part("killed mid-conversion", "own process", by_kind=True)
+    swept = Part("staging swept", "own process", by_kind=True)
+    t0 = time.perf_counter()
+    for i in range(n):
+        for kind, sig in STOPS:
+            server_home = Path(home) / f"stopped-{i}-{sig.name}"
+            with fz.LiveService(server_home, **LIVE) as live:
+                live.request("POST", "/v1/collections", json={"name": "slow", "embedder": "hashing"})
+                upload(live, "slow", "long.pdf", fz.pdf_of_pages(pages + i))
+                deadline = time.perf_counter() + 60
+                while not (found := converters(live.pid)) and time.perf_counter() < deadline:
+                    time.sleep(0.05)
+                if not found:
+                    killed.broke(f"{kind}: no converter was seen running")
+                    continue
+                start = time.perf_counter()
+                os.kill(live.pid, sig)
+                live.process.wait(60)
+                time.sleep(KILL_GRACE)
+                left = [p for p in found if running(p)]
+                killed.took(f"{kind}: {len(left)} left", time.perf_counter() - start)
+                for process in left:
+                    killed.broke(f"{kind}: converter {process.pid} still runs {KILL_GRACE:g} s after the server")
+                    process.kill()
+            swept_part(swept, server_home, kind)
+    killed.seconds = swept.seconds = time.perf_counter() - t0
+    return killed, swept
+
+
+def swept_part(part: Part, home: Path, kind: str) -> None:
+    """Start two servers, one after the other, on ``home``, whose last server was stopped (`run_kills`): the
+    first sweeps what the stopped one left there and a folder of process 1's, the second keeps the first's
+    (whose lock it holds)."""
+    staging = home / "staging"
+    left = {p.name for p in staging.iterdir()} if staging.is_dir() else set()
+    (staging / "1-upload").mkdir(parents=True, exist_ok=True)  # process 1's, by the old naming: 1 is alive
+    (staging / "1-upload" / "document.md").write_text("left over", encoding="utf-8")
+    start = time.perf_counter()
+    with fz.LiveService(home, **LIVE), fz.LiveService(home, **LIVE):
+        seconds = time.perf_counter() - start
+        now = {p.name for p in staging.iterdir()}
+        stale = now & (left | {"1-upload"})
+        part.took(f"after {kind}: {'swept' if not stale else 'left ' + ', '.join(sorted(stale))}", seconds)
+        if stale:
+            part.broke(f"after {kind}, the next server left {sorted(stale)} in staging")
+        if len(now) != 2:
+            part.broke(f"two live servers on one home hold {sorted(now)} in staging, not a folder each")
+
+
+def run_strangers(live: fz.LiveService, watch: fz.MemoryWatch) -> Part:
+    """What a keyed server serving `SECRET_MODEL` shows: the health check without the key says only "ok"; with
+    it, the model without credentials; the model's failure (502) quotes it without them; the page and its
+    script come with the anti-framing, nosniff and CSP headers."""
+    import httpx
+
+    part = Part("strangers and the page", "own process", by_kind=True)
+    with measured(part, watch, live.tally, live.url), httpx.Client(base_url=live.url, timeout=60) as stranger:
+        start = time.perf_counter()
+        health = stranger.get("/v1/health")
+        part.took(f"health without key: {health.status_code}", time.perf_counter() - start)
+        if health.json() != {"status": "ok"}:
+            part.broke(f"the health check tells a caller without the key {health.text[:300]}")
+        keyed, seconds = live.request("GET", "/v1/health")
+        part.took(f"health with key: {keyed.status_code if keyed is not None else 'no reply'}", seconds)
+        # the model's failure is a 502 by design: checked here, not counted with the server's own errors
+        start = time.perf_counter()
+        failed = live.http.post("/v1/ask", json={"question": fz.QUESTION, "text": fz.REPORT,
+                                                 "reading": {"pattern": "lc"}})
+        part.took(f"model fails: {failed.status_code}", time.perf_counter() - start)
+        if failed.status_code != 502 or fz.check_reply(502, failed.headers.get("content-type", ""),
+                                                       failed.content) != ["status 502"]:
+            part.broke(f"the model's failure was answered {failed.status_code}: {failed.text[:300]}")
+        for reply in (health, keyed, failed):
+            if reply is not None and any(secret in reply.content for secret in SECRETS):
+                part.broke(f"{reply.request.url.path} shows the model's credentials: {reply.text[:300]}")
+        for path in ("/", "/static/app.js"):
+            start = time.perf_counter()
+            page = stranger.get(path)
+            part.took(f"page {path}: {page.status_code}", time.perf_counter() - start)
+            for header, value in PAGE_HEADERS.items():
+                if value not in page.headers.get(header, ""):
+                    part.broke(f"{path} is served without {header}: {value}")
+    return part
+
+
+def run_out_of_memory(live: fz.LiveService, watch: fz.MemoryWatch, n: int, memory_mb: int) -> Part:
+    """``n`` PDFs whose stream must be decoded whole (400 MB of spaces, hex of zlib) to a server whose
+    conversions have ``memory_mb`` MiB: each job fails as ``document_too_large`` naming the memory bound."""
+    part = Part("out of memory", "own process", notes={"convert_memory_mb": memory_mb})
+    live.request("POST", "/v1/collections", json={"name": "bombs", "embedder": "hashing"})
+    for i in range(n):
+        data = BOMBS[2][1](i)
+        with measured(part, watch, live.tally, live.url):
+            outcome, seconds, job = follow(live, upload(live, "bombs", f"oom-{i}.pdf", data), "oom")
+        part.took(outcome, seconds)
+        message = (job or {}).get("error", {}).get("message", "")
+        if outcome != "document_too_large" or "convert_memory_mb" not in message:
+            part.broke(f"a conversion out of memory ended {outcome}: {message[:300]}")
+    return part
+
+
 # -- the run -------------------------------------------------------------------------------------------------
 
 #: the parts whose inputs hypothesis generated
@@ -712,11 +1162,11 @@ def numbers(parts: list[Part], tallies: tuple[fz.Tally, fz.Tally], args: argpars
     server): its bounds and the live server's, HTTP requests by status class, server errors and replies with a problem, each part's inputs, outcomes,
     unhandled exceptions, seconds and peak memory, and the first problems met."""
     http, served = tallies
-    summaries = [p.summary(args.time_bound) for p in parts]
+    summaries = [p.summary(args.time_bound, args.health_bound) for p in parts]
     peak = max((p.peak_rss_mb for p in parts), default=0.0)
     return {
         "requests_target": args.requests,
-        "bounds": {"time_s": args.time_bound, "memory_mb": args.memory_bound_mb},
+        "bounds": {"time_s": args.time_bound, "memory_mb": args.memory_bound_mb, "health_s": args.health_bound},
         "live_server": LIVE,
         "http": {"requests": http.requests, "classes": http.classes(), "server_errors": http.server_errors,
                  "unhandled": http.unhandled, "bad": http.bad},
@@ -729,6 +1179,8 @@ def numbers(parts: list[Part], tallies: tuple[fz.Tally, fz.Tally], args: argpars
         "inputs": sum(p.inputs for p in parts),
         "unhandled": sum(p.unhandled for p in parts),
         "over_time_bound": sum(s["over_time_bound"] for s in summaries),
+        "health_over_bound": sum(s.get("health_over_bound", 0) for s in summaries),
+        "broken": sum(p.broken for p in parts),
         "peak_rss_mb": peak,
         "memory_ok": peak <= args.memory_bound_mb,
         "parts": summaries,
@@ -767,10 +1219,14 @@ def in_process(args: argparse.Namespace, home: str) -> tuple[list[Part], fz.Tall
 
 
 def live(args: argparse.Namespace, home: str) -> tuple[list[Part], fz.Tally]:
-    """Parts (4), against the service in a process of its own."""
+    """Parts (4) and those of (5) that share the live server, against the service in a process of its own."""
     parts: list[Part] = []
-    if not (args.bombs or args.slow or args.wide or args.origins or args.unpunctuated):
+    if not (args.bombs or args.slow or args.wide or args.origins or args.unpunctuated or args.html_kb
+            or args.in_flight or args.echo_mb or args.frozen or args.trickle or args.together or args.naming):
         return parts, fz.Tally()
+    papers = Path(home).parent / "outside" / "papers"  # indexed before the server starts, from outside its home
+    if args.naming:
+        index_papers(home, papers)
     with fz.LiveService(home, **LIVE) as service:
         watch = fz.MemoryWatch(service.pid)
         try:
@@ -779,13 +1235,71 @@ def live(args: argparse.Namespace, home: str) -> tuple[list[Part], fz.Tally]:
                                (args.wide, lambda: run_wide(service, watch, args.wide)),
                                (args.origins, lambda: run_origins(service, watch, args.origins)),
                                (args.unpunctuated, lambda: run_unpunctuated(service, watch, args.unpunctuated,
-                                                                            args.unpunctuated_kb))):
+                                                                            args.unpunctuated_kb)),
+                               (args.html_kb, lambda: run_hostile_html(service, watch, args.html_kb)),
+                               (args.in_flight, lambda: run_in_flight(service, watch, args.in_flight)),
+                               (args.echo_mb, lambda: run_echoes(service, watch, args.echo_mb)),
+                               (args.frozen, lambda: run_frozen(service, watch, args.frozen, args.frozen_m)),
+                               (args.trickle, lambda: run_trickle(service, watch, args.trickle)),
+                               (args.together, lambda: run_together(service, watch, args.together,
+                                                                    args.together_pages)),
+                               (args.naming, lambda: run_naming(service, watch, papers))):
                 if count:
                     parts.append(run())
                     report(parts[-1])
         finally:
             watch.close()
     return parts, service.tally
+
+
+def own_servers(args: argparse.Namespace, home: str) -> tuple[list[Part], fz.Tally]:
+    """The parts of (5) that need servers of their own: stopped mid-conversion and the next one on its home;
+    one with a key, the model `SECRET_MODEL` and conversions bounded to ``--oom-memory-mb``."""
+    parts: list[Part] = []
+    tally = fz.Tally()
+    if args.kills:
+        parts += run_kills(os.path.join(home, "stopped"), args.kills, args.together_pages)
+        for part in parts:
+            report(part)
+    if not (args.strangers or args.keyless or args.oom):
+        return parts, tally
+    ingest = {"convert_memory_mb": args.oom_memory_mb, "max_inflated_mb": 1024}
+    with fz.LiveService(os.path.join(home, "keyed"), model=SECRET_MODEL, api_key=fz.KEY, ingest=ingest,
+                        **LIVE) as service:
+        watch = fz.MemoryWatch(service.pid)
+        try:
+            for count, run in ((args.strangers, lambda: run_strangers(service, watch)),
+                               (args.keyless, lambda: run_keyless_bodies(service, watch, args.keyless,
+                                                                         args.keyless_mb)),
+                               (args.oom, lambda: run_out_of_memory(service, watch, args.oom, args.oom_memory_mb))):
+                if count:
+                    parts.append(run())
+                    report(parts[-1])
+        finally:
+            watch.close()
+    return parts, service.tally
+
+
+def merged(a: fz.Tally, b: fz.Tally) -> fz.Tally:
+    """Two tallies as one (the requests to the live server and to the servers of their own)."""
+    return fz.Tally(statuses=a.statuses + b.statuses, times=a.times + b.times, unhandled=a.unhandled + b.unhandled,
+                    bad=a.bad + b.bad, busy=a.busy + b.busy, problems=(a.problems + b.problems)[:50])
+
+
+#: the options that count a part's inputs (0 leaves it out), by which ``--only`` names parts
+PART_OPTIONS = ("requests", "documents", "asks", "uploads", "pdfs", "line-mb", "bombs", "slow", "wide", "origins",
+                "unpunctuated", "html-kb", "kills", "strangers", "keyless", "in-flight", "echo-mb", "frozen",
+                "trickle", "together", "oom", "naming")
+
+
+def only(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Leave out the parts ``--only`` does not name; refuse a name that is no part's."""
+    unknown = sorted(set(args.only) - set(PART_OPTIONS))
+    if unknown:
+        parser.error(f"--only names no part {', '.join(unknown)}; name some of {', '.join(PART_OPTIONS)}")
+    for name in PART_OPTIONS:
+        if name not in args.only:
+            setattr(args, name.replace("-", "_"), 0)
 
 
 def report(part: Part) -> None:
@@ -821,23 +1335,64 @@ def main() -> None:
     bounds.add_argument("--memory-bound-mb", type=float, default=3072.0,
                         help="MiB the serving process and the conversions it starts may hold at their peak "
                              "(default 3072: a PDF's conversion alone may take --convert-memory-mb, 2048)")
+    hostile = parser.add_argument_group("the second round of hostile input (0 leaves a part out)")
+    hostile.add_argument("--html-kb", type=int, default=300,
+                         help=f"KB of each page of unterminated tags ({len(HOSTILE_UNITS)} pages; default 300)")
+    hostile.add_argument("--kills", type=int, default=1,
+                         help=f"servers stopped mid-conversion by each of {len(STOPS)} signals, each followed by "
+                              "one that sweeps its staging (default 1)")
+    hostile.add_argument("--strangers", type=int, default=1,
+                         help="check what a keyed server shows without its key, and the page's headers (default 1)")
+    hostile.add_argument("--keyless", type=int, default=32, help="keyless bodies sent at once (default 32)")
+    hostile.add_argument("--keyless-mb", type=int, default=50, help="MB of each keyless body (default 50)")
+    hostile.add_argument("--in-flight", type=int, default=4,
+                         help="bodies past the bytes in flight, each refused at once (default 4)")
+    hostile.add_argument("--echo-mb", type=int, default=16,
+                         help=f"MB of a name sent in each of {len(ECHOED)} fields (default 16)")
+    hostile.add_argument("--frozen", type=int, default=1,
+                         help=f"bodies of each of {len(FROZEN_KINDS)} kinds that could freeze the loop (default 1)")
+    hostile.add_argument("--frozen-m", type=float, default=24.0,
+                         help="millions of elements in the unknown key's array (a twelfth as many keys; default 24)")
+    hostile.add_argument("--trickle", type=int, default=4, help="bodies trickled at once (default 4)")
+    hostile.add_argument("--together", type=int, default=1,
+                         help="long PDFs, each with a short note uploaded behind it (default 1)")
+    hostile.add_argument("--together-pages", type=int, default=12,
+                         help="pages of each long PDF, here and in --kills (default 12)")
+    hostile.add_argument("--oom", type=int, default=1, help="PDFs whose conversion runs out of memory (default 1)")
+    hostile.add_argument("--oom-memory-mb", type=int, default=700,
+                         help="MiB a conversion may take on the server of --oom (default 700)")
+    hostile.add_argument("--naming", type=int, default=1,
+                         help="check the names of documents indexed from a folder outside the home (default 1)")
+    bounds.add_argument("--health-bound", type=float, default=1.0,
+                        help="seconds a health check may take while a live part runs (default 1)")
+    parser.add_argument("--only", type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+                        default=None, metavar="NAMES",
+                        help="run only these parts, by their options' names, comma-separated (e.g. "
+                             "'html-kb,kills,trickle'); the others are left out")
     parser.add_argument("--no-write", action="store_true", help="print the section, store nothing")
     args = parser.parse_args()
+    if args.only is not None:
+        only(parser, args)
     logging.getLogger("marginalia.server").setLevel(logging.CRITICAL)  # 500s are counted, not logged
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="marginalia-fuzz-") as home:
         parts, tally = in_process(args, os.path.join(home, "in-process"))
         live_parts, live_tally = live(args, os.path.join(home, "live"))
-        parts += live_parts
-        result = numbers(parts, (tally, live_tally), args, time.perf_counter() - t0,
+        own_parts, own_tally = own_servers(args, os.path.join(home, "own"))
+        parts += live_parts + own_parts
+        result = numbers(parts, (tally, merged(live_tally, own_tally)), args, time.perf_counter() - t0,
                          (load_before, os.getloadavg()[0]))
-    show(measurement("server_fuzz", result), write=not args.no_write)
+    # a run of some parts only is stored beside the whole run's, not over it
+    name = "server_fuzz" if args.only is None else "server_fuzz-some-parts"
+    show(measurement("server_fuzz", result, name=name), write=not args.no_write)
     cross = sum(p.get("cells_wrong", 0) for p in result["parts"])
     failed = (result["server_errors"] + result["unhandled"] + result["http"]["unhandled"]
-              + result["over_time_bound"] + (not result["memory_ok"]) + cross)
+              + result["over_time_bound"] + result["health_over_bound"] + result["broken"]
+              + (not result["memory_ok"]) + cross)
     print(f"{result['inputs']} inputs: {result['server_errors']} server errors, {result['unhandled']} unhandled, "
-          f"{result['bad']} bad replies; {result['over_time_bound']} over {args.time_bound:g} s; peak "
+          f"{result['bad']} bad replies, {result['broken']} checks broken; {result['over_time_bound']} over "
+          f"{args.time_bound:g} s, {result['health_over_bound']} health checks over {args.health_bound:g} s; peak "
           f"{result['peak_rss_mb']:.0f} MiB, {'under' if result['memory_ok'] else 'over'} the bound of "
           f"{args.memory_bound_mb:g}", file=sys.stderr)
     sys.exit(1 if failed else 0)

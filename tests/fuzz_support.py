@@ -279,6 +279,10 @@ def conformance(case: Any, reply: Any) -> list[str]:
     return []
 
 
+#: the codes of the 503s that are refusals by a bound: a connection past the limit, a body past the bytes in flight
+REFUSALS = ("busy", "overloaded")
+
+
 @dataclass
 class Tally:
     """What a fuzz run sent and got back."""
@@ -287,7 +291,7 @@ class Tally:
     times: list[float] = field(default_factory=list)  # each request's seconds, in the order sent
     unhandled: int = 0  # exceptions that escaped the app (a test client sees them; a real server answers 500)
     bad: int = 0  # replies (or uploads' jobs) with a problem
-    busy: int = 0  # 503s to a connection past the server's limit: a bound at work, not a server error
+    busy: int = 0  # 503s past the server's connections or bytes in flight: a bound at work, not a server error
     problems: list[str] = field(default_factory=list)  # the first ones
 
     @property
@@ -299,12 +303,13 @@ class Tally:
         return sum(n for status, n in self.statuses.items() if status >= 500) - self.busy
 
     def reply(self, what: str, status: int, content_type: str, body: bytes, seconds: float) -> list[str]:
-        """Count one reply over a real socket and check it (`check_reply`); a 503 whose error is ``busy`` (a
-        connection past the server's limit) is a refusal, not a server error."""
+        """Count one reply over a real socket and check it (`check_reply`); a 503 whose error is one of
+        `REFUSALS` (a connection past the server's limit, a body past its bytes in flight) is a refusal, not a
+        server error."""
         self.statuses[status] += 1
         self.times.append(seconds)
         problems = check_reply(status, content_type, body)
-        if problems == [f"status {status}"] and status == 503 and json.loads(body)["error"]["code"] == "busy":
+        if problems == [f"status {status}"] and status == 503 and json.loads(body)["error"]["code"] in REFUSALS:
             self.busy += 1
             problems = []
         self.note(what, problems)
@@ -435,22 +440,37 @@ class FuzzedService:
 MIB = 1024 * 1024
 
 
-def serve(home: str, settings: dict[str, Any]) -> None:
+def unreachable(name: str) -> Any:
+    """A scripted model named ``name`` whose every request fails as a model server that cannot be reached
+    does, the error quoting ``name`` (a reply must show it without credentials)."""
+    from marginalia.errors import BackendError
+
+    def respond(request: Any) -> str:
+        raise BackendError(f"the model server of {name} could not be reached: connection refused")
+
+    return scripted(respond, name=name)
+
+
+def serve(home: str, settings: dict[str, Any], model: str | None = None) -> None:
     """Serve the app on the scripted model and a hashing embedder with uvicorn, as `marginalia serve` does (its
-    bounds, on 127.0.0.1 and a free port, no key); print the port on a line of its own, then serve until
-    stopped. What `LiveService` runs in its child process."""
+    bounds, on 127.0.0.1 and a free port, no key unless ``settings`` give one; ``ingest`` as a dict of
+    `IngestOptions` fields); print the port on a line of its own, then serve until stopped. With ``model``, the
+    model is `unreachable` under that name. What `LiveService` runs in its child process."""
     import logging
     import os
     import sys
 
     import uvicorn
 
+    from marginalia.options import IngestOptions
     from marginalia.server.limits import server_config
     from marginalia.server.net import listening_socket
 
     logging.getLogger("marginalia.server").setLevel(logging.CRITICAL)  # 500s are counted, not logged
-    app = create_app(Settings(home=home, embedder="hashing", **settings), generator=scripted(),
-                     embedder=HashingEmbedder())
+    if "ingest" in settings:
+        settings = {**settings, "ingest": IngestOptions(**settings["ingest"])}
+    app = create_app(Settings(home=home, embedder="hashing", **settings),
+                     generator=unreachable(model) if model else scripted(), embedder=HashingEmbedder())
     app.state.service._embedders["minilm"] = HashingEmbedder()
     sock = listening_socket("127.0.0.1", 0)
     print(sock.getsockname()[1], flush=True)
@@ -462,10 +482,12 @@ def serve(home: str, settings: dict[str, Any]) -> None:
 
 class LiveService:
     """The app served over real sockets by uvicorn in a child process (`serve`), so that its memory is its own;
-    ``settings`` are `Settings` fields (its bounds). Requests go through one HTTP client; what comes back is
-    checked (`check_reply`) and counted in ``tally``."""
+    ``settings`` are `Settings` fields (its bounds; with ``api_key``, the client sends that key), ``model`` the
+    name of an `unreachable` model to serve. Requests go through one HTTP client; what comes back is checked
+    (`check_reply`) and counted in ``tally``."""
 
-    def __init__(self, home: str | Path, start_timeout: float = 180.0, **settings: Any) -> None:
+    def __init__(self, home: str | Path, start_timeout: float = 180.0, model: str | None = None,
+                 **settings: Any) -> None:
         import os
         import select
         import subprocess
@@ -478,12 +500,12 @@ class LiveService:
         self.settings = settings
         paths = [str(Path(__file__).resolve().parent), str(Path(marginalia.__file__).resolve().parents[1])]
         code = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); import fuzz_support; "
-                "fuzz_support.serve(sys.argv[2], json.loads(sys.argv[3]))")
+                "fuzz_support.serve(sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] or None)")
         Path(home).mkdir(parents=True, exist_ok=True)
         self.log = Path(home) / "server.log"
         with self.log.open("wb") as log:
             self.process = subprocess.Popen([sys.executable, "-c", code, json.dumps(paths), str(home),
-                                             json.dumps(settings)], stdout=subprocess.PIPE, stderr=log,
+                                             json.dumps(settings), model or ""], stdout=subprocess.PIPE, stderr=log,
                                             env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)})
         assert self.process.stdout is not None
         ready, _, _ = select.select([self.process.stdout], [], [], start_timeout)
@@ -494,7 +516,9 @@ class LiveService:
             raise RuntimeError(f"the server did not start: {self.log.read_text(errors='replace')[-2000:]}")
         self.port = int(line)
         self.url = f"http://127.0.0.1:{self.port}"
-        self.http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(600.0, connect=30.0))
+        key = settings.get("api_key")
+        self.http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(600.0, connect=30.0),
+                                 headers={"Authorization": f"Bearer {key}"} if key else {})
         self.tally = Tally()
         wait_for(lambda: self.http.get("/v1/health").status_code == 200, timeout=start_timeout)
 

@@ -148,16 +148,23 @@ def wait_for(check: Callable[[], Any], timeout: float = 10.0, step: float = 0.02
     raise AssertionError(f"not true after {timeout} s: {check}")
 
 
+#: seconds an upload of a real PDF may take to be indexed: its converting process imports pymupdf4llm and runs
+#: its layout model over every page, which takes tens of seconds on a busy machine of two cores
+PDF_TIMEOUT = 90.0
+
+
 def index_text(client: TestClient, collection: str, name: str, text: str | bytes,
-               embedder: str = "hashing") -> dict[str, Any]:
-    """Create the collection if needed, upload one document and wait for its job to finish."""
+               embedder: str = "hashing", timeout: float = 10.0) -> dict[str, Any]:
+    """Create the collection if needed, upload one document and wait for its job to finish (``timeout``
+    seconds at most)."""
     if client.get(f"/v1/collections/{collection}").status_code == 404:
         assert client.post("/v1/collections", json={"name": collection, "embedder": embedder}).status_code == 201
     data = text.encode() if isinstance(text, str) else text
     reply = client.post(f"/v1/collections/{collection}/documents", files={"file": (name, data)})
     assert reply.status_code == 202, reply.text
     job_url = reply.headers["location"]
-    return wait_for(lambda: (j := client.get(job_url).json())["status"] in ("done", "failed") and j)  # type: ignore
+    return wait_for(lambda: (j := client.get(job_url).json())["status"] in ("done", "failed") and j,  # type: ignore
+                    timeout=timeout)
 
 
 @contextmanager

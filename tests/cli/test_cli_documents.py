@@ -187,7 +187,7 @@ def test_collections_delete_a_document_then_the_collection(corpus):
     code, _, err = run_cli("collections", "delete", "docs", "--doc", str(corpus / "ferry.html"), "--yes")
     assert code == 0, err
     _, out, _ = run_cli("collections", "show", "docs", "--json")
-    assert [d["source"] for d in json.loads(out)] == ["docs/harbour.md"]  # named from the folder given down
+    assert [d["source"] for d in json.loads(out)] == [f"{corpus.name}/harbour.md"]  # named from the folder down
     code, _, err = run_cli("collections", "delete", "docs", "--yes")
     assert code == 0
     code, _, err = run_cli("search", "--collection", "docs", "dredger")

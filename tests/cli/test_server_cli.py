@@ -125,6 +125,16 @@ def test_serve_takes_the_key_from_the_option_or_the_environment(started, monkeyp
     assert code == 2 and "not both" in err
 
 
+def test_serve_refuses_api_key_naming_both_keys(started):
+    # --api-key was the model server's key: a user who meant to protect the server would get an open one
+    code, err = serve("--api-key", "sesame")
+    assert code == 2 and not started
+    assert "--server-key" in err and "--model-api-key" in err and ENV_SERVER_KEY in err, err
+    assert serve("--server-key", "sesame", "--model-api-key", "sk-model")[0] == 0
+    settings = started[0][0].state.service.settings
+    assert (settings.api_key, settings.model_api_key) == ("sesame", "sk-model")
+
+
 def test_serve_says_when_its_port_is_taken(started):
     import socket
 

@@ -279,7 +279,7 @@ def test_app_tuning_data_draws_memory_from_a_collection_never_from_the_text(herm
     examples = read_examples(tmp_path / "ex.jsonl")
     assert report.written == 2 and report.documents == 1
     assert all(e.memory for e in examples)
-    assert {m.source for e in examples for m in e.memory} == {str(folder / "b.md")}
+    assert {m.source for e in examples for m in e.memory} == {"texts/b.md"}  # named from the folder indexed down
     assert all(e.label == " onwards" for e in examples)
     with pytest.raises(UserError, match="no file or folder"):
         app.tuning_data([tmp_path / "nope"], tmp_path / "x.jsonl", label_model=larger)

@@ -34,3 +34,21 @@ class SlowLoader(DyingLoader):
     def convert(self, data: bytes, source: str) -> Converted:
         time.sleep(float(data))
         return Converted("woke up")
+
+
+class HungryLoader(DyingLoader):
+    """Its child runs out of memory as its file says: ``python`` (a MemoryError at the bound), ``library`` (a
+    converter's library that says so in its exception) or ``stderr`` (one that says so and exits)."""
+
+    format = "hungry"
+    suffixes = (".hungry",)
+
+    def convert(self, data: bytes, source: str) -> Converted:
+        how = data.decode()
+        if how == "python":
+            hoard = [bytearray(64 * 2**20) for _ in range(1024)]  # 64 GiB: past any bound on the address space
+            raise AssertionError(f"allocated {len(hoard)} blocks")
+        if how == "library":
+            raise RuntimeError("code=2: cannot allocate 512 MB for the page's display list")
+        os.write(2, b"fatal: out of memory\n")
+        os._exit(3)

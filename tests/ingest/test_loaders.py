@@ -629,3 +629,19 @@ def test_a_page_of_unterminated_tags_converts_in_linear_time(tmp_path: Path) -> 
             doc = None
         assert time.monotonic() - started < 10, unit
         assert doc is None or len(doc.text) < 400_000
+
+
+def test_a_path_names_the_document_whatever_folder_was_indexed(tmp_path: Path) -> None:
+    from marginalia.ingest.loaders import best_name, document_name, names_for
+
+    papers = tmp_path / "papers"
+    file = papers / "2024" / "x.md"
+    # indexed as the file alone, from its folder, from the folder above: each name is one of the path's
+    for given in (file, papers, papers / "2024"):
+        assert document_name(file, given) in names_for(str(file))
+    assert names_for("/home/me/papers/x.md") == {"/home/me/papers/x.md", "home/me/papers/x.md", "me/papers/x.md",
+                                                 "papers/x.md", "x.md"}
+    assert "y.md" not in names_for("papers/x.md")
+    # the most specific name wins where two documents share a file name
+    assert best_name(str(file), ["x.md", "2024/x.md", "other/x.md"]) == "2024/x.md"
+    assert best_name(str(file), ["y.md"]) is None and best_name("x.md", ["x.md"]) == "x.md"

@@ -108,7 +108,7 @@ def test_a_bomb_in_a_folder_is_skipped_with_the_reason(tmp_path):
     write(folder, "bomb.pdf", pdf_bomb(30 * MB))
     write(folder, "notes.md", b"# Notes\n\nThe ferry leaves from pier 47.\n")
     report = load_paths([folder], limits=IngestOptions(max_inflated_mb=20))
-    assert [d.source for d in report.documents] == [str(folder / "notes.md")]
+    assert [d.source for d in report.documents] == ["docs/notes.md"]  # named from the folder given down
     (skipped,) = report.skipped
     assert skipped.path == str(folder / "bomb.pdf") and "--max-inflated-mb" in skipped.reason
 
@@ -144,6 +144,22 @@ def test_a_child_that_dies_is_a_clear_error(monkeypatch, sig, error, words):
     assert type(info.value) is error and "doomed.dying" in str(info.value)
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the memory bound is Linux's RLIMIT_AS")
+@pytest.mark.parametrize("how", ["python", "library", "stderr"])
+def test_a_conversion_out_of_memory_names_the_memory_bound(monkeypatch, how):
+    # whatever way the converter says it ran out (a MemoryError, a library's error, its last words and an exit
+    # status), the caller is told the bound, not that the file may be damaged
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    from dying_loader import HungryLoader
+
+    with pytest.raises(DocumentTooLarge) as info:
+        HungryLoader().load(how.encode(), "hungry.hungry", IngestOptions(convert_memory_mb=600))
+    message = str(info.value)
+    assert (info.value.limit, info.value.bound, info.value.path) == ("convert_memory_mb", 600, "hungry.hungry")
+    assert "convert_memory_mb is 600" in message and "--convert-memory-mb" in message, message
+    assert "damaged" not in message
 
 
 def _converters_of(parent: int) -> list[int]:

@@ -15,6 +15,7 @@ from server_support import (
     ANSWER,
     FACT,
     MARGIN,
+    PDF_TIMEOUT,
     QUESTION,
     REPORT,
     index_text,
@@ -122,7 +123,7 @@ def test_a_pdf_by_content_is_read_as_pdf_whatever_its_name(client):
     pdf = next(Path(__file__).parents[1].joinpath("data").rglob("*.pdf"), None)
     if pdf is None:
         pytest.skip("no sample PDF in tests/data")
-    job = index_text(client, "docs", "paper.txt", pdf.read_bytes())
+    job = index_text(client, "docs", "paper.txt", pdf.read_bytes(), timeout=PDF_TIMEOUT)
     assert job["status"] == "done", job
     (doc,) = client.get("/v1/collections/docs").json()["documents"]
     assert doc["format"] == "pdf"
@@ -394,4 +395,4 @@ def test_a_collection_with_no_pattern_reads_with_its_profile_for_the_model(clien
     chat = client.post("/v1/chat/completions", json={"model": "marginalia:docs",
                                                      "messages": [{"role": "user", "content": QUESTION}]})
     assert chat.status_code == 200, chat.text
-    assert chat.json()["marginalia"]["route"]["reason"].endswith("profile from run pairs")
+    assert chat.json()["marginalia"]["answer"]["route"]["reason"].endswith("profile from run pairs")

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from fuzz_support import ask_bodies as bodies
 from fuzz_support import post_json, readings, scalars, values
+from marginalia.server.schemas import MAX_NAME
 from server_support import QUESTION, REPORT, make_client
 
 pytest.importorskip("lancedb")
@@ -109,6 +110,10 @@ def test_a_name_no_collection_may_have_is_not_found(client, name):
                               ("POST", "/v1/ask", {"question": "q?", "collection": name}),
                               ("POST", "/v1/sessions", {"collection": name})]:
         reply = client.request(method, url, json=body)
+        if body is not None and len(name) > MAX_NAME:  # a body's name field is bounded: refused as invalid
+            assert reply.status_code == 422, (method, url, reply.text)
+            assert f"at most {MAX_NAME} characters" in reply.json()["error"]["message"]
+            continue
         assert reply.status_code == 404, (method, url, reply.text)
         assert reply.json()["error"]["code"] == "not_found"
 
@@ -130,7 +135,7 @@ def live(tmp_path_factory):
     from fuzz_support import LiveService, MemoryWatch
 
     with LiveService(tmp_path_factory.mktemp("live"), header_timeout=1.0, body_timeout=1.0, body_total_timeout=3.0,
-                     max_connections=MAX_CONNECTIONS) as service:
+                     max_connections=MAX_CONNECTIONS, body_rate_grace=1.0, body_bytes_in_flight=100 * 2**20) as service:
         watch = MemoryWatch(service.pid)
         yield service, watch
         watch.close()
@@ -207,6 +212,54 @@ def test_a_question_over_text_without_full_stops_is_timed(fuzz, live):
     assert part.notes["kb"] == 3 and dict(part.outcomes) == {"200": 1} and len(part.times) == 1
     text = fuzz.unpunctuated(3000, seed=0)
     assert len(text) == 3000 and fuzz.FERRY in text and not set(".!?\n") & set(text)
+
+
+def test_pages_of_unterminated_tags_are_indexed_or_refused_in_time(fuzz, live):
+    service, watch = live
+    part = fuzz.run_hostile_html(service, watch, 30)
+    assert part.inputs == len(fuzz.HOSTILE_UNITS) and part.bound == fuzz.HTML_BOUND
+    assert {o.split(": ")[1] for o in part.outcomes} <= {"indexed", "empty_document"}, part.outcomes
+    assert max(part.times) < fuzz.HTML_BOUND and part.server_errors == 0
+
+
+def test_bodies_past_the_bytes_in_flight_are_refused_at_once(fuzz, live):
+    service, watch = live
+    part = fuzz.run_in_flight(service, watch, 2)  # 100 MiB in flight hold two bodies of 40 MB
+    assert dict(part.outcomes) == {"past the bound: 503": 2, "held: 408": 2}, part.outcomes
+    assert part.broken == 0 and part.server_errors == 0, part.problems
+
+
+def test_huge_names_are_not_echoed(fuzz, live):
+    service, watch = live
+    part = fuzz.run_echoes(service, watch, 1)
+    assert part.inputs == len(fuzz.ECHOED) and all(400 <= int(s) < 500 for s in statuses(part)), part.outcomes
+    assert part.notes["largest_reply_bytes"] < fuzz.SMALL_REPLY and part.broken == 0
+
+
+def test_bodies_that_could_freeze_the_loop_are_refused(fuzz, live):
+    service, watch = live
+    part = fuzz.run_frozen(service, watch, 1, millions=0.2)
+    assert {o.split(": ")[0] for o in part.outcomes} == set(fuzz.FROZEN_KINDS)
+    assert all(400 <= int(s) < 500 for s in statuses(part)) and part.server_errors == 0, part.outcomes
+    assert json.loads(fuzz.frozen_body("many unknown keys", 0.012)).keys() >= {"question", "k0", "k999"}
+
+
+def test_trickled_bodies_are_cut_by_the_minimum_rate(fuzz, live):
+    service, watch = live
+    part = fuzz.run_trickle(service, watch, 2)
+    assert dict(part.outcomes) == {"408 (rate)": 2} and part.broken == 0, part.problems
+    assert max(part.times) < 3.0  # the rate's grace (1 s), before the whole body's bound
+
+
+def test_only_leaves_out_the_parts_it_does_not_name(fuzz, monkeypatch):
+    import argparse
+
+    args = argparse.Namespace(**{name.replace("-", "_"): 3 for name in fuzz.PART_OPTIONS}, keyless_mb=50,
+                              only=["kills", "echo-mb"])
+    fuzz.only(argparse.ArgumentParser(), args)
+    assert (args.kills, args.echo_mb, args.keyless_mb, args.requests, args.html_kb) == (3, 3, 50, 0, 0)
+    with pytest.raises(SystemExit):
+        fuzz.only(argparse.ArgumentParser(), argparse.Namespace(only=["nothing"]))
 
 
 def test_a_part_counts_inputs_and_health_checks_over_the_time_bound(fuzz):

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from fuzz_support import SAMPLE_PDF, FuzzedService, check_reply, upload_contents, upload_names
 from marginalia.server import Settings
 from marginalia.server.jobs import MAX_NAME, display_name
-from server_support import index_text, make_client, wait_for
+from server_support import PDF_TIMEOUT, index_text, make_client, wait_for
 
 pytest.importorskip("lancedb")
 
@@ -39,9 +39,10 @@ def refused(reply, status: int, code: str, *words: str) -> dict:
     return error
 
 
-def finished(client, reply) -> dict:
+def finished(client, reply, timeout: float = 10.0) -> dict:
     assert reply.status_code == 202, reply.text
-    return wait_for(lambda: (j := client.get(reply.headers["location"]).json())["status"] in ("done", "failed") and j)
+    return wait_for(lambda: (j := client.get(reply.headers["location"]).json())["status"] in ("done", "failed") and j,
+                    timeout=timeout)
 
 
 @pytest.mark.parametrize("data", [b"", b"   \n\t\r\n", b"\xef\xbb\xbf", b"\xef\xbb\xbf\n\n"])
@@ -60,7 +61,8 @@ def test_markup_without_text_fails_its_job_as_empty(client):
 def test_a_truncated_pdf_fails_its_job_saying_so(client, fraction):
     pytest.importorskip("pymupdf4llm")
     data = SAMPLE_PDF.read_bytes()
-    job = finished(client, client.post(UPLOAD, files={"file": ("paper.pdf", data[:max(8, int(len(data) * fraction))])}))
+    job = finished(client, client.post(UPLOAD, files={"file": ("paper.pdf", data[:max(8, int(len(data) * fraction))])}),
+                   timeout=PDF_TIMEOUT)
     assert job["status"] == "failed", job
     assert job["error"]["code"] == "unreadable_document" and "paper.pdf" in job["error"]["message"]
     assert "/tmp" not in job["error"]["message"]  # the saved copy's path is never shown
@@ -168,7 +170,8 @@ def test_content_that_does_not_match_its_name_is_refused(client, name, data, wor
 
 def test_a_pdf_under_a_text_name_is_read_as_the_pdf_it_is(client):
     pytest.importorskip("pymupdf4llm")
-    job = finished(client, client.post(UPLOAD, files={"file": ("notes.md", SAMPLE_PDF.read_bytes())}))
+    job = finished(client, client.post(UPLOAD, files={"file": ("notes.md", SAMPLE_PDF.read_bytes())}),
+                   timeout=PDF_TIMEOUT)
     assert job["status"] == "done", job
     (doc,) = client.get("/v1/collections/docs").json()["documents"]
     assert (doc["source"], doc["format"]) == ("notes.md", "pdf")

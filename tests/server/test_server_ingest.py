@@ -143,3 +143,27 @@ def test_what_a_killed_server_left_is_swept_when_the_next_starts(tmp_path):
     assert sweep_staging(folder) == []
     other.close()
     assert not other.folder.exists()
+
+
+def test_a_slow_conversion_does_not_hold_the_next_upload(tmp_path):
+    pytest.importorskip("pymupdf4llm")
+    from marginalia.index.embedders import HashingEmbedder
+
+    # a PDF whose conversion takes seconds, then a note: with two conversions at once (the default) the note is
+    # indexed while the PDF is still converted
+    settings = Settings(home=str(tmp_path / "home"), ingest=IngestOptions(convert_timeout=120))
+    assert settings.index_workers == 2
+    app = create_app(settings, generator=scripted(), embedder=HashingEmbedder())
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=30) as http:
+        assert http.post("/v1/collections", json={"name": "docs", "embedder": "hashing"}).status_code == 201
+        slow = http.post(UPLOAD, files={"file": ("long.pdf", pdf_of_pages(300))})
+        assert slow.status_code == 202, slow.text
+        wait_for(lambda: http.get(slow.headers["location"]).json()["status"] == "running", timeout=60)
+        note = http.post(UPLOAD, files={"file": ("note.md", b"# Note\n\nThe ferry leaves from pier 47.\n")})
+        assert note.status_code == 202, note.text
+        done = wait_for(lambda: (j := http.get(note.headers["location"]).json())["status"] in ("done", "failed")
+                        and j, timeout=60)
+        assert done["status"] == "done", done
+        assert http.get(slow.headers["location"]).json()["status"] == "running"
+        names = [d["source"] for d in http.get("/v1/collections/docs").json()["documents"]]
+        assert names == ["note.md"]

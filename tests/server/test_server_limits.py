@@ -161,6 +161,29 @@ def test_a_body_that_trickles_in_is_408_once_its_whole_time_is_up():
         assert time.monotonic() - t0 < 5
 
 
+def test_a_body_slower_than_the_minimum_rate_is_408_once_its_grace_is_over():
+    # a byte every 0.2 s: each within the pause allowed, the whole far within its time, but under 100 bytes a second
+    with bounded_server(body_timeout=2.0, body_total_timeout=30.0, min_body_rate=100, body_rate_grace=1.0) as url, \
+            connect(url, timeout=10) as sock:
+        t0 = time.monotonic()
+        sock.sendall(raw_request(url, "POST", "/v1/ask", b"{", HALF_SENT))
+        reply = b""
+        sock.settimeout(0.2)
+        while not reply and time.monotonic() - t0 < 20:
+            try:
+                reply = sock.recv(65536)
+            except TimeoutError:
+                sock.sendall(b" ")
+        elapsed = time.monotonic() - t0
+        sock.settimeout(10)
+        status, headers, body = parse_reply(reply + read_until_closed(sock))
+        assert status == 408 and headers["connection"] == "close"
+        message = body["error"]["message"]
+        assert body["error"]["code"] == "timeout" and "fewer than 100 bytes a second" in message
+        assert "--min-body-rate" in message and "--body-rate-grace" in message
+        assert 0.9 < elapsed < 10, elapsed  # after the grace, long before the whole body's 30 s
+
+
 def test_headers_that_stop_arriving_close_the_connection():
     with bounded_server(header_timeout=0.5, keep_alive=1) as url:
         with connect(url, timeout=10) as sock:

@@ -37,7 +37,6 @@ from .indexing import (
     collection_exists,
     create_collection,
     delete_collection,
-    document_named,
     export_questions,
     generate_questions,
     index_paths,
@@ -133,7 +132,6 @@ __all__ = [
     "pattern_spec", "pattern_specs",
     # indexing
     "DocumentQuestions", "IndexReport", "Indexed", "Progress", "check_paths", "chunk_document", "collection_exists",
-    "document_named",
     "create_collection", "delete_collection", "export_questions", "generate_questions", "index_paths",
     "list_collections", "open_collection", "section_outline", "stop_conversions", "upload_suffix",
     # composing

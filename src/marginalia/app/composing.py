@@ -204,9 +204,12 @@ def tuned_folder(data: str | Path, out: str | Path | None = None, home: str | Pa
 
 
 def _names(document: DocumentInfo, given: Sequence[str]) -> bool:
-    """Whether one of ``given`` (a path, source or document id) names this document."""
+    """Whether one of ``given`` (a path, source or document id) names this document: its id, its source, a
+    path it may have been indexed under (`names_for`), or the file it was indexed from by an absolute path."""
+    from ..ingest.loaders import names_for
+
     for name in given:
-        if name in (document.doc_id, document.source):
+        if name == document.doc_id or document.source in names_for(name):
             return True
         try:
             if Path(name).expanduser().resolve() == Path(document.source).expanduser().resolve():

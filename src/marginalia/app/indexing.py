@@ -296,12 +296,17 @@ def generate_questions(
     store = open_collection(collection, home=home) if isinstance(collection, str) else collection
     infos = store.documents()
     if documents:
-        wanted = set(documents)
-        infos = [d for d in infos if d.source in wanted or d.doc_id in wanted]
-        missing = wanted - {d.source for d in infos} - {d.doc_id for d in infos}
-        if missing:
-            name = sorted(missing)[0]
-            raise NotFound(f"collection {store.name!r} has no document {name!r}", "document", name)
+        from ..ingest.loaders import best_name
+
+        by_id = {d.doc_id: d for d in infos}
+        by_source = {d.source: d for d in infos}
+        chosen: set[str] = set()
+        for name in documents:  # an id, a source, or the path of the file indexed
+            found = by_id.get(name) or by_source.get(best_name(name, by_source) or "")
+            if found is None:
+                raise NotFound(f"collection {store.name!r} has no document {name!r}", "document", name)
+            chosen.add(found.doc_id)
+        infos = [d for d in infos if d.doc_id in chosen]
     if not infos:
         raise UserError(f"collection {store.name!r} holds no documents; index some first")
     writer = QuestionWriter(generator, retries=retries, long_answers=long_answers)
@@ -336,18 +341,3 @@ def export_questions(collection: Collection | str, *, home: str | Path | None = 
                         f"run 'marginalia questions generate --collection {store.name}' first")
     return list(to_chat_jsonl(entries, system=system, long=long))
 
-
-def document_named(collection: Collection, given: str) -> str:
-    """The stored name of the document ``given`` means: its name or id as stored, or the path of the file it
-    was indexed from (documents are named from the folder given down, so the path's last parts are tried
-    against the stored names); ``given`` itself where none matches."""
-    known = {d.source for d in collection.documents()}
-    path = Path(given).expanduser()
-    if given in known or not path.exists():
-        return given
-    parts = path.resolve().parts
-    for n in range(len(parts) - 1, 0, -1):  # the longest match first: the most specific name
-        name = Path(*parts[-n:]).as_posix()
-        if name in known:
-            return name
-    return given

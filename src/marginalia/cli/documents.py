@@ -211,7 +211,7 @@ def cmd_questions_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -
     try:
         written = app.generate_questions(
             collection, load_model(args, Reporter(False, err)),
-            documents=[app.document_named(collection, d) for d in args.doc] if args.doc else None,
+            documents=args.doc,
             density=args.density,
             long_answers=args.long_answers, retries=args.retries,
             on_document=lambda source: _request_bar(err, source, bars),
@@ -300,8 +300,7 @@ def cmd_collections_delete(args: argparse.Namespace, out: TextIO, err: TextIO) -
             err.write("nothing deleted\n")
             return 1
     if args.doc:
-        store = app.open_collection(args.name, home=args.home)
-        if not store.delete_document(app.document_named(store, args.doc)):
+        if not app.open_collection(args.name, home=args.home).delete_document(args.doc):
             raise UserError(f"collection {args.name!r} has no document {args.doc!r}; "
                             f"see 'marginalia collections show {args.name}'")
     else:

@@ -44,11 +44,10 @@ def add_reading_options(parser: argparse.ArgumentParser, *, collection: bool = F
     given (None: the route by size, `app.default_options`)."""
     specs = app.pattern_specs()
     reading = parser.add_argument_group("reading")
-    by_size = f"auto for a collection or a document of over {ROUTE_TOKENS} tokens, else wim"
+    by_size = f"auto for a collection or a text over {ROUTE_TOKENS} tokens, else wim"
     names = [s.name for s in specs]
     reading.add_argument("--pattern", choices=names, default=default,
-                         help=", ".join(names[:-1]) + f" or {names[-1]}" + ("" if default else f" (default: "
-                                                                             f"{by_size})"))
+                         help="the way of reading" + ("" if default else f" (default: {by_size})"))
     add_record_options(reading, PatternOptions, metavars=METAVARS)
     # the embedder loads only for a pattern that needs one (`app.needs_embedder`)
     reading.add_argument("--embedder", default=app.DEFAULT_EMBEDDER, metavar="SPEC",

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from ..index.policy import Searchable
 from ..index.schema import Hit
+from ..ingest.loaders import names_for
 from ..models.base import CachingGenerator, GenerationParams, Generator, close_stream
 from ..patterns.judges import is_empty_margin
 from ..patterns.wim import WiM, WimOptions
@@ -79,7 +80,8 @@ class MemoryGenerator(ABC):
         hits: how many retrieved chunks a request compresses.
         search: ``hybrid``, ``dense`` or ``bm25``.
         min_similarity: chunks less similar than this to the query (cosine) are left out.
-        exclude: document ids and sources never to retrieve from (the document being written).
+        exclude: document ids and sources never to retrieve from (the document being written); a path
+            excludes the documents named by any of its trailing parts (`_names`).
         item_tokens: the most tokens the model writes per item.
     """
 
@@ -92,7 +94,7 @@ class MemoryGenerator(ABC):
         self.hits = hits
         self.search = search
         self.min_similarity = min_similarity
-        self.exclude = frozenset(exclude)
+        self.exclude = _names(exclude)
         self.item_tokens = item_tokens
 
     def __call__(self, request: MemoryRequest) -> list[MemoryItem]:
@@ -103,7 +105,7 @@ class MemoryGenerator(ABC):
         """A copy that also never retrieves from these documents (ids or sources); it shares the collection
         and the model, so use one at a time."""
         other = copy.copy(self)
-        other.exclude = self.exclude | frozenset(names)
+        other.exclude = self.exclude | _names(names)
         return other
 
     @staticmethod
@@ -252,3 +254,10 @@ def _span_item(evidence: tuple[int, int], context: str, hits: Sequence[Hit], sta
 
 
 MEMORY_MODES: dict[str, type[MemoryGenerator]] = {"takeaways": TakeawayMemory, "margins": MarginMemory}
+
+
+def _names(names: Iterable[str]) -> frozenset[str]:
+    """``names`` (document ids, sources, paths) with every name a path may have been indexed under
+    (`names_for`: a document indexed from a folder is named from that folder down, one indexed alone by its
+    file name)."""
+    return frozenset(known for name in names for known in names_for(name))

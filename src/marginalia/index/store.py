@@ -324,7 +324,12 @@ class Collection:
         live = self._live()
         if doc_id_or_source in live:
             return live[doc_id_or_source]
-        return next((d for d in live.values() if d.source == doc_id_or_source), None)
+        # a source, or the path of the file indexed (documents are named from the folder indexed down)
+        from ..ingest.loaders import best_name
+
+        by_source = {d.source: d for d in live.values()}
+        name = best_name(doc_id_or_source, by_source)
+        return by_source[name] if name is not None else None
 
     def _need(self, doc_id_or_source: str) -> LiveDocument:
         doc = self._resolve(doc_id_or_source)

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from ..errors import BadInput, IngestError, MissingDependency
@@ -168,6 +168,24 @@ def document_name(file: Path, given: Path) -> str:
     if file == given:
         return file.name
     return Path(os.path.relpath(file, given.absolute().parent)).as_posix()
+
+
+def names_for(path: str) -> frozenset[str]:
+    """Every name `document_name` may have given the file at ``path`` (a path as a person gives it), whatever
+    was indexed: the path as given and each of its trailing parts (``/home/me/papers/x.md``: ``x.md``,
+    ``papers/x.md``, ``me/papers/x.md``, ...)."""
+    parts = [part for part in PurePosixPath(path.replace("\\", "/")).parts if part != "/"]
+    return frozenset({path, *("/".join(parts[i:]) for i in range(len(parts)))})
+
+
+def best_name(given: str, names: Iterable[str]) -> str | None:
+    """Which of ``names`` (documents' names) ``given`` (a name, or a path as a person gives it) names: itself,
+    else the longest of its trailing parts (`names_for`) that is one of them; None when none is."""
+    known = set(names)
+    if given in known:
+        return given
+    found = [name for name in names_for(given) if name in known]
+    return max(found, key=len) if found else None
 
 
 def load_paths(

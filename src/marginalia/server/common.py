@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
@@ -16,7 +17,7 @@ from sse_starlette import EventSourceResponse
 
 from ..records import Answer, Done
 from .auth import NOBODY, ROUTE_SCOPES, Principal, RequestRate, Scope, caller
-from .errors import Forbidden, describe, error_body, error_response
+from .errors import Forbidden, TooLarge, describe, error_body, error_response
 from .events import answer_dict, event_payload, margin_dict
 from .schemas import SCANNED, lone_surrogate
 from .service import Service
@@ -40,6 +41,12 @@ _bearer = HTTPBearer(auto_error=False, description="a key (marginalia keys creat
 
 #: bodies above this many bytes are decoded and checked in a worker thread, not on the event loop
 OFF_LOOP_BYTES = 256 * 1024
+#: the most values (counted by the commas and colons outside strings) a large JSON body may hold: no request
+#: needs nearly so many, and decoding millions holds the interpreter's lock, and with it the event loop, for
+#: seconds, whichever thread decodes them
+MAX_VALUES = 1_000_000
+#: a JSON string, escapes included
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
 class ParsedOffLoop(APIRoute):
@@ -71,8 +78,13 @@ def _decode(body: bytes) -> tuple[Any, str | None]:
     """A JSON body, and where it holds a lone surrogate (None: nowhere).
 
     Raises:
+        TooLarge: the body holds more than `MAX_VALUES` values (counted before it is decoded).
         RequestValidationError: not JSON (as FastAPI says it).
     """
+    values = _values(body)
+    if values > MAX_VALUES:
+        raise TooLarge(f"the request body holds about {values:,} JSON values, more than the {MAX_VALUES:,} this "
+                       "server decodes; no request needs so many: send only the fields the API documents")
     try:
         data = json.loads(body)
     except ValueError as exc:
@@ -80,7 +92,25 @@ def _decode(body: bytes) -> tuple[Any, str | None]:
         why = getattr(exc, "msg", "unreadable")
         raise RequestValidationError([{"type": "json_invalid", "loc": ("body", pos), "msg": "JSON decode error",
                                        "input": {}, "ctx": {"error": why}}]) from None
+    # in a UTF-8 body a lone surrogate comes as a \ud800-\udfff escape, or as the bytes UTF-8 would give one
+    # (which json.loads lets through): without either, the walk over every value is spared
+    if json.detect_encoding(body) == "utf-8" and not any(mark in body for mark in (b"\\ud", b"\\uD", b"\xed")):
+        return data, None
     return data, lone_surrogate(data)
+
+
+def _values(body: bytes) -> int:
+    """How many values a JSON body holds, about: its commas and colons outside strings, or its strings where
+    they are more. Each count is a pass in C; the strings are cut out (to tell a long text full of commas from
+    a body of many values) only when the plain count passes `MAX_VALUES` and the strings are few."""
+    rough = body.count(b",") + body.count(b":")
+    if rough <= MAX_VALUES:
+        return rough
+    strings = (body.count(b'"') - body.count(b'\\"')) // 2
+    if strings > MAX_VALUES:
+        return strings
+    bare = _STRING.sub(b"", body)
+    return bare.count(b",") + bare.count(b":")
 
 
 def get_service(request: Request) -> Service:
