@@ -44,7 +44,7 @@ def test_help_lists_every_option_with_defaults(capsys):
                    "--home", "--device", "--quiet"):
         assert option in text
     flat = " ".join(text.split())
-    assert "(default: auto for a collection or a document of over 2048 tokens, else wim)" in flat
+    assert "(default: auto for a collection or a text over 2048 tokens, else wim)" in flat
     assert "(default: 512)" in text and "smollm2" in text
 
 
