@@ -12,21 +12,15 @@ from the moment the worker starts it (waiting in the worker's queue aside).
 
 from __future__ import annotations
 
-import threading
-import time
-import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from ..bench.metrics import qa_scores
 from ..bench.statistics import estimate
-from ..errors import NotFound
+from .boards import BackgroundJob, Board, new_id
 from .errors import describe, log
 
-Status = Literal["queued", "running", "done", "failed"]
 #: the scores kept per answer and summarised per reading
 SCORES = ("f1", "contains")
 
@@ -45,36 +39,27 @@ AnswerFn = Callable[[str, str], Answered]
 
 
 @dataclass
-class EvalJob:
+class EvalJob(BackgroundJob):
     """One evaluation job (mutated by the job's thread under the board's lock)."""
 
-    id: str
-    collection: str
     patterns: list[str]
     pairs: list[dict[str, Any]]
-    status: Status = "queued"
     answers_done: int = 0
     readings: list[dict[str, Any]] = field(default_factory=list)
-    error: dict[str, str] | None = None
-    created_at: float = field(default_factory=time.time)
-    finished_at: float | None = None
 
     def __post_init__(self) -> None:
         self.readings = [{"pattern": p, "status": "queued", "n": 0, "answers": [], "error": None,
                           **{s: None for s in SCORES}, "seconds_per_answer": None} for p in self.patterns]
 
-    def to_dict(self, answers: bool = True) -> dict[str, Any]:
-        readings = [{**r, "answers": list(r["answers"])} if answers else
+    def to_dict(self, detail: bool = True) -> dict[str, Any]:
+        """The job; ``detail``: with every reading's answers."""
+        readings = [{**r, "answers": list(r["answers"])} if detail else
                     {k: v for k, v in r.items() if k != "answers"} for r in self.readings]
         return {"id": self.id, "collection": self.collection, "patterns": list(self.patterns), "status": self.status,
                 "pairs": len(self.pairs), "answers_done": self.answers_done,
                 "answers_total": len(self.pairs) * len(self.patterns),
                 "readings": readings,
                 "error": self.error, "created_at": self.created_at, "finished_at": self.finished_at}
-
-    @property
-    def finished(self) -> bool:
-        return self.status in ("done", "failed")
 
 
 def gold_answers(pair: dict[str, Any]) -> tuple[str, ...]:
@@ -92,54 +77,22 @@ def summary(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-class EvalJobBoard:
-    """Evaluation jobs: one thread runs them in order; the last ``keep`` finished ones are remembered."""
+class EvalJobBoard(Board[EvalJob]):
+    """Evaluation jobs (see `Board`)."""
 
     def __init__(self, keep: int) -> None:
-        self.keep = keep
-        self._jobs: OrderedDict[str, EvalJob] = OrderedDict()
-        self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marginalia-eval")
-
-    def _find(self, job_id: str, visible: Callable[[str], bool] | None = None) -> EvalJob:
-        job = self._jobs.get(job_id)
-        if job is None or (visible is not None and not visible(job.collection)):
-            raise NotFound(f"no evaluation job {job_id!r} (finished jobs are forgotten after {self.keep} more, "
-                           "and when the server restarts)", "eval-job", job_id)
-        return job
-
-    def get(self, job_id: str, answers: bool = True, visible: Callable[[str], bool] | None = None
-            ) -> dict[str, Any]:
-        with self._lock:
-            return self._find(job_id, visible).to_dict(answers)
-
-    def list(self, visible: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
-        with self._lock:
-            return [job.to_dict(answers=False) for job in self._jobs.values()
-                    if visible is None or visible(job.collection)]
+        super().__init__(keep, "evaluation job", "eval-job")
 
     def submit(self, collection: str, patterns: Sequence[str], pairs: Sequence[dict[str, Any]],
                answer: AnswerFn) -> dict[str, Any]:
         """Queue a job that answers every pair with every pattern (``answer`` runs one in the model's worker)."""
-        job = EvalJob(uuid.uuid4().hex, collection, list(patterns), list(pairs))
+        job = EvalJob(new_id(), collection, list(patterns), list(pairs))
 
-        def run() -> None:
-            with self._lock:
-                job.status = "running"
-            try:
-                for reading in job.readings:
-                    self._read(job, reading, answer)
-            except Exception as exc:  # noqa: BLE001 - a job's failure is its result
-                self._failed(job, exc)
-                return
-            with self._lock:
-                job.status, job.finished_at = "done", time.time()
+        def work() -> None:
+            for reading in job.readings:
+                self._read(job, reading, answer)
 
-        with self._lock:
-            self._jobs[job.id] = job
-            self._forget()
-        self._executor.submit(run)
-        return job.to_dict()
+        return self.start(job, work)
 
     def _read(self, job: EvalJob, reading: dict[str, Any], answer: AnswerFn) -> None:
         """Answer every pair with one reading; its failure is the reading's, the job goes on."""
@@ -167,18 +120,3 @@ class EvalJobBoard:
                 job.answers_done += 1
         with self._lock:
             reading["status"] = "done"
-
-    def _failed(self, job: EvalJob, exc: Exception) -> None:
-        status, code, message = describe(exc)
-        if status == 500:
-            log.error("evaluation job on %s failed", job.collection, exc_info=exc)
-        with self._lock:
-            job.status, job.error, job.finished_at = "failed", {"code": code, "message": message}, time.time()
-
-    def _forget(self) -> None:
-        finished = [j.id for j in self._jobs.values() if j.finished]
-        for job_id in finished[:max(0, len(finished) - self.keep)]:
-            del self._jobs[job_id]
-
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -8,60 +8,46 @@ worker like a reading, so readings wait for one request at most, never for a who
 
 from __future__ import annotations
 
-import threading
 import time
-import uuid
-from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from ..bench.own import DocumentStarted, PairWritten, QaEvent, RequestDone
-from ..errors import NotFound
-from .errors import Busy, describe, log
+from .boards import BackgroundJob, Board, new_id
+from .errors import Busy
 from .worker import ModelWorker
 
-Status = Literal["queued", "running", "done", "failed"]
 #: seconds a job's request waits before it asks the model's worker again when its queue is full
 WORKER_RETRY = 1.0
 
 
 @dataclass
-class QaJob:
+class QaJob(BackgroundJob):
     """One question-generation job (mutated by the job's thread under the board's lock).
 
     ``events`` keeps every progress event in order (``document``: its sections and requests planned;
     ``request``: one done; ``pair``: one written), so a follower that comes late still sees them all.
     """
 
-    id: str
-    collection: str
     documents: list[str] | None = None
-    status: Status = "queued"
     documents_started: int = 0
     requests_done: int = 0
     requests_total: int = 0
     pairs: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
-    result: dict[str, Any] | None = None
-    error: dict[str, str] | None = None
-    created_at: float = field(default_factory=time.time)
-    finished_at: float | None = None
 
-    def to_dict(self, pairs: bool = True) -> dict[str, Any]:
+    def to_dict(self, detail: bool = True) -> dict[str, Any]:
+        """The job; ``detail``: with the pairs made so far."""
         out: dict[str, Any] = {
             "id": self.id, "collection": self.collection, "documents": self.documents, "status": self.status,
             "documents_started": self.documents_started, "requests_done": self.requests_done,
             "requests_total": self.requests_total, "pairs_made": len(self.pairs), "result": self.result,
             "error": self.error, "created_at": self.created_at, "finished_at": self.finished_at}
-        if pairs:
+        if detail:
             out["pairs"] = list(self.pairs)
         return out
-
-    @property
-    def finished(self) -> bool:
-        return self.status in ("done", "failed")
 
 
 def event_record(event: QaEvent) -> dict[str, Any]:
@@ -75,38 +61,23 @@ def event_record(event: QaEvent) -> dict[str, Any]:
     return {"event": "pair", "pair": event.pair}
 
 
-class QaJobBoard:
-    """Question-generation jobs: one thread runs them in order; the last ``keep`` finished ones are remembered."""
+class QaJobBoard(Board[QaJob]):
+    """Question-generation jobs (see `Board`), with each job's progress events for followers."""
 
     def __init__(self, keep: int) -> None:
-        self.keep = keep
-        self._jobs: OrderedDict[str, QaJob] = OrderedDict()
-        self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marginalia-qa")
-
-    def _find(self, job_id: str, visible: Callable[[str], bool] | None = None) -> QaJob:
-        """The job; one of a collection ``visible`` says the caller may not see is not found, as a missing one."""
-        job = self._jobs.get(job_id)
-        if job is None or (visible is not None and not visible(job.collection)):
-            raise NotFound(f"no question job {job_id!r} (finished jobs are forgotten after {self.keep} more, and "
-                           "when the server restarts; the pairs stay in the collection's QA file)", "qa-job", job_id)
-        return job
-
-    def get(self, job_id: str, pairs: bool = True, visible: Callable[[str], bool] | None = None) -> dict[str, Any]:
-        with self._lock:
-            return self._find(job_id, visible).to_dict(pairs)
+        super().__init__(keep, "question job", "qa-job", "; the pairs stay in the collection's QA file")
 
     def events_since(self, job_id: str, start: int, visible: Callable[[str], bool] | None = None
                      ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         """The job's events from number ``start`` on, and its state (without pairs) once it has finished."""
         with self._lock:
             job = self._find(job_id, visible)
-            return list(job.events[start:]), (job.to_dict(pairs=False) if job.finished else None)
+            return list(job.events[start:]), (job.to_dict(False) if job.finished else None)
 
     def submit(self, collection: str, documents: list[str] | None,
                work: Callable[[Callable[[QaEvent], None]], dict[str, Any]]) -> dict[str, Any]:
         """Queue ``work``, called with the job's event callback; it returns the job's result."""
-        job = QaJob(uuid.uuid4().hex, collection, documents)
+        job = QaJob(new_id(), collection, documents)
 
         def on_event(event: QaEvent) -> None:
             record = event_record(event)
@@ -121,39 +92,7 @@ class QaJobBoard:
                 elif isinstance(event, PairWritten):
                     job.pairs.append(event.pair)
 
-        def run() -> None:
-            with self._lock:
-                job.status = "running"
-            try:
-                result = work(on_event)
-            except Exception as exc:  # noqa: BLE001 - a job's failure is its result
-                status, code, message = describe(exc)
-                if status == 500:
-                    log.error("question job on %s failed", collection, exc_info=exc)
-                with self._lock:
-                    job.status, job.error, job.finished_at = "failed", {"code": code, "message": message}, time.time()
-                return
-            with self._lock:
-                job.status, job.result, job.finished_at = "done", result, time.time()
-
-        with self._lock:
-            self._jobs[job.id] = job
-            self._forget()
-        self._executor.submit(run)
-        return job.to_dict()
-
-    def list(self, visible: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
-        with self._lock:
-            return [job.to_dict(pairs=False) for job in self._jobs.values()
-                    if visible is None or visible(job.collection)]
-
-    def _forget(self) -> None:
-        finished = [j.id for j in self._jobs.values() if j.finished]
-        for job_id in finished[:max(0, len(finished) - self.keep)]:
-            del self._jobs[job_id]
-
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        return self.start(job, lambda: work(on_event))
 
 
 def worker_gate(worker: ModelWorker) -> Callable[[Callable[[], Any]], Any]:

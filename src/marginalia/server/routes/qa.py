@@ -44,7 +44,7 @@ def get_qa_job(job_id: str, service: ServiceDep, who: Caller) -> dict[str, Any]:
             summary="Follow a question-generation job: 'document', 'request' and 'pair' events, then 'done' or "
                     "'failed' with the job's state")
 async def follow_qa_job(job_id: str, service: ServiceDep, who: Caller) -> EventSourceResponse:
-    service.qa_jobs.get(job_id, pairs=False, visible=who.can_read)  # NotFound before the stream starts
+    service.qa_jobs.get(job_id, detail=False, visible=who.can_read)  # NotFound before the stream starts
 
     async def events() -> AsyncIterator[dict[str, str]]:
         sent = 0
