@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,21 +67,27 @@ def passages_answer(generator: Any, question: str, passages: list[str]) -> float
     return round(generator.fork(keep_cache=False).choice_probabilities(prompt, ["YES", "NO"])["YES"], 4)
 
 
-def collect(config_path: str, out: Path, limit: int | None) -> None:
-    config = bench.load_config(config_path)
-    rag_table = next(p for p in config.patterns if p.kind == "rag")
-    rag_options = RagOptions(max_new_tokens=config.max_new_tokens, chunk_tokens=rag_table.chunk_tokens,
-                             top_k=rag_table.top_k)
-    generator = app.load_model(config.model)
-    embedder = app.load_embedder(config.embedder)
-    rag = make_pattern(rag_options, generator, embedder=embedder)
-    auto = make_pattern(AutoOptions(**rag_options.model_dump()), generator, embedder=embedder)
-    assert isinstance(auto, Auto)
+def rag_of(config: Any) -> RagOptions:
+    """The options of a bench config's ``rag`` table."""
+    table = next(p for p in config.patterns if p.kind == "rag")
+    return RagOptions(max_new_tokens=config.max_new_tokens or RagOptions().max_new_tokens,
+                      chunk_tokens=table.chunk_tokens, top_k=table.top_k)
+
+
+def answered(config: Any, generator: Any, rag: Any, out: Path, limit: int | None
+             ) -> Iterator[tuple[str, str, Any, Any, float, Callable[[dict[str, Any]], None]]]:
+    """Each QA item of ``config`` not yet in ``out`` (JSON lines, so that a run resumes), answered by ``rag``:
+    (progress "task n/N", task, item, answer, seconds, ``keep``: appends the caller's line for the item)."""
     done = set()
     if out.is_file():
         done = {(r["task"], r["item_id"]) for r in map(json.loads, out.read_text().splitlines())}
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("a", encoding="utf-8") as sink:
+
+        def keep(line: dict[str, Any]) -> None:
+            sink.write(json.dumps(line) + "\n")
+            sink.flush()
+
         for task in config.tasks:
             spec = task.spec(limit)
             items = bench.build_items(spec, generator.tokenizer)
@@ -89,20 +96,29 @@ def collect(config_path: str, out: Path, limit: int | None) -> None:
                     continue
                 t0 = time.perf_counter()
                 answer = rag.answer(item.context, item.question, source=item.id)
-                seconds = time.perf_counter() - t0
-                t1 = time.perf_counter()
-                route = auto.decide(item.question, answer)
-                signals = {**route.signals, "passages_answer": passages_answer(
-                    generator, item.question, [r.text for r in answer.references])}
-                line = {"task": spec.name, "item_id": item.id, "scores": bench.score_item(item, answer.text),
-                        "signals": signals, "abstains": abstains(answer.text),
-                        "gathers": gathers_whole(item.question), "route": route.taken,
-                        "rag_seconds": round(seconds, 3), "decide_seconds": round(time.perf_counter() - t1, 3)}
-                sink.write(json.dumps(line) + "\n")
-                sink.flush()
-                print(f"{spec.name} {n + 1}/{len(items)} contains={line['scores']['contains']:.0f} "
-                      f"support={signals['support']} p={signals['passages_answer']} "
-                      f"{seconds:.1f}s", file=sys.stderr)
+                yield f"{spec.name} {n + 1}/{len(items)}", spec.name, item, answer, time.perf_counter() - t0, keep
+
+
+def collect(config_path: str, out: Path, limit: int | None) -> None:
+    config = bench.load_config(config_path)
+    rag_options = rag_of(config)
+    generator = app.load_model(config.model)
+    embedder = app.load_embedder(config.embedder)
+    rag = make_pattern(rag_options, generator, embedder=embedder)
+    auto = make_pattern(AutoOptions(**rag_options.model_dump()), generator, embedder=embedder)
+    assert isinstance(auto, Auto)
+    for progress, task, item, answer, seconds, keep in answered(config, generator, rag, out, limit):
+        t1 = time.perf_counter()
+        route = auto.decide(item.question, answer)
+        signals = {**route.signals, "passages_answer": passages_answer(
+            generator, item.question, [r.text for r in answer.references])}
+        line = {"task": task, "item_id": item.id, "scores": bench.score_item(item, answer.text),
+                "signals": signals, "abstains": abstains(answer.text),
+                "gathers": gathers_whole(item.question), "route": route.taken,
+                "rag_seconds": round(seconds, 3), "decide_seconds": round(time.perf_counter() - t1, 3)}
+        keep(line)
+        print(f"{progress} contains={line['scores']['contains']:.0f} support={signals['support']} "
+              f"p={signals['passages_answer']} {seconds:.1f}s", file=sys.stderr)
 
 
 def stored(run: Path) -> dict[tuple[str, str], dict[str, Any]]:

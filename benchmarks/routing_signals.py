@@ -29,15 +29,14 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from _common import MEASUREMENTS, measurement, write_measurement
-from routing import passages_answer, score_of, stored
+from routing import answered, passages_answer, rag_of, score_of, stored
 
-from marginalia import RagOptions, app, bench
+from marginalia import app, bench
 from marginalia.patterns import make_pattern
 from marginalia.patterns.auto import abstains, gathers_whole
 from marginalia.patterns.signals import measure
@@ -51,33 +50,16 @@ def keep_path(config: str) -> Path:
 
 def answers(config_path: str, keep: Path, limit: int | None) -> None:
     config = bench.load_config(config_path)
-    table = next(p for p in config.patterns if p.kind == "rag")
-    options = RagOptions(max_new_tokens=config.max_new_tokens or RagOptions().max_new_tokens,
-                         chunk_tokens=table.chunk_tokens, top_k=table.top_k)
     generator = app.load_model(config.model)
-    rag = make_pattern(options, generator, embedder=app.load_embedder(config.embedder))
-    done = {(r["task"], r["item_id"]) for r in map(json.loads, keep.read_text().splitlines())} if keep.is_file() \
-        else set()
-    keep.parent.mkdir(parents=True, exist_ok=True)
-    with keep.open("a", encoding="utf-8") as sink:
-        for task in config.tasks:
-            spec = task.spec(limit)
-            items = bench.build_items(spec, generator.tokenizer)
-            for n, item in enumerate(items):
-                if (spec.name, item.id) in done or item.scoring != "qa":
-                    continue
-                t0 = time.perf_counter()
-                answer = rag.answer(item.context, item.question, source=item.id)
-                seconds = time.perf_counter() - t0
-                passages = [r.text for r in answer.references]
-                line = {"task": spec.name, "item_id": item.id, "question": item.question, "answer": answer.text,
-                        "passages": passages, "scores": bench.score_item(item, answer.text),
-                        "passages_answer": passages_answer(generator, item.question, passages),
-                        "rag_seconds": round(seconds, 3)}
-                sink.write(json.dumps(line) + "\n")
-                sink.flush()
-                print(f"{spec.name} {n + 1}/{len(items)} contains={line['scores']['contains']:.0f} "
-                      f"{seconds:.1f}s", file=sys.stderr)
+    rag = make_pattern(rag_of(config), generator, embedder=app.load_embedder(config.embedder))
+    for progress, task, item, answer, seconds, write in answered(config, generator, rag, keep, limit):
+        passages = [r.text for r in answer.references]
+        line = {"task": task, "item_id": item.id, "question": item.question, "answer": answer.text,
+                "passages": passages, "scores": bench.score_item(item, answer.text),
+                "passages_answer": passages_answer(generator, item.question, passages),
+                "rag_seconds": round(seconds, 3)}
+        write(line)
+        print(f"{progress} contains={line['scores']['contains']:.0f} {seconds:.1f}s", file=sys.stderr)
 
 
 def signals(keep: Path, out: Path) -> None:
