@@ -85,7 +85,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -446,6 +446,18 @@ def raw_request(live: fz.LiveService, method: str, path: str, headers: dict[str,
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
+def hold_open(live: fz.LiveService, pool: ThreadPoolExecutor, sent: bytes, count: int) -> list[Future[Any]]:
+    """``count`` connections, each opened one after the other and sent ``sent`` before the next: their
+    exchanges (`exchange`), waiting in ``pool`` for what the server answers, timed from each one's opening."""
+    held = []
+    for _ in range(count):
+        start = time.perf_counter()
+        sock = socket.create_connection(("127.0.0.1", live.port), timeout=30)
+        sock.sendall(sent)
+        held.append(pool.submit(exchange, live, b"", opened=sock, start=start))
+    return held
+
+
 def exchange(live: fz.LiveService, sent: bytes, trickle: bytes = b"", every: float = 0.5,
              opened: socket.socket | None = None, start: float | None = None) -> tuple[str, float]:
     """On a connection of its own (or ``opened``), send ``sent``, then a byte of ``trickle`` every ``every``
@@ -516,12 +528,7 @@ def run_slow(live: fz.LiveService, watch: fz.MemoryWatch, n: int) -> Part:
         for kind, (sent, trickle) in kinds.items():
             for outcome, seconds in pool.map(lambda _, s=sent, t=trickle: exchange(live, s, t), range(n)):
                 part.took(f"{kind}: {outcome}", seconds)
-        held = []
-        for _ in range(limit):
-            start = time.perf_counter()
-            sock = socket.create_connection(("127.0.0.1", live.port), timeout=30)
-            sock.sendall(half)
-            held.append(pool.submit(exchange, live, b"", opened=sock, start=start))
+        held = hold_open(live, pool, half, limit)
         request = raw_request(live, "GET", "/v1/collections", {})
         for outcome, seconds in pool.map(lambda _: exchange(live, request), range(n)):
             part.took(f"past the connection limit: {outcome}", seconds)
@@ -747,12 +754,7 @@ def run_in_flight(live: fz.LiveService, watch: fz.MemoryWatch, n: int) -> Part:
     half = raw_request(live, "POST", "/v1/ask", {"Content-Type": "application/json", "Content-Length": str(size)},
                        b"{")
     with measured(part, watch, live.tally, live.url), ThreadPoolExecutor(held + n) as pool:
-        holding = []
-        for _ in range(held):
-            start = time.perf_counter()
-            sock = socket.create_connection(("127.0.0.1", live.port), timeout=30)
-            sock.sendall(half)
-            holding.append(pool.submit(exchange, live, b"", opened=sock, start=start))
+        holding = hold_open(live, pool, half, held)
         time.sleep(0.2)  # the server has read their headers: their declared bytes are held
         for status, seconds, _ in pool.map(lambda _: push(live, "/v1/ask", size), range(n)):
             part.took(f"past the bound: {status}", seconds)
