@@ -84,7 +84,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -1193,6 +1193,20 @@ def numbers(parts: list[Part], tallies: tuple[fz.Tally, fz.Tally], args: argpars
     }
 
 
+def run_planned(watch: fz.MemoryWatch, plan: Iterable[tuple[float, Callable[[], Part]]]) -> list[Part]:
+    """The parts of ``plan`` (a count, then the part's run) whose count is not 0, each reported as it ends;
+    ``watch`` is closed after the last, or at the first that fails."""
+    parts = []
+    try:
+        for count, run in plan:
+            if count:
+                parts.append(run())
+                report(parts[-1])
+    finally:
+        watch.close()
+    return parts
+
+
 def in_process(args: argparse.Namespace, home: str) -> tuple[list[Part], fz.Tally]:
     """Parts (1)-(3)."""
     made: list[fz.FuzzedService] = []
@@ -1203,20 +1217,14 @@ def in_process(args: argparse.Namespace, home: str) -> tuple[list[Part], fz.Tall
         return made[0]
 
     watch = fz.MemoryWatch(os.getpid())
-    parts = []
-    try:
-        for count, run in ((args.requests, lambda: run_schemathesis(service(), watch, args.requests)),
-                           (args.documents, lambda: run_documents(watch, args.documents)),
-                           (args.asks, lambda: run_bodies(service(), watch, args.asks)),
-                           (args.uploads, lambda: run_uploads(service(), watch, args.uploads)),
-                           (args.pdfs, lambda: run_pdfs(watch, args.pdfs)),
-                           (args.line_mb, lambda: run_long_line(watch, args.line_mb)),
-                           (args.cross, lambda: run_cross(watch, os.path.join(home, "cross"), args.cross))):
-            if count:
-                parts.append(run())
-                report(parts[-1])
-    finally:
-        watch.close()
+    parts = run_planned(watch, (
+        (args.requests, lambda: run_schemathesis(service(), watch, args.requests)),
+        (args.documents, lambda: run_documents(watch, args.documents)),
+        (args.asks, lambda: run_bodies(service(), watch, args.asks)),
+        (args.uploads, lambda: run_uploads(service(), watch, args.uploads)),
+        (args.pdfs, lambda: run_pdfs(watch, args.pdfs)),
+        (args.line_mb, lambda: run_long_line(watch, args.line_mb)),
+        (args.cross, lambda: run_cross(watch, os.path.join(home, "cross"), args.cross))))
     return parts, made[0].tally if made else fz.Tally()
 
 
@@ -1231,26 +1239,21 @@ def live(args: argparse.Namespace, home: str) -> tuple[list[Part], fz.Tally]:
         index_papers(home, papers)
     with fz.LiveService(home, **LIVE) as service:
         watch = fz.MemoryWatch(service.pid)
-        try:
-            for count, run in ((args.bombs, lambda: run_bombs(service, watch, args.bombs)),
-                               (args.slow, lambda: run_slow(service, watch, args.slow)),
-                               (args.wide, lambda: run_wide(service, watch, args.wide)),
-                               (args.origins, lambda: run_origins(service, watch, args.origins)),
-                               (args.unpunctuated, lambda: run_unpunctuated(service, watch, args.unpunctuated,
-                                                                            args.unpunctuated_kb)),
-                               (args.html_kb, lambda: run_hostile_html(service, watch, args.html_kb)),
-                               (args.in_flight, lambda: run_in_flight(service, watch, args.in_flight)),
-                               (args.echo_mb, lambda: run_echoes(service, watch, args.echo_mb)),
-                               (args.frozen, lambda: run_frozen(service, watch, args.frozen, args.frozen_m)),
-                               (args.trickle, lambda: run_trickle(service, watch, args.trickle)),
-                               (args.together, lambda: run_together(service, watch, args.together,
-                                                                    args.together_pages)),
-                               (args.naming, lambda: run_naming(service, watch, papers))):
-                if count:
-                    parts.append(run())
-                    report(parts[-1])
-        finally:
-            watch.close()
+        parts = run_planned(watch, (
+            (args.bombs, lambda: run_bombs(service, watch, args.bombs)),
+            (args.slow, lambda: run_slow(service, watch, args.slow)),
+            (args.wide, lambda: run_wide(service, watch, args.wide)),
+            (args.origins, lambda: run_origins(service, watch, args.origins)),
+            (args.unpunctuated, lambda: run_unpunctuated(service, watch, args.unpunctuated,
+                                                         args.unpunctuated_kb)),
+            (args.html_kb, lambda: run_hostile_html(service, watch, args.html_kb)),
+            (args.in_flight, lambda: run_in_flight(service, watch, args.in_flight)),
+            (args.echo_mb, lambda: run_echoes(service, watch, args.echo_mb)),
+            (args.frozen, lambda: run_frozen(service, watch, args.frozen, args.frozen_m)),
+            (args.trickle, lambda: run_trickle(service, watch, args.trickle)),
+            (args.together, lambda: run_together(service, watch, args.together,
+                                                 args.together_pages)),
+            (args.naming, lambda: run_naming(service, watch, papers))))
     return parts, service.tally
 
 
@@ -1269,16 +1272,11 @@ def own_servers(args: argparse.Namespace, home: str) -> tuple[list[Part], fz.Tal
     with fz.LiveService(os.path.join(home, "keyed"), model=SECRET_MODEL, api_key=fz.KEY, ingest=ingest,
                         **LIVE) as service:
         watch = fz.MemoryWatch(service.pid)
-        try:
-            for count, run in ((args.strangers, lambda: run_strangers(service, watch)),
-                               (args.keyless, lambda: run_keyless_bodies(service, watch, args.keyless,
-                                                                         args.keyless_mb)),
-                               (args.oom, lambda: run_out_of_memory(service, watch, args.oom, args.oom_memory_mb))):
-                if count:
-                    parts.append(run())
-                    report(parts[-1])
-        finally:
-            watch.close()
+        parts += run_planned(watch, (
+            (args.strangers, lambda: run_strangers(service, watch)),
+            (args.keyless, lambda: run_keyless_bodies(service, watch, args.keyless,
+                                                      args.keyless_mb)),
+            (args.oom, lambda: run_out_of_memory(service, watch, args.oom, args.oom_memory_mb))))
     return parts, service.tally
 
 
