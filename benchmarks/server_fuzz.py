@@ -1287,7 +1287,7 @@ def merged(a: fz.Tally, b: fz.Tally) -> fz.Tally:
 
 
 #: the options that count a part's inputs (0 leaves it out), by which ``--only`` names parts
-PART_OPTIONS = ("requests", "documents", "asks", "uploads", "pdfs", "line-mb", "bombs", "slow", "wide", "origins",
+PART_OPTIONS = ("requests", "documents", "asks", "uploads", "pdfs", "line-mb", "cross", "bombs", "slow", "wide", "origins",
                 "unpunctuated", "html-kb", "kills", "strangers", "keyless", "in-flight", "echo-mb", "frozen",
                 "trickle", "together", "oom", "naming")
 
