@@ -270,6 +270,20 @@ def test_every_route_of_the_app_declares_a_scope_and_has_a_row_in_the_matrix(tmp
     assert routes - set(REQUESTS) == set(), "a route the access matrix does not try"
 
 
+def test_a_key_is_looked_up_once_per_request(world, monkeypatch):
+    calls = []
+    find = KeyStore.find
+
+    def counted(self: KeyStore, token: str) -> Any:
+        calls.append(token)
+        return find(self, token)
+
+    monkeypatch.setattr(KeyStore, "find", counted)
+    assert world.as_("reader", "POST", "/v1/ask", json={"question": "What opens the vault?",
+                                                        "collection": "A"}).status_code == 200
+    assert len(calls) == 1  # by the gate, before the body; the routes' dependency takes its answer
+
+
 def test_a_route_missing_from_the_table_is_refused_to_all_but_admins(world, monkeypatch):
     monkeypatch.delitem(ROUTE_SCOPES, ("GET", "/v1/models"))
     assert world.as_("reader", "GET", "/v1/models").status_code == 403

@@ -216,6 +216,11 @@ class RequestRate:
             seen.append(now)
 
 
+#: where the gate leaves the caller it authenticated in the request's scope state, so that the routes'
+#: dependency does not look the key up a second time
+PRINCIPAL = "marginalia_principal"
+
+
 def caller(settings: Settings, headers: Mapping[str, str], peer: str | None) -> Principal:
     """`authenticate` on a request's headers (``peer``: the address it came from), as the gate, the routes'
     dependency and the health check all ask it."""

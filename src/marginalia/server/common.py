@@ -16,7 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sse_starlette import EventSourceResponse
 
 from ..records import Answer, Done
-from .auth import NOBODY, ROUTE_SCOPES, Principal, RequestRate, Scope, caller
+from .auth import NOBODY, PRINCIPAL, ROUTE_SCOPES, Principal, RequestRate, Scope, caller
 from .errors import Forbidden, TooLarge, describe, error_body, error_response
 from .events import answer_dict, event_payload, margin_dict
 from .schemas import SCANNED, lone_surrogate
@@ -141,7 +141,8 @@ async def require_key(request: Request,
         return NOBODY
     service = get_service(request)
     settings = service.settings
-    who = caller(settings, request.headers, request.client.host if request.client else None)
+    who = request.scope.get("state", {}).get(PRINCIPAL) or caller(  # the gate's, else asked here
+        settings, request.headers, request.client.host if request.client else None)
     if who.bounded:
         rate: RequestRate = request.app.state.rate
         rate.check(who.owner or who.actor)

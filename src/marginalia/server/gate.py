@@ -16,7 +16,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .auth import caller
+from .auth import PRINCIPAL, caller
 from .errors import Overloaded, TooLarge, Unauthorized, error_response, too_large_message
 from .settings import MIB, Settings
 
@@ -99,7 +99,7 @@ class Gate:
         if OPEN.fullmatch(scope["path"]) is None and scope["method"] != "OPTIONS":
             try:
                 client = scope.get("client")
-                caller(self.settings, headers, client[0] if client else None)
+                scope.setdefault("state", {})[PRINCIPAL] = caller(self.settings, headers, client[0] if client else None)
             except Unauthorized as exc:
                 return exc
         if declared is None or not (declared.isascii() and declared.isdigit()):
