@@ -1,5 +1,6 @@
 """The run report's plots (matplotlib): score against the gold's position, per length and pattern, with 95%
-intervals; a position x length heatmap per pattern; tokens and seconds per answer."""
+intervals; a position x length heatmap per pattern; tokens and seconds per answer; score against seconds per
+answer for the recommendation."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from ..errors import MissingDependency
 from .analysis import cost_rows, in_order, position, primary_metric, sort_key, values_of
+from .recommend import Recommendation
 from .statistics import Estimate, estimate
 from .tables import fmt
 
@@ -149,5 +151,31 @@ def plot_cost(records: list[dict[str, Any]], patterns: Sequence[str], out: Path)
     seconds.set_xticks(list(xs), labels)
     seconds.set_ylabel("seconds per item")
     name = "cost.png"
+    fig.savefig(out / name, dpi=110)
+    return [name]
+
+
+def plot_recommendations(recommendations: Sequence[Recommendation], out: Path,
+                         name: str = "recommendation.png") -> list[str]:
+    """Score against seconds per answer, a panel per kind of question: each reading a point with its score's
+    95% interval, the recommended one ringed. Returns the file names written."""
+    shown = [r for r in recommendations if any(s.seconds is not None for s in r.readings)]
+    if not shown:
+        return []
+    fig = _figure(figsize=(3.6 * len(shown) + 0.6, 3.4), layout="constrained")
+    axes = fig.subplots(1, len(shown), squeeze=False)[0]
+    for ax, rec in zip(axes, shown, strict=True):
+        for s in rec.readings:
+            if s.seconds is None:
+                continue
+            below, above = max(0.0, s.score - s.low), max(0.0, s.high - s.score)  # a bound may round past the mean
+            ax.errorbar([s.seconds], [s.score], yerr=[[below], [above]], fmt="o", capsize=3, label=s.reading)
+            if s.reading == rec.chosen:
+                ax.scatter([s.seconds], [s.score], s=200, facecolors="none", edgecolors="black")
+        ax.set_xscale("log")
+        ax.set_title(f"{rec.kind}: {rec.chosen}", fontsize="medium")
+        ax.set_xlabel("seconds per answer")
+        ax.set_ylabel("score")
+        ax.legend(fontsize="small")
     fig.savefig(out / name, dpi=110)
     return [name]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .analysis import RunData, cost_rows, in_order, metric_value, primary_metric
@@ -100,32 +99,6 @@ def recommend(kind: str, scores: Mapping[str, Mapping[str, float]], seconds: Map
     candidates = [s for s in scored if s.within and s.seconds is not None] or [s for s in scored if s.reading == best]
     chosen = min(candidates, key=lambda s: (s.seconds if s.seconds is not None else math.inf, -s.score))
     return Recommendation(kind, best, chosen.reading, tuple(scored))
-
-
-def plot_recommendations(recommendations: Sequence[Recommendation], out: Path, figure: Callable[..., Any],
-                         name: str = "recommendation.png") -> list[str]:
-    """Score against seconds per answer, a panel per kind of question: each reading a point with its score's
-    95% interval, the recommended one ringed. Returns the file names written."""
-    shown = [r for r in recommendations if any(s.seconds is not None for s in r.readings)]
-    if not shown:
-        return []
-    fig = figure(figsize=(3.6 * len(shown) + 0.6, 3.4), layout="constrained")
-    axes = fig.subplots(1, len(shown), squeeze=False)[0]
-    for ax, rec in zip(axes, shown, strict=True):
-        for s in rec.readings:
-            if s.seconds is None:
-                continue
-            below, above = max(0.0, s.score - s.low), max(0.0, s.high - s.score)  # a bound may round past the mean
-            ax.errorbar([s.seconds], [s.score], yerr=[[below], [above]], fmt="o", capsize=3, label=s.reading)
-            if s.reading == rec.chosen:
-                ax.scatter([s.seconds], [s.score], s=200, facecolors="none", edgecolors="black")
-        ax.set_xscale("log")
-        ax.set_title(f"{rec.kind}: {rec.chosen}", fontsize="medium")
-        ax.set_xlabel("seconds per answer")
-        ax.set_ylabel("score")
-        ax.legend(fontsize="small")
-    fig.savefig(out / name, dpi=110)
-    return [name]
 
 
 def question_kind(record: dict[str, Any]) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path
 from ..errors import UserError
 from ..files import atomic_write_text
 from .analysis import find_run, in_order, load_run, pattern_order
-from .plots import _figure, plot_cost, plot_task
-from .recommend import plot_recommendations, recommendations, shared_readings
+from .plots import plot_cost, plot_recommendations, plot_task
+from .recommend import recommendations, shared_readings
 from .tables import render_markdown
 
 REPORT = "report.md"
@@ -56,7 +56,7 @@ def write_report(run: str | Path, out: str | Path | None = None, home: str | Pat
             drawn[task] = plot_task([r for r in data.records if r["task"] == task], task, patterns, target)
         drawn["cost"] = plot_cost(data.records, patterns, target)
         drawn["recommendation"] = plot_recommendations(
-            recommendations(data.records, patterns, shared_readings(data)), target, _figure)
+            recommendations(data.records, patterns, shared_readings(data)), target)
     text = render_markdown(data, drawn)
     path = target / REPORT
     atomic_write_text(path, text)
