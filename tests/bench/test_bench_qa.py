@@ -14,7 +14,7 @@ from marginalia.bench.own import (
     read_pairs,
     requests_path,
 )
-from marginalia.bench.qa_writer import pick_fact, plan, short_answer, similar
+from marginalia.bench.qa_writer import pick_fact, pick_facts, plan, short_answer, similar
 from marginalia.models.fake import ScriptedGenerator
 from qa_support import REPORT, respond_qa
 
@@ -53,10 +53,10 @@ def test_four_kinds_each_with_evidence_that_slices_the_text_exactly(report, tmp_
     assert summary.skipped_pairs >= 2
 
 
-def test_a_question_that_gives_its_answer_away_is_dropped(report, tmp_path):
+def test_a_question_that_gives_its_answer_away_is_dropped_after_each_fact_of_its_chunk(report, tmp_path):
     def tells(request):
         if "Write the question that this sentence answers" in request.prompt:
-            return " Was the Orla Maye hired, or Ingrid Tasker, or Tomas Brey?"
+            return " Was it the Orla Maye, Ingrid Tasker, Tomas Brey, 37 or March?"
         return "not a question"
 
     out = tmp_path / "qa.jsonl"
@@ -64,7 +64,29 @@ def test_a_question_that_gives_its_answer_away_is_dropped(report, tmp_path):
     summary = generate_pairs([report], ScriptedGenerator(tells), out, retries=0, on_event=events.append)
     assert summary.new_pairs == 0 and read_pairs(out) == []
     done = [e for e in events if isinstance(e, RequestDone) and e.kind == "single"]
-    assert len(done) == 3 and all(e.dropped == {"the question gives its answer away": 1} for e in done)
+    # the harbour has one fact to ask about; the lifeboat and the market two each (a name and a number or month)
+    assert [e.dropped for e in done] == [{"the question gives its answer away": n} for n in (1, 2, 2)]
+
+
+def test_the_next_fact_of_a_chunk_is_asked_when_a_question_names_its_answer(report, tmp_path):
+    def names_the_coxswain(request):
+        if 'answers with "Ingrid Tasker"' in request.prompt:
+            return " Is Ingrid Tasker the coxswain?"
+        if 'answers with "37"' in request.prompt:
+            return " How many times did the lifeboat launch this year?"
+        return respond_qa(request)
+
+    out = tmp_path / "qa.jsonl"
+    generate_pairs([report], ScriptedGenerator(names_the_coxswain), out, retries=0)
+    singles = [p for p in read_pairs(out) if p["kind"] == "single"]
+    lifeboat = next(p for p in singles if p["section_path"][-1] == "Lifeboat")
+    assert lifeboat["answer"] == "37" and lifeboat["evidence"] == "The lifeboat launched 37 times this year."
+
+
+def test_a_fact_the_document_repeats_everywhere_is_asked_last():
+    text = "# Ada Brook\n\nAda Brook sailed with Tom Reed. Ada Brook won. Ada Brook left in 1901."
+    facts = [text[slice(*answer)] for _, answer in pick_facts(text, 0, len(text))]
+    assert facts[0] == "Tom Reed" and "1901" in facts
 
 
 def test_a_single_facts_answer_and_sentence_are_chosen_by_rule_and_exact():

@@ -4,7 +4,8 @@ A document's requests are planned before the first is sent, so a run can say wha
 inside a document: each request has a key that stays the same from one run to the next.
 
 - ``single``: one request per chunk: a name or number in one of its sentences is the answer (both chosen by
-  rule, so they are exact), and the model writes the question that sentence answers with it.
+  rule, so they are exact), and the model writes the question that sentence answers with it; where its question
+  names the answer, the chunk's next fact is tried (up to `FACT_TRIES`).
 - ``unanswerable``: a question on a chunk's subject that the document never answers (a word of it occurs
   nowhere in the document); it has no evidence and no answer.
 - ``join``: two single facts from different sections made one question; both evidence spans kept.
@@ -44,6 +45,8 @@ _NAME = re.compile(r"\b[A-Z][a-z'\u2019-]+(?:\s+(?:of\s+)?[A-Z][a-z'\u2019-]+)*"
 _NUMBER = re.compile(r"[\u00a3$\u20ac]?\d+(?:[,.]\d+)*")
 #: "<restated question> is <answer>"
 _RESTATED = re.compile(r"(.+?)\s+(?:is|was|are|were)\s+(.+)", re.DOTALL)
+#: the facts of a chunk a single-fact request tries in turn, while the model's question gives its answer away
+FACT_TRIES = 3
 #: token-set similarity (0-100) from which two questions count as one
 NEAR_DUPLICATE = 90
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -163,15 +166,21 @@ class PairWriter:
         out = Outcome()
         if request.kind == "single":
             unit = units[request.units[0]]
-            picked = pick_fact(doc.text, unit.start, unit.end)
-            if picked is None:
+            candidates = pick_facts(doc.text, unit.start, unit.end, limit=FACT_TRIES)
+            if not candidates:
                 out.dropped["no name or number to ask about"] += 1
-                return out
-            sentence, answer = picked
-            reply = self._ask(out, "qa_single", ("question",), sentence=" ".join(doc.text[slice(*sentence)].split()),
-                              answer=doc.text[slice(*answer)])
-            if reply is not None:
-                self._single(out, reply, doc, sections, sentence, answer)
+            tried = Outcome()
+            for sentence, answer in candidates:  # the next fact where a question gives its answer away
+                told = " ".join(doc.text[slice(*sentence)].split())
+                reply = self._ask(tried, "qa_single", ("question",), sentence=told, answer=doc.text[slice(*answer)])
+                if reply is not None:
+                    self._single(tried, reply, doc, sections, sentence, answer)
+                if tried.pairs:
+                    break
+            out.calls += tried.calls
+            out.pairs += tried.pairs
+            if not tried.pairs:
+                out.dropped.update(tried.dropped)
         elif request.kind == "unanswerable":
             unit = units[request.units[0]]
             reply = self._ask(out, "qa_unanswerable", ("question",), text=unit.text.strip())
@@ -293,23 +302,43 @@ def sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return spans
 
 
-def pick_fact(text: str, start: int, end: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """A sentence of ``text[start:end]`` and a fact in it to ask about: the first name of two or more words, else
-    the first number or name of one word not opening the sentence; both spans slice ``text`` exactly."""
-    found: list[tuple[int, tuple[int, int], tuple[int, int]]] = []
+def pick_facts(text: str, start: int, end: int, limit: int = 3) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Up to ``limit`` sentences of ``text[start:end]``, each with a fact in it to ask about, best first: a name of
+    two or more words, then a number, then a name of one word not opening its sentence; a fact the whole text
+    names more than twice (its subject, which questions name too) comes after the others. One fact per sentence
+    and per wording; every span slices ``text`` exactly."""
+    found: list[tuple[int, int, tuple[int, int], tuple[int, int]]] = []
     for s, e in sentences(text, start, end):
         for match in _NAME.finditer(text, s, e):
             words = match.group().split()
             if len(words) >= 2:
-                found.append((0, (s, e), match.span()))
+                found.append((0, s, (s, e), match.span()))
             elif match.start() > s:
-                found.append((2, (s, e), match.span()))
+                found.append((2, s, (s, e), match.span()))
         for match in _NUMBER.finditer(text, s, e):
-            found.append((1, (s, e), match.span()))
-    if not found:
-        return None
-    _, sentence, answer = min(found, key=lambda f: (f[0], f[1][0], f[2][0]))
-    return sentence, answer
+            found.append((1, s, (s, e), match.span()))
+    counts: dict[str, int] = {}
+
+    def repeated(span: tuple[int, int]) -> bool:
+        said = text[slice(*span)]
+        if said not in counts:
+            counts[said] = text.count(said)
+        return counts[said] > 2
+
+    ordered = sorted(found, key=lambda f: (repeated(f[3]), f[0], f[1], f[3][0]))
+    out: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    for _, _, sentence, answer in ordered:
+        if all(sentence != o[0] and text[slice(*answer)] != text[slice(*o[1])] for o in out):
+            out.append((sentence, answer))
+        if len(out) == limit:
+            break
+    return out
+
+
+def pick_fact(text: str, start: int, end: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The first of `pick_facts`, or None where ``text[start:end]`` has no name or number to ask about."""
+    facts = pick_facts(text, start, end, limit=1)
+    return facts[0] if facts else None
 
 
 def short_answer(answer: str, question: str) -> str:
