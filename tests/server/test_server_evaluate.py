@@ -9,6 +9,7 @@ import pytest
 from marginalia.bench.own import read_pairs, write_pairs
 from marginalia.models.fake import Request
 from marginalia.server import Settings
+from marginalia.server.eval_jobs import recommendations
 from qa_support import REPORT, SINGLE, respond_qa_and_read
 from server_support import index_text, make_client, scripted, wait_for
 
@@ -116,6 +117,27 @@ def test_an_evaluation_job_scores_each_reading_on_the_accepted_pairs(client):
     auto = done["readings"][1]
     assert {a["route"] for a in auto["answers"]} <= {"rag", "wim"}
     assert done["readings"][0]["answers"][0]["route"] is None
+    # a recommendation per kind of question: rag and auto score alike on each, so the cheaper is named
+    recommended = {r["kind"]: r for r in done["recommendations"]}
+    assert set(recommended) == {"single", "unanswerable", "join"}
+    for kind, r in recommended.items():
+        assert r["reading"] in ("rag", "auto") and r["text"].startswith(f"{kind}: read with {r['reading']} (")
+    assert "rag 1.00" in recommended["single"]["text"] and "(3 items)" in recommended["single"]["text"]
     listed = client.get("/v1/eval-jobs").json()
     assert [j["id"] for j in listed] == [job["id"]] and "answers" not in listed[0]["readings"][0]
     assert client.get("/v1/eval-jobs/nope").status_code == 404
+
+
+def test_the_recommendation_names_the_cheapest_reading_within_the_best_ones_interval():
+    def reading(pattern, right, seconds):
+        return {"pattern": pattern, "answers": [{"pair": f"p{i}", "kind": "single", "contains": float(i < right),
+                                                 "seconds": seconds} for i in range(20)]}
+
+    # wim is right far more often: nothing cheaper is within its interval
+    found = recommendations([reading("rag", 4, 1.0), reading("wim", 18, 9.0)])
+    assert [(r["kind"], r["best"], r["reading"]) for r in found] == [("single", "wim", "wim")]
+    # one item apart: rag is within wim's interval, and nine times cheaper
+    found = recommendations([reading("rag", 17, 1.0), reading("wim", 18, 9.0)])
+    assert [(r["best"], r["reading"]) for r in found] == [("wim", "rag")]
+    assert found[0]["text"].startswith("single: read with rag (within wim's interval (-0.05 [")
+    assert recommendations([{"pattern": "rag", "answers": []}]) == []

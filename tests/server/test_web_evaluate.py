@@ -122,6 +122,9 @@ def test_generate_review_with_evidence_run_and_see_the_results(browser, tmp_path
             expect(rows.nth(i).locator(".score")).to_have_text(re.compile(r"^0\.67 \[0\.\d\d, 0\.\d\d\]$"))
             assert float(rows.nth(i).locator(".seconds").inner_text()) >= 0
         expect(page.locator("#eval-status")).to_have_text("Scored 6 answers.")
+        # the results open with a recommendation per kind of question
+        first = page.locator("#eval-recommendation li").first
+        expect(first).to_have_text(re.compile(r"^single: read with (auto|rag) \(.*Each reading: auto 0\.50 at "))
         plot = page.locator("#eval-plot")
         expect(plot.locator("g.reading")).to_have_count(2)
         expect(plot.locator("g.reading circle.point")).to_have_count(2)

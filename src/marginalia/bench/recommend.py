@@ -50,6 +50,10 @@ class Recommendation:
 
     def line(self) -> str:
         """One line of markdown: the choice, then each reading's score and seconds per answer."""
+        return "- " + self.text(lambda name: f"**{name}**")
+
+    def text(self, strong: Callable[[str], str] = str) -> str:
+        """The line as plain text (``strong`` marks the kind and the reading chosen)."""
         chosen = next(r for r in self.readings if r.reading == self.chosen)
         if self.chosen == self.best:
             why = "the best score"
@@ -57,7 +61,8 @@ class Recommendation:
             mean, low, high = chosen.difference or (math.nan, math.nan, math.nan)
             why = f"within {self.best}'s interval ({mean:+.2f} [{low:+.2f}, {high:+.2f}] paired)"
         each = "; ".join(f"{r.reading} {r.score:.2f} at {_seconds(r.seconds)}" for r in self.readings)
-        return f"- **{self.kind}**: read with **{self.chosen}** ({why}). Each reading: {each} ({chosen.items} items)."
+        return (f"{strong(self.kind)}: read with {strong(self.chosen)} ({why}). Each reading: {each} "
+                f"({chosen.items} items).")
 
 
 def _seconds(value: float | None) -> str:
@@ -127,14 +132,16 @@ def recommendations(records: list[dict[str, Any]], patterns: Sequence[str],
         seconds = {p: (v + (own.get(shared[p]) or 0.0) if v is not None and p in shared else v)
                    for p, v in own.items()}
 
-        def score_interval(values: Sequence[float]) -> tuple[float, float]:
-            est = estimate(values)
-            return est.low, est.high
-
         found = recommend(kind, scores, seconds, bootstrap, score_interval)
         if found is not None:
             out.append(found)
     return out
+
+
+def score_interval(values: Sequence[float]) -> tuple[float, float]:
+    """The 95% interval of a mean score (`statistics.estimate`)."""
+    est = estimate(values)
+    return est.low, est.high
 
 
 def recommendation_lines(found: Sequence[Recommendation], plots: Sequence[str] = ()) -> list[str]:

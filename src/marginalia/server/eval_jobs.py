@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..bench.metrics import qa_scores
-from ..bench.statistics import estimate
+from ..bench.recommend import recommend, score_interval
+from ..bench.statistics import bootstrap, estimate
 from .boards import BackgroundJob, Board, new_id
 from .errors import describe, log
 
@@ -58,7 +59,7 @@ class EvalJob(BackgroundJob):
         return {"id": self.id, "collection": self.collection, "patterns": list(self.patterns), "status": self.status,
                 "pairs": len(self.pairs), "answers_done": self.answers_done,
                 "answers_total": len(self.pairs) * len(self.patterns),
-                "readings": readings,
+                "readings": readings, "recommendations": recommendations(self.readings),
                 "error": self.error, "created_at": self.created_at, "finished_at": self.finished_at}
 
 
@@ -74,6 +75,21 @@ def summary(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
         est = estimate([a[name] for a in answers])
         out[name] = {"mean": est.mean, "low": est.low, "high": est.high} if answers else None
     out["seconds_per_answer"] = sum(a["seconds"] for a in answers) / len(answers) if answers else None
+    return out
+
+
+def recommendations(readings: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per kind of question, the cheapest reading whose "contains" score is within the best reading's paired
+    95% interval on the pairs both answered (`bench.recommend.recommend`, as `bench report` opens with)."""
+    out = []
+    kinds = dict.fromkeys(a["kind"] for r in readings for a in r["answers"])
+    for kind in kinds:
+        answers = {r["pattern"]: [a for a in r["answers"] if a["kind"] == kind] for r in readings}
+        scores = {p: {a["pair"]: float(a["contains"]) for a in got} for p, got in answers.items() if got}
+        seconds = {p: sum(a["seconds"] for a in got) / len(got) for p, got in answers.items() if got}
+        found = recommend(kind, scores, seconds, bootstrap, score_interval)
+        if found is not None:
+            out.append({"kind": kind, "best": found.best, "reading": found.chosen, "text": found.text()})
     return out
 
 

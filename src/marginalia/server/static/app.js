@@ -168,7 +168,8 @@ const evaluator = new Evaluator({
   generateProgress: $("eval-generate-progress"), status: $("eval-status"), counts: $("eval-counts"),
   pairs: $("eval-pairs"), doc: $("eval-doc"), docTitle: $("eval-doc-title"), docMeta: $("eval-doc-meta"),
   runForm: $("eval-run-form"), patterns: $("eval-patterns"), run: $("eval-run"), runHint: $("eval-run-hint"),
-  runProgress: $("eval-run-progress"), results: $("eval-results"), table: $("eval-table"), plot: $("eval-plot"),
+  runProgress: $("eval-run-progress"), results: $("eval-results"),
+  recommendation: $("eval-recommendation"), table: $("eval-table"), plot: $("eval-plot"),
 }, {
   collection: () => library.name,
   canWrite: (name) => library.canWrite(name),

@@ -349,9 +349,16 @@ export class Evaluator {
     }
   }
 
-  /** The results table (a row per reading) and the plot, from a job's state. */
+  /** The recommendation (a line per kind of question), the results table (a row per reading) and the plot,
+   * from a job's state. */
   results(job) {
     this.els.results.hidden = false;
+    this.els.recommendation.replaceChildren(...(job.recommendations || []).map((r) => {
+      const li = el("li", null, r.text);
+      li.dataset.kind = r.kind;
+      li.dataset.reading = r.reading;
+      return li;
+    }));
     const rows = job.readings.map((r) => {
       const tr = el("tr");
       tr.dataset.pattern = r.pattern;
