@@ -117,3 +117,25 @@ def test_own_items_build_at_a_target_length_and_depth(qa_file):
         assert "# " not in item.context
     first, last = items[0], items[1]
     assert first.context.index(first.answers[0]) < last.context.index(last.answers[0])
+
+
+@pytest.mark.parametrize(("patterns", "offered"), [(("rag", "lc"), True), (("rag",), False)])
+def test_a_run_on_a_collections_pairs_offers_calibration(tmp_path, patterns, offered):
+    from marginalia.cli import main as cli_main
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "report.md").write_text(DOC, encoding="utf-8")
+    (tmp_path / "qa").mkdir()
+    pairs = tmp_path / "qa" / "harbour.jsonl"  # where 'qa-generate --collection harbour' writes
+    generate_pairs([tmp_path / "docs"], ScriptedGenerator(respond), pairs, retries=0)
+    review(pairs, io.StringIO("a\na\n"), io.StringIO())
+    config = tmp_path / "mine.toml"
+    config.write_text('model = "scripted:Orla Maye"\nembedder = "hashing"\n\n[[tasks]]\ndataset = "own"\n'
+                      f'path = "{pairs}"\nlengths = [60]\n'
+                      + "".join(f'\n[[patterns]]\nkind = "{p}"\n' for p in patterns), encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["bench", "run", str(config), "--out", str(tmp_path / "run"), "--no-report"], out, err) == 0
+    said = [line for line in err.getvalue().splitlines() if line.startswith("next: marginalia bench calibrate")]
+    assert said == ([f"next: marginalia bench calibrate {tmp_path / 'run'} --collection harbour   (a reading "
+                     "profile for scripted:Orla Maye from this run; --dry-run shows the choice first)"]
+                    if offered else [])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from .. import app
@@ -268,7 +269,21 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             _write_report(summary.folder, out, log)
         except UserError:  # no results at all (every task built no items)
             return 0
+    _offer_calibration(config, summary.folder, log)
     return 0
+
+
+def _offer_calibration(config: Any, folder: Any, log: Callable[[str], None]) -> None:
+    """Say how to make a reading profile from a run on one's own pairs that read with rag and wim or lc."""
+    kinds = {p.kind for p in config.patterns}
+    own = [t for t in config.tasks if t.dataset == "own" and t.path]
+    if "rag" not in kinds or not kinds & {"wim", "lc"} or not own:
+        return
+    qa = Path(own[0].path)
+    # a collection's pairs are <home>/qa/NAME.jsonl ('qa-generate --collection NAME', the page)
+    collection = qa.stem if qa.parent.name == "qa" else "NAME"
+    log(f"next: marginalia bench calibrate {folder} --collection {collection}   (a reading profile for "
+        f"{config.model} from this run; --dry-run shows the choice first)")
 
 
 def _write_report(folder: Any, out: TextIO, log: Callable[[str], None]) -> None:
@@ -409,7 +424,6 @@ def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pathlib import Path
 
     from ..bench.analysis import find_run
     from ..bench.export import export_run
