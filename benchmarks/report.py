@@ -27,12 +27,12 @@ OUT = ROOT / "BENCHMARKS.md"
 MAX_BYTES = 25_000
 #: the scripts whose measurements BENCHMARKS.md shows, in the order it shows them (each registers itself)
 SCRIPTS = ("quality", "bench_example", "wim_overhead", "read_once", "backends", "index_speed", "server_load",
-           "server_fuzz", "judge_speed", "routing", "vllm_serving", "compose_latency", "compose_utility",
-           "compose_tuning")
+           "server_fuzz", "judge_speed", "routing", "routing_signals", "calibration", "vllm_serving",
+           "compose_latency", "compose_utility", "compose_tuning")
 #: benchmarks whose sections BENCHMARKS.md leaves out (their summary rows stay; the script prints the section,
 #: and `python benchmarks/report.py --show NAME` prints it from the stored measurement): how a run went, not a
 #: result a user needs
-PRINTED_ONLY = ("backends", "bench_example", "compose_tuning")
+PRINTED_ONLY = ("backends", "bench_example", "compose_tuning", "vllm_serving")
 #: runs of some of a benchmark's parts (its script's ``--only``): left out like those, their summary rows too
 PARTIAL = ("server_fuzz-some-parts",)
 

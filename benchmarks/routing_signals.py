@@ -15,7 +15,7 @@ the measures, no model needed.
 share around the supporting sentences; with the model's P(YES)) worked out on the stored run's answers: auto's
 score on an item is the fresh RAG answer's where it stands and the stored WiM answer's where it does not, its
 seconds the stored run's RAG seconds plus its WiM seconds where it escalates; the oracle takes the better of
-RAG and WiM on each item. Writes benchmarks/measurements/routing/compare-<name>.json.
+RAG and WiM on each item. Writes benchmarks/measurements/routing_signals-<name>.json.
 
     python benchmarks/routing_signals.py answers configs/bench/quality-smollm2.toml --limit 30
     python benchmarks/routing_signals.py signals configs/bench/quality-smollm2.toml
@@ -33,7 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import MEASUREMENTS, measurement, write_measurement
+from _common import BENCHMARKS, MEASUREMENTS, Benchmark, measurement, write_measurement
+from _markdown import Record, made_by, provenance, table
 from routing import answered, passages_answer, rag_of, score_of, stored
 
 from marginalia import app, bench
@@ -140,8 +141,8 @@ def compare(run: Path, signals_path: Path, name: str) -> dict[str, Any]:
                 "escalated_right_rag": sum(not k and r > w for r, w, k in zip(rag, wim, keep, strict=True))}
         per_task[task] = result
     record = measurement("routing_signals", {"run": run.name, "signals": signals_path.name, "tasks": per_task},
-                         name=f"compare-{name}")
-    write_measurement(record, ROUTING)
+                         name=f"routing_signals-{name}")
+    write_measurement(record)
     return per_task
 
 
@@ -154,6 +155,44 @@ def show(per_task: dict[str, Any]) -> None:
             print(f"  {v['score']:.2f} {v['seconds']:6.1f}s esc {v['escalated']:2d} better {v['picked_better']:2d}/"
                   f"{r['items_where_they_differ']} kept-wrong {v['kept_wrong_rag']} esc-right "
                   f"{v['escalated_right_rag']}  {label}")
+
+
+#: the rules BENCHMARKS.md shows, by their labels in `rules`
+SHOWN = {"one sentence, support >= 0.5": "one sentence", "one or two sentences, support >= 0.5": "one or two"}
+
+
+def _cell(rule: dict[str, Any] | None, differ: int) -> str:
+    if rule is None:
+        return "–"
+    return f"{rule['score']:.2f} · {rule['seconds']:.0f} s · {rule['picked_better']}/{differ}"
+
+
+def summary(m: Record) -> list[list[str]]:
+    tasks = m["numbers"]["tasks"]
+    change = ", ".join(f"{t} {r['rules'][old]['score']:.2f} → {r['rules'][new]['score']:.2f} (oracle {r['oracle']:.2f})"
+                       for t, r in tasks.items() for old, new in [list(SHOWN)] if new in r["rules"])
+    return [[f"auto's support from one or two sentences against one ({m['name'].split('-', 1)[1]})", change,
+             made_by(m)]]
+
+
+def together(runs: list[Record]) -> list[str]:
+    lines = ["## The router's support signal", "",
+             "auto worked out on a quality run's items: the fresh RAG answer where its support (≥ 0.5, from its best "
+             "sentence, or from its best two together) lets it stand, the stored WiM answer where not; seconds: the "
+             "stored RAG's, plus WiM's where it escalates. Oracle: the better of the two on each item. Cells: "
+             "contains · s/answer · of the items where RAG and WiM differ, those on which auto took the better.", ""]
+    rows = []
+    for m in runs:
+        n = m["numbers"]
+        lines.append(f"- `{n['run']}`: {provenance(m)[0].lower()}{provenance(m)[1:]}")
+        rows += [[f"{n['run']}: {task} ({r['items']})", f"{r['rag']:.2f}", f"{r['wim']:.2f}", f"{r['oracle']:.2f}",
+                  *(_cell(r["rules"].get(label), r["items_where_they_differ"]) for label in SHOWN)]
+                 for task, r in n["tasks"].items()]
+    return [*lines, "", *table(["run: task (items)", "RAG", "WiM", "oracle", *SHOWN.values()], rows, "lrrrrr"), ""]
+
+
+BENCHMARKS["routing_signals"] = Benchmark("The router's support signal", summary=summary, together=together,
+                                          first=("routing_signals-quality-eval", "routing_signals-quality-smollm2"))
 
 
 def main(argv: list[str] | None = None) -> None:
