@@ -232,3 +232,27 @@ def test_an_answer_that_restates_the_question_is_cut_to_its_fact():
     assert short_answer("The new coxswain is Ingrid Tasker.", "Who is the new coxswain?") == "Ingrid Tasker"
     assert short_answer("The lifeboat was launched 37 times.", "Who is the new coxswain?") == (
         "The lifeboat was launched 37 times")
+
+
+def test_a_name_loses_the_word_opening_its_sentence_and_its_possessive():
+    text = "# Ends\n\nAlthough Dick Rifenburg was hurt, he played. It was the University of Michigan's year. although."
+    facts = [text[slice(*answer)] for _, answer in pick_facts(text, 0, len(text))]
+    assert facts[:2] == ["Dick Rifenburg", "University of Michigan"]
+
+
+@pytest.mark.parametrize(("question", "kept"), [("What colour is the harbour cat?", True),
+                                                 ("What is the name of the dredger hired?", False)])
+def test_an_unanswerable_question_needs_a_word_the_document_lacks_beyond_its_frame(report, tmp_path, question, kept):
+    def asks(request):
+        if "does not answer" in request.prompt:
+            return " " + question
+        return respond_qa(request)
+
+    out = tmp_path / "qa.jsonl"
+    events = []
+    generate_pairs([report], ScriptedGenerator(asks), out, retries=0, on_event=events.append)
+    made = [p for p in read_pairs(out) if p["kind"] == "unanswerable"]
+    assert [p["question"] for p in made] == ([question] if kept else [])
+    if not kept:
+        done = [e for e in events if isinstance(e, RequestDone) and e.kind == "unanswerable"]
+        assert done and all(e.dropped == {"the document may answer it": 1} for e in done)

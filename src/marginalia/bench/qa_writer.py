@@ -55,7 +55,8 @@ _HEADING_ONLY = re.compile(r"\s*#{1,6}[ \t][^\n]*\s*")
 _COMMON = frozenset(
     "what which who whom whose when where why how does did do is are was were will would could should the "
     "this that these those there their they them with from about into over under after before many much "
-    "most have has had been being year years first last next other than then also text document".split())
+    "most have has had been being year years first last next other than then also text document name named "
+    "called type kind sort part main mentioned described given sentence article passage".split())
 
 
 @dataclass(frozen=True)
@@ -310,11 +311,12 @@ def pick_facts(text: str, start: int, end: int, limit: int = 3) -> list[tuple[tu
     found: list[tuple[int, int, tuple[int, int], tuple[int, int]]] = []
     for s, e in sentences(text, start, end):
         for match in _NAME.finditer(text, s, e):
-            words = match.group().split()
+            a, b = _name_span(text, match, s)
+            words = text[a:b].split()
             if len(words) >= 2:
-                found.append((0, s, (s, e), match.span()))
-            elif match.start() > s:
-                found.append((2, s, (s, e), match.span()))
+                found.append((0, s, (s, e), (a, b)))
+            elif words and a > s:
+                found.append((2, s, (s, e), (a, b)))
         for match in _NUMBER.finditer(text, s, e):
             found.append((1, s, (s, e), match.span()))
     counts: dict[str, int] = {}
@@ -333,6 +335,20 @@ def pick_facts(text: str, start: int, end: int, limit: int = 3) -> list[tuple[tu
         if len(out) == limit:
             break
     return out
+
+
+def _name_span(text: str, match: re.Match[str], sentence_start: int) -> tuple[int, int]:
+    """A name's span without a possessive ending, and without the word that opens its sentence where the text
+    also writes that word in lower case ("Although Rifenburg ..." names Rifenburg)."""
+    a, b = match.span()
+    if text.endswith(("'s", "\u2019s"), a, b):
+        b -= 2
+    if a == sentence_start:
+        first = text[a:b].split()[0]
+        if re.search(rf"\b{re.escape(first.lower())}\b", text):
+            rest = text[a + len(first):b]
+            a = b - len(rest.lstrip())
+    return a, b
 
 
 def pick_fact(text: str, start: int, end: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
