@@ -115,3 +115,14 @@ def test_serve_takes_the_access_options(monkeypatch):
     assert (settings.trusted_header, settings.trusted_proxies) == ("X-Forwarded-User", ("10.0.0.5",))
     assert (settings.key_rate, settings.key_readings, settings.audit_questions) == (30, 2, True)
     assert "a key is needed" in err.getvalue()
+
+
+def test_a_grant_on_a_collection_the_home_lacks_is_noted(hermetic: Path):
+    (hermetic / "collections" / "handbook").mkdir(parents=True)
+    (hermetic / "collections" / "handbook" / "collection.json").write_text("{}", encoding="utf-8")
+    code, _, err = keys("create", "bob", "--read", "handbook", "--write", "handbok")
+    assert code == 0
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "'handbok'" in notes[0] and "marginalia collections list" in notes[0]
+    code, _, err = keys("grant-user", "carol", "--read", "handbook")
+    assert code == 0 and "note:" not in err

@@ -75,6 +75,16 @@ def _grants(args: argparse.Namespace) -> Any:
     return Grants(frozenset(args.read), frozenset(args.write), args.admin)
 
 
+def _note_unknown(args: argparse.Namespace, err: TextIO) -> None:
+    """Say which granted collections this home does not have (yet): a typo would otherwise grant nothing."""
+    from .. import app
+
+    for name in sorted(set(args.read) | set(args.write)):
+        if not app.collection_exists(name, home=args.home):
+            print(f"note: this home has no collection {name!r} (yet); the grant applies once one is made with "
+                  "that name: check the spelling with 'marginalia collections list'", file=err)
+
+
 def _store(args: argparse.Namespace) -> Any:
     from ..server.keys import KeyStore
 
@@ -111,6 +121,7 @@ def _show_token(record: Any, token: str, args: argparse.Namespace, out: TextIO, 
 def cmd_create(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     record, token = _store(args).create(args.name, _grants(args))
     _audit(args, "create_key", key=record.name, **record.grants.to_dict())
+    _note_unknown(args, err)
     _show_token(record, token, args, out, err)
     return 0
 
@@ -149,6 +160,7 @@ def cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_grant_user(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     record = _store(args).grant_user(args.name, _grants(args))
     _audit(args, "grant_user", user=record.name, **record.grants.to_dict())
+    _note_unknown(args, err)
     print(f"user {record.name!r}: {_grant_text(record.grants.to_dict())}", file=err)
     return 0
 
