@@ -109,3 +109,19 @@ def test_calibrate_refuses_a_run_without_router_signals(collection, tmp_path):
                                                   for r in lines))
     code, _, err = run_cli("bench", "calibrate", str(folder), "--collection", "docs")
     assert code != 0 and "keep no router signals" in err
+
+
+def test_calibrate_says_when_its_items_are_too_few_to_tell(collection, tmp_path):
+    folder = tmp_path / "close-run"
+    write_run(folder, model="scripted")
+    lines = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines()]
+    lines[0]["scores"]["contains"] = 0.0  # rag wrong on one item of eight: 0.88 against wim's 1.00
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    code, out, err = run_cli("bench", "calibrate", str(folder), "--collection", "docs", "--dry-run")
+    assert code == 0, err
+    assert "rag alone" in out  # within wim's interval on eight items, at a tenth of the seconds
+    (note,) = [line for line in err.splitlines() if line.startswith("note:")]
+    assert "on 8 items the choice may score as much as 0.38 below wim" in note and "accepted pairs" in note
+    write_run(tmp_path / "even-run", model="scripted")
+    code, _, err = run_cli("bench", "calibrate", str(tmp_path / "even-run"), "--collection", "docs", "--dry-run")
+    assert code == 0 and "note:" not in err

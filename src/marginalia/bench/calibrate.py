@@ -81,6 +81,26 @@ class Calibration:
     options: dict[str, Any]
 
 
+#: how far below the best reading a choice may be, at its paired interval's low end, before calibrate says the
+#: items are too few to tell
+CAUTION = 0.05
+
+
+def caution(calibration: Calibration) -> str | None:
+    """What the run's items cannot rule out about the choice, when its paired interval against the best single
+    reading reaches further below than `CAUTION`; with how many items would narrow it to that (the interval
+    shrinks as one over the root of the items)."""
+    c = calibration.chosen
+    mean, low, high = c.difference
+    if c.escalate == calibration.best or not math.isfinite(low) or low >= -CAUTION:
+        return None
+    half = (high - low) / 2
+    needed = math.ceil(calibration.items * (half / CAUTION) ** 2) if half > 0 else calibration.items
+    return (f"on {calibration.items} items the choice may score as much as {-low:.2f} below {calibration.best} "
+            f"(its paired interval is {mean:+.2f} [{low:+.2f}, {high:+.2f}]); about {needed} accepted pairs would "
+            f"narrow that to ±{CAUTION:g}")
+
+
 def _outcomes(records: Sequence[dict[str, Any]], metric: str, patterns: Sequence[str]
               ) -> dict[str, dict[str, Outcome]]:
     """item -> kind -> outcome, each kind's first pattern in the run's order."""

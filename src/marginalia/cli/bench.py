@@ -388,13 +388,16 @@ def _cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _cmd_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..app.indexing import open_collection
     from ..app.profiles import save_profile
-    from ..bench.calibrate import calibrate, profile_of
+    from ..bench.calibrate import calibrate, caution, profile_of
 
     store = open_collection(args.collection, home=args.home)  # a missing collection fails before the run is read
     found = calibrate(args.run, args.home)
     singles = "; ".join(f"{k} {s:.2f} at {t:.1f} s" for k, (s, t) in found.singles.items())
     print(f"{found.items} items answered by {found.model} ({found.metric}): {singles}; best {found.best}", file=err)
     out.write(f"chosen: {found.chosen.describe()}\n")
+    unsure = caution(found)
+    if unsure:
+        print(f"note: {unsure}", file=err)
     if not args.dry_run:
         path = save_profile(store, profile_of(found))
         out.write(f"stored the reading profile of {args.collection!r} for {found.model} in {path}\n")
