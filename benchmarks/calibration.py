@@ -11,11 +11,12 @@ document and whose question is not a near duplicate of an earlier one is accepte
 person's review); the accepted pairs are split in two halves, each kind dealt in turn: ``calibrate.jsonl``
 and ``score.jsonl``.
 
-``run --model SPEC``: ``marginalia bench run`` answers the first half with rag, wim and lc; ``bench calibrate``'s
-choice (`marginalia.bench.calibrate`) is made from that run; a second run answers the other half with rag,
-wim, lc and auto with the chosen options (as a collection's profile would read). The profile is scored there
-against each fixed reading: the goal is a score within 0.02 of the best fixed reading at no more than half of
-WiM's seconds per answer. One measurement per model: benchmarks/measurements/calibration-<model>.json.
+``run --model SPEC``: ``marginalia bench run`` answers both halves with rag, wim and lc; ``bench calibrate``'s
+choice (`marginalia.bench.calibrate`) is made from one half's run, and the other half is answered with auto
+with the chosen options (as a collection's profile would read), then the other way round: two folds, so that
+every pair is scored by a profile not made from it. The profile is set against each fixed reading on the held
+half and on both: the goal is a score within 0.02 of the best fixed reading at no more than half of WiM's
+seconds per answer. One measurement per model: benchmarks/measurements/calibration-<model>.json.
 
     python benchmarks/calibration.py docs
     python benchmarks/calibration.py pairs --model gguf:~/.cache/marginalia-eval/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
@@ -56,6 +57,10 @@ READINGS = (
     {"kind": "wim", "segment_tokens": 512, "judge": "grounded", "margin_tokens": 48},
     {"kind": "lc"},
 )
+#: the fixed readings, by pattern name
+FIXED = tuple(r["kind"] for r in READINGS)
+#: the two halves of the accepted pairs (files <half>.jsonl)
+HALVES = ("calibrate", "score")
 LENGTH = 1536
 #: the goal: the profile's score at most this far under the best fixed reading's ...
 SCORE_GOAL = 0.02
@@ -178,7 +183,7 @@ def _slug(model: str) -> str:
 def _per_item(folder: Path) -> dict[str, dict[str, tuple[float, float]]]:
     """pattern -> item -> (contains, seconds) of a finished run."""
     out: dict[str, dict[str, tuple[float, float]]] = {}
-    for r in bench.read_results(folder):
+    for r in bench.read_results(folder / bench.RESULTS):
         if r.get("error") or r.get("prediction") is None:
             continue
         seconds = float((r.get("stats") or {}).get("total_seconds", r.get("seconds", 0.0)))
@@ -186,58 +191,77 @@ def _per_item(folder: Path) -> dict[str, dict[str, tuple[float, float]]]:
     return out
 
 
+def compared(results: dict[str, dict[str, tuple[float, float]]]) -> dict[str, Any]:
+    """The profile against each fixed reading on the items all of them answered: each reading's mean score and
+    seconds, the best fixed reading, the profile's paired difference from it, its share of WiM's seconds, and
+    whether the goals hold."""
+    items = sorted(set.intersection(*(set(v) for v in results.values())))
+    readings = {name: {"score": statistics.mean(per[i][0] for i in items),
+                       "seconds": statistics.mean(per[i][1] for i in items)} for name, per in results.items()}
+    best = max(FIXED, key=lambda k: (readings[k]["score"], -readings[k]["seconds"]))
+    diffs = [results["profile"][i][0] - results[best][i][0] for i in items]
+    low, high = bench.bootstrap(diffs)
+    gap = statistics.mean(diffs)
+    share = readings["profile"]["seconds"] / readings["wim"]["seconds"]
+    return {"items": len(items), "readings": readings, "best_fixed": best,
+            "difference": {"mean": gap, "low": low, "high": high}, "wim_share": share,
+            "score_goal_met": gap >= -SCORE_GOAL, "seconds_goal_met": share <= SECONDS_GOAL}
+
+
 def run(work: Path, model: str) -> dict[str, Any]:
+    """Both halves answered with each fixed reading; each half then calibrates the profile the other half is
+    answered with (two folds: every pair is scored by a profile not made from it)."""
     from marginalia.bench.calibrate import calibrate
 
     slug = _slug(model)
     runs = work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     fixed = [dict(r) for r in READINGS]
-    tuned = runs / f"{slug}-calibrate"
-    _marginalia("bench", "run", str(_config(work / f"{slug}-calibrate.toml", f"{slug}-calibrate", model,
-                                            work / "calibrate.jsonl", fixed)), "--out", str(tuned))
-    chosen = calibrate(tuned)
-    profile = {"kind": "auto", "name": "profile", **chosen.options}
-    scored = runs / f"{slug}-score"
-    _marginalia("bench", "run", str(_config(work / f"{slug}-score.toml", f"{slug}-score", model,
-                                            work / "score.jsonl", [*fixed, profile])), "--out", str(scored))
-    results = _per_item(scored)
-    items = sorted(set.intersection(*(set(v) for v in results.values())))
-    readings = {}
-    for name, per in results.items():
-        scores = [per[i][0] for i in items]
-        readings[name] = {"score": statistics.mean(scores), "seconds": statistics.mean(per[i][1] for i in items)}
-    fixed_names = [r["kind"] for r in READINGS]
-    best = max(fixed_names, key=lambda k: (readings[k]["score"], -readings[k]["seconds"]))
-    diffs = [results["profile"][i][0] - results[best][i][0] for i in items]
-    low, high = bench.bootstrap(diffs)
-    gap = statistics.mean(diffs)
-    share = readings["profile"]["seconds"] / readings["wim"]["seconds"]
-    numbers = {
-        "model": model, "pairs": json.loads((work / "pairs.json").read_text("utf-8")), "length": LENGTH,
-        "calibration": {"run_items": chosen.items, "singles": {k: {"score": s, "seconds": t}
-                                                                for k, (s, t) in chosen.singles.items()},
-                        "best": chosen.best, "chosen": chosen.chosen.describe(), "options": chosen.options},
-        "scored_items": len(items), "readings": readings, "best_fixed": best,
-        "difference": {"mean": gap, "low": low, "high": high}, "wim_share": share,
-        "score_goal_met": gap >= -SCORE_GOAL, "seconds_goal_met": share <= SECONDS_GOAL,
-    }
+    folder = {half: runs / f"{slug}-{half}" for half in HALVES}
+
+    def answer(half: str, readings: list[dict[str, Any]]) -> None:
+        config = _config(work / f"{slug}-{half}.toml", f"{slug}-{half}", model, work / f"{half}.jsonl", readings)
+        _marginalia("bench", "run", str(config), "--out", str(folder[half]))
+
+    for half in HALVES:
+        answer(half, fixed)
+    folds = []
+    pooled: dict[str, dict[str, tuple[float, float]]] = {}
+    for fit, held in zip(HALVES, reversed(HALVES), strict=True):
+        chosen = calibrate(folder[fit])
+        answer(held, [*fixed, {"kind": "auto", "name": "profile", **chosen.options}])
+        results = _per_item(folder[held])
+        for name, per in results.items():
+            pooled.setdefault(name, {}).update(per)
+        folds.append({"fit": fit, "held": held, "fit_items": chosen.items, "fit_best": chosen.best,
+                      "chosen": chosen.chosen.describe(), "options": chosen.options, **compared(results)})
+    numbers = {"model": model, "pairs": json.loads((work / "pairs.json").read_text("utf-8")), "length": LENGTH,
+               "folds": folds, "both": compared(pooled)}
     record = measurement("calibration", numbers, name=f"calibration-{slug}")
     show(record)
     return numbers
 
 
 def summary(m: Record) -> list[list[str]]:
-    n = m["numbers"]
-    r = n["readings"]
-    return [[f"Reading profile on held-out pairs of unused documents ({model_name(n['model'])})",
-             f"profile {num(r['profile']['score'], 2)} vs best fixed ({n['best_fixed']}) "
-             f"{num(r[n['best_fixed']]['score'], 2)}, {ratio(r['profile']['seconds'], r['wim']['seconds'])} "
+    b = m["numbers"]["both"]
+    r = b["readings"]
+    return [[f"Reading profile on held-out pairs of unused documents ({model_name(m['numbers']['model'])})",
+             f"profile {num(r['profile']['score'], 2)} vs best fixed ({b['best_fixed']}) "
+             f"{num(r[b['best_fixed']]['score'], 2)}, {ratio(r['profile']['seconds'], r['wim']['seconds'])} "
              "WiM's seconds", made_by(m)]]
 
 
 def _cell(reading: dict[str, Any]) -> str:
     return f"{num(reading['score'], 2)} · {num(reading['seconds'], 0)} s"
+
+
+def _row(label: str, c: dict[str, Any]) -> list[str]:
+    r = c["readings"]
+    d = c["difference"]
+    return [label, *(_cell(r[k]) for k in (*FIXED, "profile")),
+            f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] ({c['best_fixed']}): "
+            f"{'met' if c['score_goal_met'] else 'not met'}",
+            f"{c['wim_share']:.2f}x: {'met' if c['seconds_goal_met'] else 'not met'}"]
 
 
 def together(runs: list[Record]) -> list[str]:
@@ -247,22 +271,24 @@ def together(runs: list[Record]) -> list[str]:
     lines = ["## Calibration on your own documents", "",
              f"{p['documents']} WikiText articles no development run read; `bench qa-generate` "
              f"({model_name(p['generated_by'])}) made {p['generated']} pairs, {p['accepted']} accepted by rule "
-             f"(evidence verbatim, no near duplicate): {kinds}. Each model: `bench run` (rag, wim, lc; contexts of "
-             f"{first['length']} tokens) on {p['calibrate']}, `bench calibrate` on that run, then the other "
-             f"{p['score']} answered with each reading and with the profile. Cells: contains · s/answer. Goal: the "
-             f"profile within {SCORE_GOAL} of the best fixed reading at ≤ {SECONDS_GOAL}x WiM's seconds.", ""]
+             f"(evidence verbatim, no near duplicate): {kinds}; two halves, A ({p['calibrate']}) and B "
+             f"({p['score']}). Per model, `bench run` answers both with rag, wim and lc (contexts of "
+             f"{first['length']} tokens); `bench calibrate` on one half's run makes the profile the other half "
+             "is answered with (A→B, B→A); both: every pair, each scored by the profile the other half made. "
+             f"Cells: contains · s/answer. Goal: the profile within {SCORE_GOAL} of the best fixed reading at "
+             f"≤ {SECONDS_GOAL}x WiM's seconds.", ""]
     rows = []
     for m in runs:
         n = m["numbers"]
-        r = n["readings"]
-        d = n["difference"]
-        rows.append([model_name(n["model"]), *(_cell(r[k]) for k in ("rag", "wim", "lc", "profile")),
-                     f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] ({n['best_fixed']}): "
-                     f"{'met' if n['score_goal_met'] else 'not met'}",
-                     f"{n['wim_share']:.2f}x: {'met' if n['seconds_goal_met'] else 'not met'}"])
-        lines.append(f"- {model_name(n['model'])}: chose {n['calibration']['chosen'].split(':')[0]}. "
-                     f"{provenance(m)}")
-    return [*lines, "", *table(["model", "rag", "wim", "lc", "profile", "profile − best", "× WiM's s"], rows,
+        name = model_name(n["model"])
+        for fold in n["folds"]:
+            arrow = "A→B" if fold["fit"] == HALVES[0] else "B→A"
+            rows.append(_row(f"{name} {arrow}", fold))
+            lines.append(f"- {name} {arrow}: chose {fold['chosen'].split(':')[0]} (best on the fitted half: "
+                         f"{fold['fit_best']}).")
+        rows.append(_row(f"{name} both", n["both"]))
+        lines.append(f"- {name}: {provenance(m)}")
+    return [*lines, "", *table(["model, fold", *FIXED, "profile", "profile − best", "× WiM's s"], rows,
                                "lrrrrrr"), ""]
 
 

@@ -46,23 +46,42 @@ def test_the_halves_deal_each_kind_in_turn():
     assert calibration.halves(list(reversed(pairs))) == (first, second)  # the ids fix the order, not the input
 
 
-def test_the_section_says_whether_each_goal_was_met():
+def test_the_profile_is_set_against_the_best_fixed_reading_on_the_items_all_answered():
     calibration = load("calibration")
-    numbers = {
-        "model": "smollm2", "length": 1536, "scored_items": 20, "best_fixed": "lc", "wim_share": 0.6,
-        "pairs": {"documents": 6, "generated_by": "gguf:/x/model.gguf", "generated": 54, "accepted": 49,
-                  "kinds": {"single": 35, "join": 4}, "calibrate": 25, "score": 24},
-        "calibration": {"chosen": "escalate to lc below support 0.5: …"},
-        "readings": {"rag": {"score": 0.4, "seconds": 5.0}, "wim": {"score": 0.5, "seconds": 30.0},
-                     "lc": {"score": 0.55, "seconds": 12.0}, "profile": {"score": 0.54, "seconds": 18.0}},
-        "difference": {"mean": -0.01, "low": -0.1, "high": 0.08},
-        "score_goal_met": True, "seconds_goal_met": False,
-    }
+    right = {"rag": [1, 0, 0, 1], "wim": [1, 1, 0, 1], "lc": [0, 1, 0, 0], "profile": [1, 1, 0, 0]}
+    results = {name: {f"i{k}": (float(v), 2.0 if name != "wim" else 10.0) for k, v in enumerate(values)}
+               for name, values in right.items()}
+    results["lc"]["extra"] = (1.0, 1.0)  # an item the others did not answer: left out
+    c = calibration.compared(results)
+    assert c["items"] == 4 and c["best_fixed"] == "wim" and c["readings"]["lc"]["score"] == 0.25
+    assert c["difference"]["mean"] == -0.25 and c["difference"]["low"] <= -0.25 <= c["difference"]["high"]
+    assert c["wim_share"] == 0.2 and c["seconds_goal_met"] and not c["score_goal_met"]
+
+
+def _compared(profile: float, best: float, share: float, met: bool) -> dict[str, Any]:
+    return {"items": 24, "best_fixed": "lc", "wim_share": share,
+            "readings": {"rag": {"score": 0.4, "seconds": 5.0}, "wim": {"score": 0.5, "seconds": 30.0},
+                         "lc": {"score": best, "seconds": 12.0}, "profile": {"score": profile, "seconds": 18.0}},
+            "difference": {"mean": profile - best, "low": -0.1, "high": 0.08},
+            "score_goal_met": met, "seconds_goal_met": share <= 0.5}
+
+
+def test_the_section_shows_each_fold_and_both_with_their_verdicts():
+    calibration = load("calibration")
+    folds = [{"fit": "calibrate", "held": "score", "fit_best": "rag", "chosen": "rag alone (escalate rag): …",
+              **_compared(0.54, 0.55, 0.6, True)},
+             {"fit": "score", "held": "calibrate", "fit_best": "lc", "chosen": "escalate to lc below support 0.5: …",
+              **_compared(0.40, 0.45, 0.4, False)}]
+    numbers = {"model": "smollm2", "length": 1536, "folds": folds, "both": _compared(0.47, 0.5, 0.5, False),
+               "pairs": {"documents": 6, "generated_by": "gguf:/x/model.gguf", "generated": 54, "accepted": 49,
+                         "kinds": {"single": 35, "join": 4}, "calibrate": 25, "score": 24}}
     m = {"name": "calibration-smollm2", "benchmark": "calibration", "command": "c", "commit": "abc",
          "machine": "m", "date": "2026-12-06T00:00:00Z", "numbers": numbers}
     text = "\n".join(calibration.together([m]))
-    assert "| SmolLM2-135M | 0.40 · 5 s | 0.50 · 30 s | 0.55 · 12 s | 0.54 · 18 s | -0.01 [-0.10, +0.08] (lc): met | " \
-           "0.60x: not met |" in text
-    assert "- SmolLM2-135M: chose escalate to lc below support 0.5." in text
+    assert "| SmolLM2-135M A→B | 0.40 · 5 s | 0.50 · 30 s | 0.55 · 12 s | 0.54 · 18 s | -0.01 [-0.10, +0.08] (lc): " \
+           "met | 0.60x: not met |" in text
+    assert "| SmolLM2-135M B→A |" in text and "-0.05 [-0.10, +0.08] (lc): not met | 0.40x: met |" in text
+    assert "| SmolLM2-135M both |" in text
+    assert "- SmolLM2-135M B→A: chose escalate to lc below support 0.5 (best on the fitted half: lc)." in text
     (row,) = calibration.summary(m)
-    assert "profile 0.54 vs best fixed (lc) 0.55, 0.60x WiM's seconds" in row[1]
+    assert "profile 0.47 vs best fixed (lc) 0.50, 0.60x WiM's seconds" in row[1]
