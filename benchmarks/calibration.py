@@ -220,6 +220,11 @@ def run(work: Path, model: str) -> dict[str, Any]:
     folder = {half: runs / f"{slug}-{half}" for half in HALVES}
 
     def answer(half: str, readings: list[dict[str, Any]]) -> None:
+        # a run keeps its patterns: the profile a finished fold added stays in its config
+        named = {r.get("name", r["kind"]) for r in readings}
+        stored = (bench.read_run_info(folder[half]).get("config") or {}).get("patterns", [])
+        readings = [*readings, *({k: v for k, v in t.items() if v is not None} for t in stored
+                                 if (t.get("name") or t["kind"]) not in named)]
         config = _config(work / f"{slug}-{half}.toml", f"{slug}-{half}", model, work / f"{half}.jsonl", readings)
         _marginalia("bench", "run", str(config), "--out", str(folder[half]))
 
@@ -287,7 +292,7 @@ def together(runs: list[Record]) -> list[str]:
             lines.append(f"- {name} {arrow}: chose {fold['chosen'].split(':')[0]} (best on the fitted half: "
                          f"{fold['fit_best']}).")
         rows.append(_row(f"{name} both", n["both"]))
-        lines.append(f"- {name}: {provenance(m)}")
+        lines.append(f"- {name}: {provenance(m)[0].lower()}{provenance(m)[1:]}")
     return [*lines, "", *table(["model, fold", *FIXED, "profile", "profile − best", "× WiM's s"], rows,
                                "lrrrrrr"), ""]
 
