@@ -275,24 +275,24 @@ def together(runs: list[Record]) -> list[str]:
     kinds = ", ".join(f"{v} {k}" for k, v in sorted(p["kinds"].items()))
     lines = ["## Calibration on your own documents", "",
              f"{p['documents']} WikiText articles no development run read; `bench qa-generate` "
-             f"({model_name(p['generated_by'])}) made {p['generated']} pairs, {p['accepted']} accepted by rule "
-             f"(evidence verbatim, no near duplicate): {kinds}; two halves, A ({p['calibrate']}) and B "
-             f"({p['score']}). Per model, `bench run` answers both with rag, wim and lc (contexts of "
-             f"{first['length']} tokens); `bench calibrate` on one half's run makes the profile the other half "
-             "is answered with (A→B, B→A); both: every pair, each scored by the profile the other half made. "
-             f"Cells: contains · s/answer. Goal: the profile within {SCORE_GOAL} of the best fixed reading at "
-             f"≤ {SECONDS_GOAL}x WiM's seconds.", ""]
+             f"({model_name(p['generated_by'])}): {p['generated']} pairs, {p['accepted']} accepted by rule "
+             f"(evidence verbatim, no near duplicate: {kinds}), halves A ({p['calibrate']}) and B ({p['score']}). "
+             f"Both answered with rag, wim and lc ({first['length']}-token contexts); `bench calibrate` on one "
+             "half makes the profile the other is answered with (A→B, B→A; both: all pairs). Cells: contains · "
+             f"s/answer. Goal: within {SCORE_GOAL} of the best fixed reading at ≤ {SECONDS_GOAL}x WiM's seconds.",
+             ""]
     rows = []
     for m in runs:
         n = m["numbers"]
         name = model_name(n["model"])
+        chose = []
         for fold in n["folds"]:
             arrow = "A→B" if fold["fit"] == HALVES[0] else "B→A"
             rows.append(_row(f"{name} {arrow}", fold))
-            lines.append(f"- {name} {arrow}: chose {fold['chosen'].split(':')[0]} (best on the fitted half: "
-                         f"{fold['fit_best']}).")
+            chose.append(f"{arrow} {fold['chosen'].split(':')[0].removesuffix(' (escalate rag)')} "
+                         f"({fold['fit_best']} best where fitted)")
         rows.append(_row(f"{name} both", n["both"]))
-        lines.append(f"- {name}: {provenance(m)[0].lower()}{provenance(m)[1:]}")
+        lines.append(f"- {name}: {'; '.join(chose)}; {provenance(m)[0].lower()}{provenance(m)[1:]}")
     return [*lines, "", *table(["model, fold", *FIXED, "profile", "profile − best", "× WiM's s"], rows,
                                "lrrrrrr"), ""]
 

@@ -35,6 +35,7 @@ from _common import BENCHMARKS, MEASUREMENTS, ROOT, Benchmark, measurement, show
 from _markdown import Record, made_by, num, table  # noqa: E402
 
 from marginalia import AutoOptions, RagOptions, app, bench
+from marginalia.bench.datasets import load_examples
 from marginalia.patterns import make_pattern
 from marginalia.patterns.auto import Auto, abstains, gathers_whole
 
@@ -89,8 +90,13 @@ def answered(config: Any, generator: Any, rag: Any, out: Path, limit: int | None
             sink.flush()
 
         for task in config.tasks:
-            spec = task.spec(limit)
+            # the items of the config's own limit (a quality run's ids, depths included), of which ``limit``'s
+            # examples: a smaller limit picks other SQuAD items and turns depths otherwise
+            spec = task.spec()
             items = bench.build_items(spec, generator.tokenizer)
+            if limit and spec.path is not None:
+                picked = {e.id for e in load_examples(spec.dataset, spec.path, min(limit, spec.limit))}
+                items = [item for item in items if item.example_id in picked]
             for n, item in enumerate(items):
                 if (spec.name, item.id) in done or item.scoring != "qa":
                     continue
@@ -434,10 +440,8 @@ def section(m: Record) -> list[str]:
                f"(`{source}`) stands for WiM too; LC: that run's stored summary." if n["cwe_from"] != source else
                f" CWE: `{source}`'s WiM, where such a question goes at once.")
     check = n.get("timing_check")
-    timing = (f" The stored run's WiM seconds were {num(check['ratio'], 2)}x a fresh WiM run's on {check['items']} of "
-              f"its items (median; {num(check['lowest'], 2)}–{num(check['highest'], 2)}x), timed beside the live CWE "
-              "run; with the QA tasks' seconds divided by that, "
-              f"{num(n['goals'].get('checked_cost_ratio'), 2)}x." if check else "")
+    timing = (f" Stored WiM seconds: {num(check['ratio'], 2)}x a fresh run's on {check['items']} items (median); "
+              f"corrected for that, {num(n['goals'].get('checked_cost_ratio'), 2)}x." if check else "")
     return [f"`auto` keeps RAG's answer where a sentence of its passages supports it (support ≥ {d['threshold']:g}) "
             "and it does not say they are silent; else WiM reads the document. Offline: the router's signals per "
             f"item ({n['signals_from']} step), the stored run's rag or WiM score and seconds.{cwe} Score: contains "
@@ -452,12 +456,6 @@ def section(m: Record) -> list[str]:
                + (", as CWE's questions go to WiM, its costliest reading, at once" if "cwe" in g["tasks"] else ""))
             + f"; over the QA tasks alone {num(g['qa_cost_ratio'], 2)}x.{timing}", "",
             *([live_line(live), ""] if live else []),
-            "Made with `python benchmarks/routing.py signals configs/bench/quality.toml` and, after "
-            "`marginalia bench import benchmarks/measurements/quality`, `marginalia bench run "
-            "configs/bench/quality.toml --patterns auto --limit 30` (the live run; squad without the limit)"
-            + ("; the same with `aggregation-lists-8k` for CWE" if (n.get("cwe_from") or "").endswith("(live auto)") else "")
-            + (f"; `{check['run']}`: `--limit 2 --patterns wim` of the quality run" if check and check.get("run") else "")
-            + ".", "",
             (lambda t: t[:1].upper() + t[1:])("; ".join(best))
             + (" (passages_answer: the model's P(YES), measured, not used)" if "passages_answer" in n["sweeps"] else "")
             + ".", "",

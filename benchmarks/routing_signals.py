@@ -19,8 +19,7 @@ RAG and WiM on each item. Writes benchmarks/measurements/routing_signals-<name>.
 
     python benchmarks/routing_signals.py answers configs/bench/quality-smollm2.toml --limit 30
     python benchmarks/routing_signals.py signals configs/bench/quality-smollm2.toml
-    python benchmarks/routing_signals.py compare benchmarks/measurements/quality-smollm2 \
-        --signals benchmarks/measurements/routing/signals-quality-smollm2.jsonl
+    python benchmarks/routing_signals.py compare benchmarks/measurements/quality-smollm2
 """
 
 from __future__ import annotations
@@ -177,10 +176,10 @@ def summary(m: Record) -> list[list[str]]:
 
 def together(runs: list[Record]) -> list[str]:
     lines = ["## The router's support signal", "",
-             "auto worked out on a quality run's items: the fresh RAG answer where its support (≥ 0.5, from its best "
-             "sentence, or from its best two together) lets it stand, the stored WiM answer where not; seconds: the "
-             "stored RAG's, plus WiM's where it escalates. Oracle: the better of the two on each item. Cells: "
-             "contains · s/answer · of the items where RAG and WiM differ, those on which auto took the better.", ""]
+             "auto worked out on a quality run's items: RAG's fresh answer where its support (≥ 0.5, from its "
+             "best sentence, or its best two together) lets it stand, the stored WiM answer where not; seconds: "
+             "stored RAG's, plus WiM's where escalated. Oracle: the better of the two per item. Cells: contains · "
+             "s/answer · where RAG and WiM differ, items auto took the better on.", ""]
     rows = []
     for m in runs:
         n = m["numbers"]
@@ -192,7 +191,7 @@ def together(runs: list[Record]) -> list[str]:
 
 
 BENCHMARKS["routing_signals"] = Benchmark("The router's support signal", summary=summary, together=together,
-                                          first=("routing_signals-quality-eval", "routing_signals-quality-smollm2"))
+                                          first=("routing_signals-quality", "routing_signals-quality-smollm2"))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -208,7 +207,8 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--out", type=Path, default=None)
     c = sub.add_parser("compare", help="each rule worked out on a stored run's rag and wim answers")
     c.add_argument("run", type=Path)
-    c.add_argument("--signals", type=Path, required=True)
+    c.add_argument("--signals", type=Path, default=None,
+                   help="the signals step's lines (default: measurements/routing/signals-<run>.jsonl)")
     c.add_argument("--name", default=None, help="the measurement's name (default: the run's)")
     args = parser.parse_args(argv)
     if args.step == "answers":
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         signals(args.keep or keep_path(args.config),
                 args.out or ROUTING / f"signals-{Path(args.config).stem}.jsonl")
     else:
-        show(compare(args.run, args.signals, args.name or args.run.name))
+        show(compare(args.run, args.signals or ROUTING / f"signals-{args.run.name}.jsonl", args.name or args.run.name))
 
 
 if __name__ == "__main__":

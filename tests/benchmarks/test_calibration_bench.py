@@ -82,6 +82,6 @@ def test_the_section_shows_each_fold_and_both_with_their_verdicts():
            "met | 0.60x: not met |" in text
     assert "| SmolLM2-135M B→A |" in text and "-0.05 [-0.10, +0.08] (lc): not met | 0.40x: met |" in text
     assert "| SmolLM2-135M both |" in text
-    assert "- SmolLM2-135M B→A: chose escalate to lc below support 0.5 (best on the fitted half: lc)." in text
+    assert "B→A escalate to lc below support 0.5 (lc best where fitted); made by `c`" in text
     (row,) = calibration.summary(m)
     assert "profile 0.47 vs best fixed (lc) 0.50, 0.60x WiM's seconds" in row[1]

@@ -118,9 +118,9 @@ def test_the_support_signal_section_sets_one_sentence_beside_one_or_two():
     task = {"items": 30, "rag": 0.4, "wim": 0.4, "oracle": 0.5, "items_where_they_differ": 6,
             "rules": {"one sentence, support >= 0.5": {**rule, "score": 0.37},
                       "one or two sentences, support >= 0.5": {**rule, "score": 0.43, "picked_better": 5}}}
-    m = {"name": "routing_signals-quality-eval", "benchmark": "routing_signals", "command": "c", "commit": "abc",
+    m = {"name": "routing_signals-quality", "benchmark": "routing_signals", "command": "c", "commit": "abc",
          "machine": "m", "date": "2026-12-06T00:00:00Z", "numbers": {"run": "quality", "tasks": {"multihop": task}}}
     text = "\n".join(signals.together([m]))
     assert "| quality: multihop (30) | 0.40 | 0.40 | 0.50 | 0.37 · 50 s · 4/6 | 0.43 · 50 s · 5/6 |" in text
     (row,) = signals.summary(m)
-    assert row[0].endswith("(quality-eval)") and row[1] == "multihop 0.37 → 0.43 (oracle 0.50)"
+    assert row[0].endswith("(quality)") and row[1] == "multihop 0.37 → 0.43 (oracle 0.50)"
