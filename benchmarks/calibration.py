@@ -250,7 +250,7 @@ def run(work: Path, model: str) -> dict[str, Any]:
 def summary(m: Record) -> list[list[str]]:
     b = m["numbers"]["both"]
     r = b["readings"]
-    return [[f"Reading profile on held-out pairs of unused documents ({model_name(m['numbers']['model'])})",
+    return [[f"Reading profile, held-out own pairs ({model_name(m['numbers']['model'])})",
              f"profile {num(r['profile']['score'], 2)} vs best fixed ({b['best_fixed']}) "
              f"{num(r[b['best_fixed']]['score'], 2)}, {ratio(r['profile']['seconds'], r['wim']['seconds'])} "
              "WiM's seconds", made_by(m)]]
@@ -276,10 +276,10 @@ def together(runs: list[Record]) -> list[str]:
     lines = ["## Calibration on your own documents", "",
              f"{p['documents']} WikiText articles no development run read; `bench qa-generate` "
              f"({model_name(p['generated_by'])}): {p['generated']} pairs, {p['accepted']} accepted by rule "
-             f"(evidence verbatim, no near duplicate: {kinds}), halves A ({p['calibrate']}) and B ({p['score']}). "
-             f"Both answered with rag, wim and lc ({first['length']}-token contexts); `bench calibrate` on one "
-             "half makes the profile the other is answered with (A→B, B→A; both: all pairs). Cells: contains · "
-             f"s/answer. Goal: within {SCORE_GOAL} of the best fixed reading at ≤ {SECONDS_GOAL}x WiM's seconds.",
+             f"(evidence verbatim, no near duplicate: {kinds}), halves A ({p['calibrate']}), B ({p['score']}), "
+             f"answered with rag, wim, lc ({first['length']}-token contexts); `bench calibrate` on one half makes "
+             "the profile the other is answered with. Cells: contains · s/answer. Goal: within "
+             f"{SCORE_GOAL} of the best fixed reading at ≤ {SECONDS_GOAL}x WiM's seconds.",
              ""]
     rows = []
     for m in runs:

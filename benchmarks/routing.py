@@ -398,8 +398,7 @@ def live_line(live: dict[str, Any]) -> str:
         by = v["patterns"]
         best = max((k for k in by if k in ("rag", "wim", "lc-own")), key=lambda k: by[k]["score"])
         parts.append(f"{task} {num(by['auto']['score'], 2)} against {best}'s {num(by[best]['score'], 2)}")
-    return ("Live, on the same items, auto against the best single pattern: " + ", ".join(parts)
-            + "; the live answers were today's code's, the others the stored run's.")
+    return "Live auto (its code then) against the stored run's best single pattern: " + ", ".join(parts) + "."
 
 
 def section(m: Record) -> list[str]:
@@ -436,16 +435,15 @@ def section(m: Record) -> list[str]:
     cwe = ""
     if n.get("cwe_from"):
         source = n["cwe_from"].removesuffix(" (live auto)")
-        cwe = (f" CWE: its questions gather over the whole document and go to WiM at once, so the live auto run "
-               f"(`{source}`) stands for WiM too; LC: that run's stored summary." if n["cwe_from"] != source else
+        cwe = (f" CWE: its questions gather over the whole document and go to WiM at once: the live auto run "
+               f"(`{source}`) stands for WiM; LC: its stored summary." if n["cwe_from"] != source else
                f" CWE: `{source}`'s WiM, where such a question goes at once.")
     check = n.get("timing_check")
     timing = (f" Stored WiM seconds: {num(check['ratio'], 2)}x a fresh run's on {check['items']} items (median); "
               f"corrected for that, {num(n['goals'].get('checked_cost_ratio'), 2)}x." if check else "")
-    return [f"`auto` keeps RAG's answer where a sentence of its passages supports it (support ≥ {d['threshold']:g}) "
-            "and it does not say they are silent; else WiM reads the document. Offline: the router's signals per "
-            f"item ({n['signals_from']} step), the stored run's rag or WiM score and seconds.{cwe} Score: contains "
-            "(QA), set F1 (CWE); LC: lc-own.", "",
+    return [f"`auto` keeps RAG's answer where a sentence of its passages supports it (≥ {d['threshold']:g}) and it "
+            f"does not say they are silent; else WiM reads. Offline: signals per item ({n['signals_from']} step), "
+            f"the stored run's scores and seconds.{cwe} Score: contains (QA), set F1 (CWE); LC: lc-own.", "",
             *table(["task (items)", "RAG", "WiM", "LC", "auto", "escalated", "auto, live",
                     "s / answer (RAG · WiM · auto)"], rows, "lrrrrrrr"), "",
             "Goal, auto ≥ the best single pattern − 0.02 on every task: "
@@ -457,7 +455,7 @@ def section(m: Record) -> list[str]:
             + f"; over the QA tasks alone {num(g['qa_cost_ratio'], 2)}x.{timing}", "",
             *([live_line(live), ""] if live else []),
             (lambda t: t[:1].upper() + t[1:])("; ".join(best))
-            + (" (passages_answer: the model's P(YES), measured, not used)" if "passages_answer" in n["sweeps"] else "")
+            + (" (passages_answer: the model's P(YES), not used)" if "passages_answer" in n["sweeps"] else "")
             + ".", "",
             "![routing: score against seconds per answer as the threshold varies](benchmarks/measurements/routing.png)"]
 

@@ -168,9 +168,11 @@ def _cell(rule: dict[str, Any] | None, differ: int) -> str:
 
 def summary(m: Record) -> list[list[str]]:
     tasks = m["numbers"]["tasks"]
-    change = ", ".join(f"{t} {r['rules'][old]['score']:.2f} → {r['rules'][new]['score']:.2f} (oracle {r['oracle']:.2f})"
-                       for t, r in tasks.items() for old, new in [list(SHOWN)] if new in r["rules"])
-    return [[f"auto's support from one or two sentences against one ({m['name'].split('-', 1)[1]})", change,
+    one, two = SHOWN
+    change = ", ".join(f"{t} {r['rules'][one]['score']:.2f}→{r['rules'][two]['score']:.2f}" for t, r in tasks.items()
+                       if two in r["rules"])
+    oracle = ", ".join(f"{r['oracle']:.2f}" for r in tasks.values())
+    return [[f"auto, support from two sentences vs one ({m['numbers']['run']})", f"{change} (oracle {oracle})",
              made_by(m)]]
 
 
@@ -181,9 +183,14 @@ def together(runs: list[Record]) -> list[str]:
              "stored RAG's, plus WiM's where escalated. Oracle: the better of the two per item. Cells: contains · "
              "s/answer · where RAG and WiM differ, items auto took the better on.", ""]
     rows = []
+    made = {provenance({**m, "command": m["command"].replace(m["numbers"]["run"], "RUN")}) for m in runs}
+    if len(made) == 1:  # one command for every run, at one commit: said once
+        lines.append(made.pop().replace("RUN`", "RUN` for each run").rstrip(".") + ": "
+                     + ", ".join(f"`{m['numbers']['run']}`" for m in runs) + ".")
+    else:
+        lines += [f"- `{m['numbers']['run']}`: {provenance(m)[0].lower()}{provenance(m)[1:]}" for m in runs]
     for m in runs:
         n = m["numbers"]
-        lines.append(f"- `{n['run']}`: {provenance(m)[0].lower()}{provenance(m)[1:]}")
         rows += [[f"{n['run']}: {task} ({r['items']})", f"{r['rag']:.2f}", f"{r['wim']:.2f}", f"{r['oracle']:.2f}",
                   *(_cell(r["rules"].get(label), r["items_where_they_differ"]) for label in SHOWN)]
                  for task, r in n["tasks"].items()]

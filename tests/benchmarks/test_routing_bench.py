@@ -123,4 +123,4 @@ def test_the_support_signal_section_sets_one_sentence_beside_one_or_two():
     text = "\n".join(signals.together([m]))
     assert "| quality: multihop (30) | 0.40 | 0.40 | 0.50 | 0.37 · 50 s · 4/6 | 0.43 · 50 s · 5/6 |" in text
     (row,) = signals.summary(m)
-    assert row[0].endswith("(quality)") and row[1] == "multihop 0.37 → 0.43 (oracle 0.50)"
+    assert row[0].endswith("(quality)") and row[1] == "multihop 0.37→0.43 (oracle 0.50)"

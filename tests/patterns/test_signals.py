@@ -94,3 +94,14 @@ def test_answer_signals_say_whether_it_abstains_and_the_question_gathers():
     answer = Answer(question=QUESTION, text="It is not mentioned.", pattern="rag", model="m", references=(ref,))
     signals = answer_signals("List all the races held there.", answer)
     assert signals["abstains"] == 1.0 and signals["gathers"] == 1.0 and signals["retrieval"] == 0.5
+
+
+def test_a_multi_hop_answer_stands_only_where_two_sentences_may_hold_it():
+    joined = Answer(question=QUESTION, text="Indianapolis Motor Speedway, built for automobile testing",
+                    pattern="rag", model="m",
+                    references=(Reference("doc", 0, 10, SPEEDWAY + " " + OTHER, score=0.5),
+                                Reference("doc", 20, 30, TRACK, score=0.5)))
+    one = auto("x").decide(QUESTION, joined)  # the default: one sentence
+    assert one.taken == "wim" and f"support {one.signals['single_support']:.2f} below 0.5" in one.reason
+    two = auto("x", support_sentences=2).decide(QUESTION, joined)
+    assert two.taken == "rag" and "support 1.00" in two.reason

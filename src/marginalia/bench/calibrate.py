@@ -3,15 +3,16 @@ collection's reading profile for the run's model (`app.profiles`).
 
 The run answered the same items with rag and with the readings auto may escalate to (wim, lc); each rag answer
 keeps the signals the router reads on it (`patterns.auto.answer_signals`). For each candidate (what to escalate
-to, the least support, the least share of the question around the supporting sentences) auto's answer on an
-item is worked out offline: rag's where its answer stands, the second reading's where it does not, at rag's
-seconds plus the second's. Of the candidates whose score is within the best single reading's paired 95%
+to, the least support, from one sentence or two, the least share of the question around the supporting
+sentences) auto's answer on an item is worked out offline: rag's where its answer stands, the second reading's
+where it does not, at rag's seconds plus the second's. Of the candidates whose score is within the best single reading's paired 95%
 interval, the one with the fewest seconds per answer is chosen.
 """
 
 from __future__ import annotations
 
 import math
+from itertools import product
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,6 +28,8 @@ from .statistics import bootstrap
 SUPPORT_GRID = (0.0, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 #: the least share of the question around the supporting sentences, tried in turn
 QUESTION_GRID = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6)
+#: how many sentences may support RAG's answer together, tried in turn (the default first)
+SENTENCES = (1, 2)
 #: the readings auto may escalate to, by pattern kind
 SECOND = ("wim", "lc")
 
@@ -47,6 +50,7 @@ class Candidate:
     escalate: str
     support_threshold: float
     question_threshold: float
+    support_sentences: int
     score: float
     seconds: float
     escalated: int
@@ -61,6 +65,7 @@ class Candidate:
             rule = "rag alone (escalate rag)"
         else:
             rule = (f"escalate to {self.escalate} below support {self.support_threshold:g}"
+                    + (" from two sentences" if self.support_sentences == 2 else "")
                     + (f" or question share {self.question_threshold:g}" if self.question_threshold else ""))
         mean, low, high = self.difference
         return (f"{rule}: score {self.score:.2f} ({mean:+.2f} [{low:+.2f}, {high:+.2f}] against the best), "
@@ -119,10 +124,11 @@ def _outcomes(records: Sequence[dict[str, Any]], metric: str, patterns: Sequence
     return out
 
 
-def _stands(signals: dict[str, Any], support: float, question: float) -> bool:
+def _stands(signals: dict[str, Any], support: float, question: float, sentences: int = 1) -> bool:
     if signals.get("abstains") or signals.get("gathers"):
         return False
-    return (signals.get("support") or 0.0) >= support and (signals.get("topic") or 0.0) >= question
+    held = signals.get("support") if sentences == 2 else signals.get("single_support", signals.get("support"))
+    return (held or 0.0) >= support and (signals.get("topic") or 0.0) >= question
 
 
 def _difference(values: Sequence[float], best: Sequence[float]) -> tuple[float, float, float]:
@@ -135,19 +141,17 @@ def candidates(items: list[dict[str, Outcome]], second_kinds: Sequence[str], bes
     """Every setting worked out on ``items`` (each holding rag and every kind of ``second_kinds``)."""
     best_scores = [item[best].score for item in items]
     rag = [item["rag"] for item in items]
-    out = [Candidate("rag", 0.0, 0.0, sum(o.score for o in rag) / len(rag),
+    out = [Candidate("rag", 0.0, 0.0, 1, sum(o.score for o in rag) / len(rag),
                      sum(o.seconds for o in rag) / len(rag), 0,
                      _difference([o.score for o in rag], best_scores))]
     for second in second_kinds:
-        for support in SUPPORT_GRID:
-            for question in QUESTION_GRID:
-                keep = [_stands(o.signals, support, question) for o in rag]
-                scores = [o.score if k else item[second].score for o, k, item in zip(rag, keep, items, strict=True)]
-                seconds = [o.seconds + (0.0 if k else item[second].seconds)
-                           for o, k, item in zip(rag, keep, items, strict=True)]
-                out.append(Candidate(second, support, question, sum(scores) / len(scores),
-                                     sum(seconds) / len(seconds), keep.count(False),
-                                     _difference(scores, best_scores)))
+        for support, question, sentences in product(SUPPORT_GRID, QUESTION_GRID, SENTENCES):
+            keep = [_stands(o.signals, support, question, sentences) for o in rag]
+            scores = [o.score if k else item[second].score for o, k, item in zip(rag, keep, items, strict=True)]
+            seconds = [o.seconds + (0.0 if k else item[second].seconds)
+                       for o, k, item in zip(rag, keep, items, strict=True)]
+            out.append(Candidate(second, support, question, sentences, sum(scores) / len(scores),
+                                 sum(seconds) / len(seconds), keep.count(False), _difference(scores, best_scores)))
     return out
 
 
@@ -192,10 +196,12 @@ def calibrate(run: str | Path, home: str | Path | None = None) -> Calibration:
     best = max(singles, key=lambda k: (singles[k][0], -singles[k][1]))
     found = candidates(items, second_kinds, best)
     within = [c for c in found if c.within] or [max(found, key=lambda c: c.score)]
-    chosen = min(within, key=lambda c: (c.seconds, -c.score, c.support_threshold, c.question_threshold))
+    chosen = min(within, key=lambda c: (c.seconds, -c.score, c.support_threshold, c.question_threshold,
+                                        c.support_sentences))
     options = {**_table_options(data.info, ["rag", chosen.escalate]), "escalate": chosen.escalate}
     if chosen.escalate != "rag":
-        options.update(support_threshold=chosen.support_threshold, question_threshold=chosen.question_threshold)
+        options.update(support_threshold=chosen.support_threshold, question_threshold=chosen.question_threshold,
+                       support_sentences=chosen.support_sentences)
     AutoOptions.build(**options)  # a profile that could not be read back is refused here
     return Calibration(folder.name, str(model), len(items), metric, singles, best, chosen, options)
 

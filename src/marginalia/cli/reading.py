@@ -31,7 +31,7 @@ from .common import (
 )
 
 #: how to stop a reading, said under the reading commands' options
-STOP_NOTE = ("Ctrl-C once while wim reads: stop reading and answer from what was read so far; twice: abort. "
+STOP_NOTE = ("Ctrl-C once while wim reads: answer from what was read so far; twice: abort. "
              + MODEL_NOTE)
 METAVARS = {"top_k": "K", "certain": "SIM", "uncertain": "SIM"}
 

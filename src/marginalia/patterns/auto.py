@@ -1,7 +1,8 @@
 """Routing: answer at the cost each question needs. RAG reads first; WiM reads when RAG's answer does not stand.
 
-A RAG answer stands when one sentence of the passages it read, or two together (a multi-hop answer joins two
-facts), support it (`signals.measure`, at least ``support_threshold``), and those sentences hold enough of the
+A RAG answer stands when one sentence of the passages it read (or, with ``support_sentences`` 2, two together:
+a multi-hop answer joins two facts) supports it (`signals.measure`, at least ``support_threshold``), and those
+sentences hold enough of the
 question (``question_threshold``: a sentence copied from a passage about something else does not). It does not
 when it is empty or says the passages do not tell, or when what it says is not in them. A question that gathers
 over the whole document ("the most common words", "list every …") goes to the second reading at once: a few
@@ -21,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import fields, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -50,9 +51,14 @@ class AutoOptions(RagOptions, WimOptions):
     support_threshold: float = Field(
         default=SUPPORT_THRESHOLD, ge=0.0, le=1.0,
         description="auto: the least support for RAG's answer: the share of its new words, by rarity, that one "
-                    "sentence of the retrieved passages, or two together, hold for it to stand; below it, the "
-                    "second reading reads (0: RAG's answer always stands, unless the question gathers over the "
-                    "whole document)")
+                    "sentence of the retrieved passages (or two together, with support_sentences 2) hold for it "
+                    "to stand; below it, the second reading reads (0: RAG's answer always stands, unless the "
+                    "question gathers over the whole document)")
+    support_sentences: Literal[1, 2] = Field(
+        default=1,
+        description="auto: sentences that may hold RAG's answer; 2 lets a multi-hop answer stand on "
+                    "two facts, and a wrong answer pieced from two sentences too (bench calibrate chooses it per "
+                    "collection)")
     question_threshold: float = Field(
         default=0.0, ge=0.0, le=1.0,
         description="auto: the least share of the question held: the share of the question's words, by rarity, "
@@ -170,6 +176,7 @@ class Auto(Pattern):
         opts = resolve_options(AutoOptions, options, values)
         super().__init__(generator, opts)
         self.support_threshold = opts.support_threshold
+        self.support_sentences = opts.support_sentences
         self.question_threshold = opts.question_threshold
         self.escalate = opts.escalate
         self.note = note
@@ -185,7 +192,8 @@ class Auto(Pattern):
     def decide(self, question: str, answer: Answer) -> Route:
         """The route for ``question`` after RAG answered it with ``answer``."""
         signals = answer_signals(question, answer)
-        support, topic = signals["support"] or 0.0, signals["topic"] or 0.0
+        support = (signals["support"] if self.support_sentences == 2 else signals["single_support"]) or 0.0
+        topic = signals["topic"] or 0.0
         signals = {k: v for k, v in signals.items() if k not in ("abstains", "gathers")}
         given = "; it is given all the same (escalate rag)" if self.escalate == "rag" else ""
         if abstains(answer.text):

@@ -93,12 +93,12 @@ class WimOptions(PatternOptions):
                     "a margin must hold (0: any supported margin is on topic)")
     batch_margins: bool = Field(
         default=False,
-        description="wim: write margins side by side in-process once their segments are read: faster where a "
+        description="wim: write margins side by side as segments are read (in process): faster where a "
                     "decode step costs less per token with more tokens in it (a GPU); a greedy margin may differ "
                     "where two tokens nearly tie")
     stop_at_score: float | None = Field(
         default=None, ge=0.0, le=1.0,
-        description="wim: stop reading once a margin is judged relevant with at least this score (grounded: "
+        description="wim: stop at the first relevant margin of this score (or more; grounded: "
                     "its support times its topicality; separate: 1); off when not given")
 
 #: puts the worker's cache at a segment's end; True when it came from a kept copy, not a prefill
