@@ -455,7 +455,7 @@ def section(m: Record) -> list[str]:
             + f"; over the QA tasks alone {num(g['qa_cost_ratio'], 2)}x.{timing}", "",
             *([live_line(live), ""] if live else []),
             (lambda t: t[:1].upper() + t[1:])("; ".join(best))
-            + (" (passages_answer: the model's P(YES), not used)" if "passages_answer" in n["sweeps"] else "")
+
             + ".", "",
             "![routing: score against seconds per answer as the threshold varies](benchmarks/measurements/routing.png)"]
 

@@ -178,10 +178,10 @@ def summary(m: Record) -> list[list[str]]:
 
 def together(runs: list[Record]) -> list[str]:
     lines = ["## The router's support signal", "",
-             "auto worked out on a quality run's items: RAG's fresh answer where its support (≥ 0.5, from its "
-             "best sentence, or its best two together) lets it stand, the stored WiM answer where not; seconds: "
-             "stored RAG's, plus WiM's where escalated. Oracle: the better of the two per item. Cells: contains · "
-             "s/answer · where RAG and WiM differ, items auto took the better on.", ""]
+             "auto on a quality run's items, offline: RAG's fresh answer where its support (≥ 0.5; one sentence, "
+             "or two together) lets it stand, else the stored WiM answer; seconds: stored RAG's, plus WiM's where "
+             "escalated. Oracle: the better of the two per item. Cells: contains · s/answer · better picked / "
+             "items where RAG and WiM differ.", ""]
     rows = []
     made = {provenance({**m, "command": m["command"].replace(m["numbers"]["run"], "RUN")}) for m in runs}
     if len(made) == 1:  # one command for every run, at one commit: said once
