@@ -5,17 +5,17 @@ The run answered the same items with rag and with the readings auto may escalate
 keeps the signals the router reads on it (`patterns.auto.answer_signals`). For each candidate (what to escalate
 to, the least support, from one sentence or two, the least share of the question around the supporting
 sentences) auto's answer on an item is worked out offline: rag's where its answer stands, the second reading's
-where it does not, at rag's seconds plus the second's. Of the candidates whose score is within the best single reading's paired 95%
-interval, the one with the fewest seconds per answer is chosen.
+where it does not, at rag's seconds plus the second's. Of the candidates whose score is within the best single
+reading's paired 95% interval, the one with the fewest seconds per answer is chosen.
 """
 
 from __future__ import annotations
 
 import math
-from itertools import product
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import product
 from pathlib import Path
 from typing import Any
 
