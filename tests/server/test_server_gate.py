@@ -54,6 +54,7 @@ def test_the_loop_answers_health_while_large_bodies_are_checked():
         sender = threading.Thread(target=lambda: replies.extend(
             httpx.post(f"{url}/v1/ask", content=body, headers={"Content-Type": "application/json"}, timeout=60)
             for body in bodies))
+        began = time.monotonic()
         sender.start()
         times = []
         while sender.is_alive():
@@ -61,11 +62,14 @@ def test_the_loop_answers_health_while_large_bodies_are_checked():
             assert http.get("/v1/health").status_code == 200
             times.append(time.monotonic() - start)
         sender.join()
+        took = time.monotonic() - began
         decoded, counted = replies
         assert decoded.status_code == 422 and "zzz: no such field" in decoded.json()["error"]["message"]
         assert counted.status_code == 413 and "more than the 1,000,000" in counted.json()["error"]["message"]
         assert len(decoded.content) < 10_000 and len(counted.content) < 10_000
-        assert len(times) > 1 and max(times) < 1.0, times
+        # a loop held by the decoding would keep a health check waiting about as long as the bodies took: none
+        # waited half that (relative, so that a loaded machine slowing both does not fail it)
+        assert len(times) > 2 and max(times) < took / 2, (took, times)
 
 
 def test_a_large_body_is_counted_by_its_values_outside_strings():
