@@ -81,6 +81,7 @@ if TYPE_CHECKING:  # types the front ends name in annotations, and the names in 
     from ..index.embedders import minilm_dir as minilm_dir
     from ..index.question_bank import BankReport as BankReport
     from ..index.question_bank import QuestionWriter as QuestionWriter
+    from ..index.question_bank import WrittenQuestion as WrittenQuestion
     from ..index.schema import CollectionInfo as CollectionInfo
     from ..index.schema import DocumentInfo as DocumentInfo
     from ..index.store import Collection as Collection
@@ -101,7 +102,8 @@ if TYPE_CHECKING:  # types the front ends name in annotations, and the names in 
 #: for: some of those modules load numpy)
 _LAZY = {
     "CachedEmbedder": "index.embedders", "Embedder": "index.embedders", "minilm_dir": "index.embedders",
-    "BankReport": "index.question_bank", "QuestionWriter": "index.question_bank", "paragraph_spans": "ingest.chunking",
+    "BankReport": "index.question_bank", "QuestionWriter": "index.question_bank",
+    "WrittenQuestion": "index.question_bank", "paragraph_spans": "ingest.chunking",
     "load_document": "ingest.loaders", "load_paths": "ingest.loaders", "section_at": "ingest.sections",
     "usable_cores": "models.llamacpp.backend",
     "answer_signals": "patterns.auto", "Pattern": "patterns.base", "LongContext": "patterns.long_context",
@@ -138,6 +140,6 @@ __all__ = [
     "check_tuning", "compose", "compose_sources", "tune_client", "tuned_folder", "tuning_data",
     # for the benchmark harness (`_LAZY`)
     "REPEAT_REASON", "BankReport", "CachedEmbedder", "Embedder", "LongContext", "Pattern", "QuestionWriter",
-    "SharedReading", "WiM", "answer_signals", "load_document", "load_paths", "minilm_dir", "paragraph_spans",
-    "section_at", "usable_cores",
+    "SharedReading", "WiM", "WrittenQuestion", "answer_signals", "load_document", "load_paths", "minilm_dir",
+    "paragraph_spans", "section_at", "usable_cores",
 ]

@@ -24,9 +24,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..app import GenerationParams, Generator, Message, section_at
+from ..app import GenerationParams, Generator, Message, WrittenQuestion, section_at
 from ..errors import MissingDependency
 from ..prompts import render
 from ..records import Chunk, Document, Section
@@ -91,16 +91,9 @@ class Outcome:
 class _Reply(BaseModel):
     model_config = ConfigDict(extra="ignore", str_strip_whitespace=True)
 
-    question: str
+    question: WrittenQuestion
     answer: str = ""
     sentences: list[int] = []
-
-    @field_validator("question")
-    @classmethod
-    def _is_question(cls, value: str) -> str:
-        if len(value) < 8 or not value.endswith("?"):
-            raise ValueError("not a question")
-        return value
 
 
 def units_of(chunks: Sequence[Chunk]) -> list[Chunk]:

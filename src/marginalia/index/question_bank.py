@@ -20,9 +20,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
 
 from ..errors import UserError
 from ..ingest.chunking import paragraph_spans
@@ -51,19 +51,22 @@ class BankReport:
         return sum(self.skipped.values())
 
 
+def _a_question(value: str) -> str:
+    if len(value) < 8 or not value.endswith("?"):
+        raise ValueError("not a question")
+    return value
+
+
+#: a question a model wrote: at least 8 characters, ending in "?" (what both question writers accept)
+WrittenQuestion = Annotated[str, AfterValidator(_a_question)]
+
+
 class _Pair(BaseModel):
     model_config = ConfigDict(extra="ignore", str_strip_whitespace=True)
 
-    question: str
+    question: WrittenQuestion
     answer: str
     long_answer: str = ""
-
-    @field_validator("question")
-    @classmethod
-    def _is_question(cls, value: str) -> str:
-        if len(value) < 8 or not value.endswith("?"):
-            raise ValueError("not a question")
-        return value
 
     @field_validator("answer")
     @classmethod
