@@ -47,6 +47,8 @@ class EvalJob(BackgroundJob):
     pairs: list[dict[str, Any]]
     answers_done: int = 0
     readings: list[dict[str, Any]] = field(default_factory=list)
+    #: the recommendation lines (`recommendations`), worked out as each answer is scored, not at each poll
+    recommended: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.readings = [{"pattern": p, "status": "queued", "n": 0, "answers": [], "error": None,
@@ -59,7 +61,7 @@ class EvalJob(BackgroundJob):
         return {"id": self.id, "collection": self.collection, "patterns": list(self.patterns), "status": self.status,
                 "pairs": len(self.pairs), "answers_done": self.answers_done,
                 "answers_total": len(self.pairs) * len(self.patterns),
-                "readings": readings, "recommendations": recommendations(self.readings),
+                "readings": readings, "recommendations": list(self.recommended),
                 "error": self.error, "created_at": self.created_at, "finished_at": self.finished_at}
 
 
@@ -133,6 +135,7 @@ class EvalJobBoard(Board[EvalJob]):
             with self._lock:
                 reading["answers"].append(record)
                 reading.update(summary(reading["answers"]))
+                job.recommended = recommendations(job.readings)
                 job.answers_done += 1
         with self._lock:
             reading["status"] = "done"
