@@ -14,7 +14,7 @@ from marginalia.bench.own import (
     read_pairs,
     requests_path,
 )
-from marginalia.bench.qa_writer import pick_fact, pick_facts, plan, short_answer, similar
+from marginalia.bench.qa_writer import pick_facts, plan, short_answer, similar
 from marginalia.models.fake import ScriptedGenerator
 from qa_support import REPORT, respond_qa
 
@@ -91,11 +91,11 @@ def test_a_fact_the_document_repeats_everywhere_is_asked_last():
 
 def test_a_single_facts_answer_and_sentence_are_chosen_by_rule_and_exact():
     text = "# Fleet\n\nThe oldest boat is the Bramble Lark. She was built in 1938.\n\nNo names here at all."
-    sentence, answer = pick_fact(text, 0, len(text))
+    (sentence, answer), *_ = pick_facts(text, 0, len(text))
     assert text[slice(*sentence)] == "The oldest boat is the Bramble Lark." and text[slice(*answer)] == "Bramble Lark"
-    sentence, answer = pick_fact(text, text.index("She"), len(text))
+    (sentence, answer), *_ = pick_facts(text, text.index("She"), len(text))
     assert text[slice(*sentence)] == "She was built in 1938." and text[slice(*answer)] == "1938"
-    assert pick_fact(text, text.index("No names"), len(text)) is None
+    assert pick_facts(text, text.index("No names"), len(text)) == []
 
 
 def test_each_field_is_asked_for_in_turn_and_ends_at_its_line(report, tmp_path):

@@ -344,12 +344,6 @@ def _name_span(text: str, match: re.Match[str], sentence_start: int) -> tuple[in
     return a, b
 
 
-def pick_fact(text: str, start: int, end: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """The first of `pick_facts`, or None where ``text[start:end]`` has no name or number to ask about."""
-    facts = pick_facts(text, start, end, limit=1)
-    return facts[0] if facts else None
-
-
 def short_answer(answer: str, question: str) -> str:
     """The answer without a restatement of the question before it ("The dredger hired was the Orla Maye." ->
     "the Orla Maye"), and without its closing stop."""

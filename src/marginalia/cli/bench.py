@@ -427,7 +427,6 @@ def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-
     from ..bench.analysis import find_run
     from ..bench.export import export_run
 
