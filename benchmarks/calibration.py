@@ -27,6 +27,7 @@ seconds per answer. One measurement per model: benchmarks/measurements/calibrati
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import re
@@ -100,23 +101,17 @@ def _marginalia(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "marginalia.cli", *args], check=True)
 
 
-def _text_of(source: str, cache: dict[str, str]) -> str:
-    if source not in cache:
-        cache[source] = Path(source).read_text("utf-8")
-    return cache[source]
-
-
 def accept(pairs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Counter[str]]:
     """The pairs the rule accepts: each evidence span found verbatim at its offsets in the document as it is
     now, and a question that is not a near duplicate of one accepted before (qa-generate's own test, here
     across documents too); and why the others were not."""
     from marginalia.bench.qa_writer import similar
 
-    texts: dict[str, str] = {}
+    text_of = functools.cache(lambda source: Path(source).read_text("utf-8"))
     kept: list[dict[str, Any]] = []
     refused: Counter[str] = Counter()
     for pair in pairs:
-        text = _text_of(pair["source"], texts)
+        text = text_of(pair["source"])
         spans = pair.get("evidence_spans") or []
         if not all(text[s["start"]:s["end"]] == s["text"] and s["text"].strip() for s in spans) or (
                 pair.get("kind") != "unanswerable" and not spans):
@@ -147,11 +142,11 @@ def pairs(work: Path, model: str) -> dict[str, Any]:
     made = [json.loads(line) for line in generated.read_text("utf-8").splitlines() if line.strip()]
     kept, refused = accept(made)
     first, second = halves(kept)
-    for name, half in (("calibrate", first), ("score", second)):
+    for name, half in zip(HALVES, (first, second), strict=True):
         (work / f"{name}.jsonl").write_text("".join(json.dumps(p) + "\n" for p in half), "utf-8")
-    summary = {"generated": len(made), "accepted": len(kept), "refused": dict(refused), "kinds": dict(Counter(p["kind"] for p in kept)),
-               "calibrate": len(first), "score": len(second), "generated_by": model,
-               "documents": len(paths), "articles": list(ARTICLES)}
+    summary = {"generated": len(made), "accepted": len(kept), "refused": dict(refused),
+               "kinds": dict(Counter(p["kind"] for p in kept)), "calibrate": len(first), "score": len(second),
+               "generated_by": model, "documents": len(paths), "articles": list(ARTICLES)}
     (work / "pairs.json").write_text(json.dumps(summary, indent=1), "utf-8")
     print(json.dumps(summary), file=sys.stderr)
     return summary
